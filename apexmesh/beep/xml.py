@@ -1,0 +1,119 @@
+"""The one hardened XML parser of apex-mesh (application/beep+xml, RFC 3080 section 6.4).
+
+Every XML text that arrives from a peer, on BEEP channel zero, in a tuning profile or in an
+APEX element, is parsed here and nowhere else. RFC 3080 section 6.4 restricts
+application/beep+xml to a subset of XML 1.0: no DOCTYPE, no XML declaration, and no
+entity references beyond the five predefined ones and numeric references. Rejecting the
+DOCTYPE outright closes the door on entity-expansion ("billion laughs") and external
+entity attacks before libxml2 sees them; the parser settings below close it a second time
+(the settings follow python-zeep's hardened defaults).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from lxml import etree
+
+#: Largest XML document accepted from a peer. APEX data and channel-zero elements are
+#: small; larger payloads travel as MIME body parts, not as XML. The relay's own limit
+#: on a message is separate (see ``limits.py``); this one protects the parser.
+MAX_XML_OCTETS: Final = 1 << 20
+
+#: Deepest element nesting accepted. The deepest element in the BEEP, APEX, access,
+#: presence and pubsub DTDs sits at depth 5; 32 leaves room for application payloads
+#: and stops stack-exhaustion documents early.
+MAX_XML_DEPTH: Final = 32
+
+
+class XmlError(ValueError):
+    """The text is not acceptable application/beep+xml.
+
+    ``invalid`` distinguishes "well-formed but breaks a rule of the media type or a
+    limit" (reply code 501, syntax error in parameters) from "not well-formed" (500).
+    """
+
+    def __init__(self, message: str, *, invalid: bool = False) -> None:
+        super().__init__(message)
+        self.invalid = invalid
+
+    @property
+    def code(self) -> int:
+        """The RFC 3080 section 8 reply code a peer should receive for this input."""
+        return 501 if self.invalid else 500
+
+
+def _make_parser() -> etree.XMLParser:
+    return etree.XMLParser(
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        dtd_validation=False,
+        huge_tree=False,
+        recover=False,
+        remove_comments=True,
+        remove_pis=True,
+        collect_ids=False,
+    )
+
+
+_PARSER: Final = _make_parser()
+
+
+def parse_xml(text: bytes | str, *, max_octets: int = MAX_XML_OCTETS) -> etree._Element:
+    """Parse one application/beep+xml document and return its root element.
+
+    Raises :class:`XmlError` (code 500) when the text is not well-formed, and
+    (code 501) when it carries a DOCTYPE, an XML declaration, an unexpanded entity,
+    exceeds ``max_octets`` or nests deeper than :data:`MAX_XML_DEPTH`.
+    """
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    if len(data) > max_octets:
+        raise XmlError(f"XML document of {len(data)} octets exceeds {max_octets}", invalid=True)
+    head = data.lstrip()[:64]
+    if head.startswith(b"<?xml"):
+        raise XmlError("XML declaration not allowed in application/beep+xml", invalid=True)
+    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
+        raise XmlError("DOCTYPE and ENTITY declarations are not allowed", invalid=True)
+    try:
+        root = etree.fromstring(data, _PARSER)
+    except etree.XMLSyntaxError as exc:
+        raise XmlError(f"poorly-formed XML: {exc}") from None
+    if root is None:
+        raise XmlError("empty XML document")
+    _check_tree(root)
+    return root
+
+
+def _check_tree(root: etree._Element) -> None:
+    depth_limit = MAX_XML_DEPTH
+    stack: list[tuple[etree._Element, int]] = [(root, 1)]
+    while stack:
+        element, depth = stack.pop()
+        if depth > depth_limit:
+            raise XmlError(f"XML nests deeper than {depth_limit} elements", invalid=True)
+        for child in element:
+            if not isinstance(child.tag, str):
+                # An entity reference that was not resolved (resolve_entities=False).
+                if isinstance(child, etree._Entity):
+                    raise XmlError("entity references are not allowed", invalid=True)
+                continue
+            stack.append((child, depth + 1))
+
+
+def to_bytes(element: etree._Element) -> bytes:
+    """Serialize an element as application/beep+xml (UTF-8, no XML declaration)."""
+    return etree.tostring(element, encoding="utf-8", xml_declaration=False)
+
+
+def escape_text(text: str) -> str:
+    """Escape character data for inclusion in hand-built XML."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def escape_attr(value: str) -> str:
+    """Escape an attribute value for inclusion between single quotes."""
+    return escape_text(value).replace("'", "&apos;").replace('"', "&quot;")
+
+
+__all__ = ["MAX_XML_DEPTH", "MAX_XML_OCTETS", "XmlError", "escape_attr", "escape_text", "parse_xml", "to_bytes"]
