@@ -114,6 +114,8 @@ def parse_element(text: bytes | str) -> Blob | ErrorElement:
         data = base64.b64decode(encoded, validate=True)
     except binascii.Error:
         raise _syntax("blob content is not base64") from None
+    if len(data) > MAX_BLOB_OCTETS:
+        raise _syntax(f"blob larger than {MAX_BLOB_OCTETS} octets")
     return Blob(data=data, status=status)
 
 
