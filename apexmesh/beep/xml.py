@@ -59,6 +59,10 @@ def _make_parser() -> etree.XMLParser:
 
 _PARSER: Final = _make_parser()
 
+#: The element type returned by :func:`parse_xml`; other modules name it through here so
+#: that lxml is imported in this module only.
+Element = etree._Element
+
 
 def parse_xml(text: bytes | str, *, max_octets: int = MAX_XML_OCTETS) -> etree._Element:
     """Parse one application/beep+xml document and return its root element.
@@ -116,4 +120,13 @@ def escape_attr(value: str) -> str:
     return escape_text(value).replace("'", "&apos;").replace('"', "&quot;")
 
 
-__all__ = ["MAX_XML_DEPTH", "MAX_XML_OCTETS", "XmlError", "escape_attr", "escape_text", "parse_xml", "to_bytes"]
+__all__ = [
+    "MAX_XML_DEPTH",
+    "MAX_XML_OCTETS",
+    "Element",
+    "XmlError",
+    "escape_attr",
+    "escape_text",
+    "parse_xml",
+    "to_bytes",
+]
