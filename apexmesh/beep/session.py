@@ -14,7 +14,7 @@ The session moves through these states::
 
     GREETING --greeting received--> OPEN --proceed sent/received--> TUNING
         |                             |                                |
-        |                             +--close 0 sent--> CLOSING       +--tls_established--> GREETING
+        |                             +--close 0 sent--> CLOSING     +--tls_established--> GREETING
         +--error greeting / violation--------------------------------------> CLOSED
 
 Channel zero is managed here (greeting, start, close, ok, error, section 2.3); data
