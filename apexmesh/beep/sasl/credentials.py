@@ -14,8 +14,6 @@ import secrets
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-import scramp
-
 #: RFC 7677 section 4 recommends at least 4096 iterations for SCRAM-SHA-256; scramp
 #: refuses fewer.
 SCRAM_ITERATIONS: Final = 4096
@@ -42,6 +40,8 @@ def make_scram_keys(
     password: str, *, iterations: int = SCRAM_ITERATIONS, salt: bytes | None = None
 ) -> ScramKeys:
     """Derive the SCRAM-SHA-256 verifier for ``password`` (random 16-octet salt by default)."""
+    import scramp  # on first use: scramp imports ssl, see scram.py
+
     mechanism = scramp.ScramMechanism(SCRAM_MECHANISM)
     if salt is None:
         salt = secrets.token_bytes(16)

@@ -14,7 +14,7 @@ Decisions this module makes, where RFC 3080 leaves room:
 * A client abort (``<blob status='abort'/>``) ends the exchange with failure (RFC 4422
   section 3.5) and is answered with ERR ``451`` ("requested action aborted", RFC 3080
   section 8): every MSG needs a reply, and the action the client asked for was aborted.
-* Anything that arrives after the exchange is over is answered with ERR ``550``
+* A MSG that arrives before the start or after the exchange is over gets ERR ``550``
   (requested action not taken); the outcome of the exchange does not change.
 * A malformed element ends the exchange with 500 (poorly-formed XML) or 501.
 * The server refuses PLAIN with ``538`` unless TLS is active or the development switch
@@ -87,8 +87,8 @@ class _State(enum.Enum):
     DONE = "done"
 
 
-def _after_done() -> bytes:
-    return encode_error(ReplyCode.ACTION_NOT_TAKEN, "SASL exchange is over").encode()
+def _not_running() -> bytes:
+    return encode_error(ReplyCode.ACTION_NOT_TAKEN, "no SASL exchange in progress").encode()
 
 
 class SaslServerExchange:
@@ -194,7 +194,7 @@ class SaslServerExchange:
     def handle_message(self, payload_xml: bytes) -> tuple[bool, bytes]:
         """Handle one MSG body; return ``(True, RPY body)`` or ``(False, ERR body)``."""
         if self._state is not _State.RUNNING:
-            return False, _after_done()
+            return False, _not_running()
         try:
             blob = parse_blob(payload_xml)
         except SaslError as exc:

@@ -14,10 +14,9 @@ so the server-first message does not reveal which users exist.
 
 from __future__ import annotations
 
+import hmac
 import secrets
 from typing import Any, Final
-
-import scramp
 
 from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.sasl.credentials import SCRAM_ITERATIONS, SCRAM_MECHANISM, CredentialStore
@@ -27,7 +26,23 @@ NAME: Final = SCRAM_MECHANISM
 
 #: scramp raises these on malformed peer messages besides ScramException (it is
 #: third-party code; the list is the set its parsers can raise on hostile input).
-_SCRAMP_ERRORS: Final = (scramp.ScramException, ValueError, KeyError, IndexError, TypeError)
+_PARSE_ERRORS: Final = (ValueError, KeyError, IndexError, TypeError)
+
+
+def _scramp() -> Any:
+    # Imported on first use: scramp imports ssl (and so socket) for TLS channel binding,
+    # which this sans-I/O package must not drag in for sessions that never use SCRAM.
+    import scramp
+
+    return scramp
+
+
+def _scramp_errors() -> tuple[type[Exception], ...]:
+    return (_scramp().ScramException, *_PARSE_ERRORS)
+
+
+#: Keys the simulated salts of unknown users; fresh per process, never leaves it.
+_SIMULATION_KEY: Final = secrets.token_bytes(32)
 
 
 def _error_name(exc: Exception) -> str | None:
@@ -50,17 +65,18 @@ class ScramSha256Server:
         self._username: str | None = None
         self._known = False
         self._stage = 0
-        self._server = scramp.ScramMechanism(SCRAM_MECHANISM).make_server(
-            self._auth_info, s_nonce=nonce
+        self._server = (
+            _scramp().ScramMechanism(SCRAM_MECHANISM).make_server(self._auth_info, s_nonce=nonce)
         )
 
     def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
         self._username = username
         keys = self._credentials.scram_keys(username)
         if keys is None:
-            # Simulate a user (RFC 5802 section 9): random keys never match a proof.
+            # Simulate a user (RFC 5802 section 9): random keys never match a proof, and
+            # the salt is stable per name so asking twice does not give the game away.
             return (
-                secrets.token_bytes(16),
+                hmac.new(_SIMULATION_KEY, username.encode("utf-8"), "sha256").digest()[:16],
                 secrets.token_bytes(32),
                 secrets.token_bytes(32),
                 SCRAM_ITERATIONS,
@@ -77,7 +93,7 @@ class ScramSha256Server:
             try:
                 self._server.set_client_first(text)
                 return ServerStep(data=self._server.get_server_first().encode(), complete=False)
-            except _SCRAMP_ERRORS as exc:
+            except _scramp_errors() as exc:
                 raise SaslError(
                     ReplyCode.PARAMETER_SYNTAX_ERROR, "malformed client-first-message"
                 ) from exc
@@ -87,7 +103,7 @@ class ScramSha256Server:
         try:
             self._server.set_client_final(text)
             final = self._server.get_server_final()
-        except _SCRAMP_ERRORS as exc:
+        except _scramp_errors() as exc:
             if _error_name(exc) == "invalid-proof":
                 raise SaslError(ReplyCode.AUTH_FAILURE, "authentication failure") from exc
             raise SaslError(
@@ -106,7 +122,7 @@ class ScramSha256Client:
     ) -> None:
         if authzid:
             raise ValueError("SCRAM-SHA-256 here carries no authzid (scramp rejects it)")
-        self._client = scramp.ScramClient([SCRAM_MECHANISM], authcid, password, c_nonce=nonce)
+        self._client = _scramp().ScramClient([SCRAM_MECHANISM], authcid, password, c_nonce=nonce)
         self._stage = 0
 
     def initial_response(self) -> bytes | None:
@@ -120,7 +136,7 @@ class ScramSha256Client:
         try:
             self._client.set_server_first(_decode(challenge))
             return str(self._client.get_client_final()).encode("utf-8")
-        except _SCRAMP_ERRORS as exc:
+        except _scramp_errors() as exc:
             raise SaslError(
                 ReplyCode.PARAMETER_SYNTAX_ERROR, "malformed server-first-message"
             ) from exc
@@ -131,7 +147,7 @@ class ScramSha256Client:
         self._stage = 3
         try:
             self._client.set_server_final(_decode(data))
-        except _SCRAMP_ERRORS as exc:
+        except _scramp_errors() as exc:
             raise SaslError(
                 ReplyCode.AUTH_FAILURE, "server signature wrong: the server is not authentic"
             ) from exc

@@ -354,3 +354,28 @@ def test_handle_start_twice_is_a_caller_bug() -> None:
     server.handle_start(None)
     with pytest.raises(RuntimeError):
         server.handle_start(None)
+
+
+def server_first_of(username: str) -> bytes:
+    server = server_for("SCRAM-SHA-256")
+    client = client_for("SCRAM-SHA-256", authcid=username)
+    reply = server.handle_start(client.start_piggyback())
+    assert reply.startswith("<blob>")
+    return base64.b64decode(reply[len("<blob>") : -len("</blob>")])
+
+
+@pytest.mark.unit
+def test_scram_unknown_user_gets_a_stable_simulated_salt() -> None:
+    # RFC 5802 section 9: an unknown user must not be told apart at server-first.
+    first, second = server_first_of("mallory"), server_first_of("mallory")
+    salt = [part for part in first.split(b",") if part.startswith(b"s=")]
+    assert salt
+    assert salt == [part for part in second.split(b",") if part.startswith(b"s=")]
+    assert b"i=4096" in first
+
+
+@pytest.mark.unit
+def test_message_before_start_is_550() -> None:
+    ok, body = server_for("PLAIN").handle_message(b"<blob/>")
+    assert not ok
+    assert body.startswith(b"<error code='550'")
