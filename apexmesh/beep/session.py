@@ -227,6 +227,7 @@ class Session:
         self._close_deadline: float | None = None
         self._reader = FrameReader(MAX_WINDOW_OCTETS)
         self._trailing = b""
+        self._post_tuning = bytearray()
         self._ended = False
         self._begin()
 
@@ -253,6 +254,13 @@ class Session:
     def receive_data(self, data: bytes, now: float = 0.0) -> list[ev.Event]:
         """Process received octets and return the events they caused."""
         self._last_activity = now
+        if self._tuning():
+            # Octets protected by the new TLS layer can arrive before the adapter calls
+            # tls_established; keep them (bounded) for the restarted session.
+            self._post_tuning += data
+            if len(self._post_tuning) > MAX_MANAGEMENT_MESSAGE_OCTETS:
+                self._terminate(ReplyCode.TRANSACTION_FAILED, "too much data during tuning")
+            return self._take_events()
         if not self._receiving():
             return self._take_events()
         self._reader.feed(data)
@@ -432,6 +440,9 @@ class Session:
         self.tls_active = True
         self.peer_certificate = peer_certificate
         self._begin()
+        early, self._post_tuning = bytes(self._post_tuning), bytearray()
+        if early:
+            self._events.extend(self.receive_data(early, self._last_activity))
 
     # ------------------------------------------------------------------ internals: setup
 

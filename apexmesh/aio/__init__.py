@@ -1,0 +1,32 @@
+"""asyncio adapter for the sans-I/O BEEP core: connections, channels, connect and listen."""
+
+from __future__ import annotations
+
+from apexmesh.aio.connection import (
+    AcceptChannel,
+    AuthenticationError,
+    BeepConnection,
+    Channel,
+    ChannelStartError,
+    ConnectionClosedError,
+    Incoming,
+    RejectChannel,
+    Reply,
+    StartHandler,
+)
+from apexmesh.aio.endpoints import connect, listen
+
+__all__ = [
+    "AcceptChannel",
+    "AuthenticationError",
+    "BeepConnection",
+    "Channel",
+    "ChannelStartError",
+    "ConnectionClosedError",
+    "Incoming",
+    "RejectChannel",
+    "Reply",
+    "StartHandler",
+    "connect",
+    "listen",
+]

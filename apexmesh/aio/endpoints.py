@@ -1,0 +1,74 @@
+"""Open BEEP sessions over TCP: ``connect`` (initiating role) and ``listen`` (listening role).
+
+RFC 3081 section 2: the peer that accepts the TCP connection listens, the other initiates.
+Both helpers return only once the transport exists; ``connect`` also waits for the
+listener's greeting (or raises with the listener's refusal code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+
+from apexmesh.aio.connection import BeepConnection, StartHandler
+from apexmesh.beep.session import Role, SessionConfig
+
+
+async def connect(
+    host: str,
+    port: int,
+    config: SessionConfig | None = None,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    on_start: StartHandler | None = None,
+    timeout: float = 10.0,  # noqa: ASYNC109  (covers connect and greeting together)
+) -> BeepConnection:
+    """Connect to a BEEP listener and wait for its greeting.
+
+    ``ssl_context`` is used for TLS tuning (``await conn.start_tls()``), not for the
+    initial connection: BEEP starts in plaintext and tunes (RFC 3080 section 3).
+    """
+    loop = asyncio.get_running_loop()
+
+    def factory() -> BeepConnection:
+        return BeepConnection(
+            Role.INITIATOR,
+            config,
+            ssl_context=ssl_context,
+            server_hostname=server_hostname or host,
+            on_start=on_start,
+        )
+
+    _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port), timeout)
+    await asyncio.wait_for(conn.wait_ready(), timeout)
+    return conn
+
+
+async def listen(
+    host: str,
+    port: int,
+    config: SessionConfig | Callable[[], SessionConfig] | None = None,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    on_start: StartHandler | None = None,
+    on_connection: Callable[[BeepConnection], None] | None = None,
+) -> asyncio.Server:
+    """Listen for BEEP sessions; each connection gets its own session.
+
+    ``config`` may be a factory so each session gets fresh SASL state. ``on_connection``
+    sees every new connection (for registries, metrics and shutdown).
+    """
+    loop = asyncio.get_running_loop()
+
+    def factory() -> BeepConnection:
+        session_config = config() if callable(config) else config
+        conn = BeepConnection(
+            Role.LISTENER, session_config, ssl_context=ssl_context, on_start=on_start
+        )
+        if on_connection is not None:
+            on_connection(conn)
+        return conn
+
+    return await loop.create_server(factory, host, port)

@@ -1,0 +1,208 @@
+"""The asyncio adapter over real loopback TCP: TLS tuning with per-run certificates, SASL,
+MSG/RPY/ERR/ANS exchanges, large messages both ways, and malformed peers."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+import trustme
+
+from apexmesh.aio import (
+    AcceptChannel,
+    AuthenticationError,
+    BeepConnection,
+    Channel,
+    ConnectionClosedError,
+    RejectChannel,
+    connect,
+    listen,
+)
+from apexmesh.beep import events as ev
+from apexmesh.beep.mime import build_entity, split_entity
+from apexmesh.beep.sasl import SaslClientExchange, SaslServerExchange, StaticCredentials
+from apexmesh.beep.session import SessionConfig
+
+pytestmark = pytest.mark.integration
+
+ECHO = "http://example.com/beep/echo"
+CREDENTIALS = StaticCredentials({"fred": "flintstone"})
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="module")
+def server_ssl(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(context)
+    return context
+
+
+@pytest.fixture(scope="module")
+def client_ssl(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    ca.configure_trust(context)
+    return context
+
+
+async def serve_echo(channel: Channel) -> None:
+    """Echo every MSG; a body of b'ans' is answered with three ANS and a NUL."""
+    while True:
+        try:
+            incoming = await channel.receive()
+        except ConnectionClosedError:
+            return
+        body = split_entity(incoming.payload).body
+        if body == b"fail":
+            incoming.error(build_entity(b"<error code='550'>no</error>", "application/beep+xml"))
+        elif body == b"ans":
+            for i in range(3):
+                incoming.answer(build_entity(str(i).encode()))
+            incoming.finish()
+        else:
+            incoming.reply(incoming.payload)
+
+
+async def accept_echo(
+    conn: BeepConnection, request: ev.ChannelStartRequested
+) -> AcceptChannel | RejectChannel:
+    if any(p.uri == ECHO for p in request.profiles):
+        return AcceptChannel(profile=ECHO, content="welcome", serve=serve_echo)
+    return RejectChannel(code=550, text="unsupported")
+
+
+def server_config(tls: bool) -> Callable[[], SessionConfig]:
+    def factory(mechanism: str, tls_active: bool) -> SaslServerExchange:
+        return SaslServerExchange(
+            mechanism, CREDENTIALS, tls_active=tls_active, realm="example.com", host="localhost"
+        )
+
+    return lambda: SessionConfig(
+        profiles=(ECHO,),
+        tls_available=tls,
+        sasl_mechanisms=("SCRAM-SHA-256", "DIGEST-MD5", "PLAIN"),
+        sasl_server=factory,
+    )
+
+
+@pytest.fixture
+async def server(server_ssl: ssl.SSLContext) -> AsyncIterator[tuple[int, list[BeepConnection]]]:
+    conns: list[BeepConnection] = []
+    srv = await listen(
+        "127.0.0.1",
+        0,
+        server_config(True),
+        ssl_context=server_ssl,
+        on_start=accept_echo,
+        on_connection=conns.append,
+    )
+    port = srv.sockets[0].getsockname()[1]
+    yield port, conns
+    for conn in conns:
+        conn.abort()
+    srv.close()
+    await srv.wait_closed()
+
+
+async def test_echo_over_tls_and_scram(
+    server: tuple[int, list[BeepConnection]], client_ssl: ssl.SSLContext
+) -> None:
+    port, conns = server
+    conn = await connect("127.0.0.1", port, ssl_context=client_ssl, server_hostname="localhost")
+    assert "http://iana.org/beep/TLS" in conn.greeting.result().profiles
+    await conn.start_tls()
+    assert conn.session.tls_active
+    assert "http://iana.org/beep/TLS" not in conn.greeting.result().profiles
+    exchange = SaslClientExchange(
+        "SCRAM-SHA-256", authcid="fred", password="flintstone", host="localhost"
+    )
+    await conn.authenticate("SCRAM-SHA-256", exchange)
+    assert conns[0].session.peer_identity == "fred"
+    assert conns[0].session.tls_active
+    channel = await conn.open_channel(ECHO)
+    assert channel.reply_content == "welcome"
+    reply = await channel.request(build_entity(b"hello"))
+    assert reply.kind == "RPY" and split_entity(reply.payload).body == b"hello"
+    failed = await channel.request(build_entity(b"fail"))
+    assert failed.kind == "ERR"
+    answers = await channel.request(build_entity(b"ans"))
+    assert answers.kind == "ANS" and [split_entity(a).body for a in answers.answers] == [
+        b"0",
+        b"1",
+        b"2",
+    ]
+    await conn.close()
+    assert isinstance(conn.closed.result(), ev.SessionClosed)
+
+
+async def test_wrong_password_fails_with_535(server: tuple[int, list[BeepConnection]]) -> None:
+    port, _ = server
+    conn = await connect("127.0.0.1", port)
+    exchange = SaslClientExchange("DIGEST-MD5", authcid="fred", password="wrong", host="localhost")
+    with pytest.raises(AuthenticationError) as info:
+        await conn.authenticate("DIGEST-MD5", exchange)
+    assert info.value.code == 535
+    await conn.close()
+
+
+async def test_plain_refused_without_tls(server: tuple[int, list[BeepConnection]]) -> None:
+    port, _ = server
+    conn = await connect("127.0.0.1", port)
+    exchange = SaslClientExchange("PLAIN", authcid="fred", password="flintstone", host="localhost")
+    with pytest.raises(AuthenticationError) as info:
+        await conn.authenticate("PLAIN", exchange)
+    assert info.value.code == 538
+    await conn.close()
+
+
+async def test_large_messages_both_ways_and_pipelining(
+    server: tuple[int, list[BeepConnection]],
+) -> None:
+    port, _ = server
+    conn = await connect("127.0.0.1", port)
+    channel = await conn.open_channel(ECHO)
+    big = build_entity(bytes(range(256)) * 4096)  # 1 MiB through 4096-octet windows
+    futures = [channel.send(big) for _ in range(3)]
+    futures += [channel.send(build_entity(str(i).encode())) for i in range(200)]
+    replies = await asyncio.gather(*futures)
+    assert all(r.payload == big for r in replies[:3])
+    assert [split_entity(r.payload).body for r in replies[3:]] == [
+        str(i).encode() for i in range(200)
+    ]
+    await conn.close()
+
+
+async def test_unknown_profile_is_refused_with_550(
+    server: tuple[int, list[BeepConnection]],
+) -> None:
+    port, _ = server
+    conn = await connect("127.0.0.1", port)
+    from apexmesh.aio import ChannelStartError
+
+    with pytest.raises(ChannelStartError) as info:
+        await conn.open_channel("http://example.com/unknown")
+    assert info.value.code == 550
+    await conn.close()
+
+
+async def test_garbage_closes_that_session_and_listener_serves_others(
+    server: tuple[int, list[BeepConnection]],
+) -> None:
+    port, _ = server
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    greeting = await reader.readuntil(b"END\r\n")
+    assert greeting.startswith(b"RPY 0 0 . 0 ")
+    writer.write(b"HELO this is not BEEP\r\n")
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed without a response
+    writer.close()
+    await writer.wait_closed()
+    conn = await connect("127.0.0.1", port)
+    channel = await conn.open_channel(ECHO)
+    assert (await channel.request(build_entity(b"still here"))).kind == "RPY"
+    await conn.close()
