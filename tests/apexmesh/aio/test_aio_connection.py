@@ -127,11 +127,13 @@ async def test_echo_over_tls_and_scram(
     channel = await conn.open_channel(ECHO)
     assert channel.reply_content == "welcome"
     reply = await channel.request(build_entity(b"hello"))
-    assert reply.kind == "RPY" and split_entity(reply.payload).body == b"hello"
+    assert reply.kind == "RPY"
+    assert split_entity(reply.payload).body == b"hello"
     failed = await channel.request(build_entity(b"fail"))
     assert failed.kind == "ERR"
     answers = await channel.request(build_entity(b"ans"))
-    assert answers.kind == "ANS" and [split_entity(a).body for a in answers.answers] == [
+    assert answers.kind == "ANS"
+    assert [split_entity(a).body for a in answers.answers] == [
         b"0",
         b"1",
         b"2",
