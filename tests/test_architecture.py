@@ -52,16 +52,19 @@ def test_cores_exist() -> None:
 
 @pytest.mark.parametrize("core", CORES)
 def test_cores_import_no_io(core: str) -> None:
-    offenders = []
-    for path in python_files(core):
-        for name in imported_modules(path):
-            if name.split(".")[0] in FORBIDDEN_IN_CORES:
-                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in python_files(core)
+        for name in imported_modules(path)
+        if name.split(".")[0] in FORBIDDEN_IN_CORES
+    ]
     assert offenders == []
 
 
 def test_lxml_only_in_the_hardened_parser() -> None:
-    relative = (str(p.relative_to(ROOT)) for p in python_files("apexmesh") + python_files("services"))
+    relative = (
+        str(p.relative_to(ROOT)) for p in python_files("apexmesh") + python_files("services")
+    )
     offenders = [
         rel
         for rel in relative
