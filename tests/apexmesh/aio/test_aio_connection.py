@@ -142,13 +142,34 @@ async def test_echo_over_tls_and_scram(
     assert isinstance(conn.closed.result(), ev.SessionClosed)
 
 
-async def test_wrong_password_fails_with_535(server: tuple[int, list[BeepConnection]]) -> None:
-    port, _ = server
+@pytest.mark.parametrize("mechanism", ["DIGEST-MD5", "SCRAM-SHA-256"])
+async def test_right_password_authenticates(
+    server: tuple[int, list[BeepConnection]], mechanism: str
+) -> None:
+    port, conns = server
     conn = await connect("127.0.0.1", port)
-    exchange = SaslClientExchange("DIGEST-MD5", authcid="fred", password="wrong", host="localhost")
+    exchange = SaslClientExchange(
+        mechanism, authcid="fred", password="flintstone", host="localhost"
+    )
+    event = await conn.authenticate(mechanism, exchange)
+    assert event.mechanism == mechanism
+    assert conns[-1].session.peer_identity == "fred"
+    channel = await conn.open_channel(ECHO)
+    assert (await channel.request(build_entity(b"after auth"))).kind == "RPY"
+    await conn.close()
+
+
+@pytest.mark.parametrize("mechanism", ["DIGEST-MD5", "SCRAM-SHA-256"])
+async def test_wrong_password_fails_with_535(
+    server: tuple[int, list[BeepConnection]], mechanism: str
+) -> None:
+    port, conns = server
+    conn = await connect("127.0.0.1", port)
+    exchange = SaslClientExchange(mechanism, authcid="fred", password="wrong", host="localhost")
     with pytest.raises(AuthenticationError) as info:
-        await conn.authenticate("DIGEST-MD5", exchange)
+        await conn.authenticate(mechanism, exchange)
     assert info.value.code == 535
+    assert conns[-1].session.peer_identity is None
     await conn.close()
 
 
