@@ -796,6 +796,58 @@ def answer_get(get: Get, rules: OwnerRules) -> SetNotice:
     return SetNotice(get.trans_id, entry)
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer to "may ``actor`` do ``token`` to ``owner``?" with the code to send."""
+
+    allowed: bool
+    #: 250 when allowed, 537 when denied, else the code of the bad input (501, 553, 550).
+    code: ApexReplyCode
+    text: str = ""
+
+
+ALLOWED: Final = Decision(True, ApexReplyCode.SUCCESS)
+DENIED: Final = Decision(False, ApexReplyCode.NOT_AUTHORIZED, "action not authorized")
+
+
+def check_inputs(
+    owner: str, actor: str, token: str, domains: Domains, registry: TokenRegistry
+) -> tuple[Endpoint, Endpoint, str]:
+    """Validate one ``Check(owner, actor, token)``: steps 1-2 for the owner, the actor as a
+    plain endpoint (553) and the token (501/553)."""
+    subject = check_subject(owner, domains)
+    try:
+        actor_endpoint = Endpoint.parse(actor)
+    except EndpointError as exc:
+        raise AccessError(exc.code, f"actor: {exc}") from None
+    return subject, actor_endpoint, registry.validate(token)
+
+
+def decide(rules: OwnerRules, actor: Endpoint, token: str) -> Decision:
+    """RFC 3341 section 3.1 selection, then "does the entry contain the token"."""
+    return ALLOWED if rules.allows(actor, (token,)) else DENIED
+
+
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """Content the service sends to one recipient, as ``apex=access@DOMAIN``."""
+
+    recipient: str
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OperationResult:
+    """What handling one operation produces (RFC 3341 sections 4.2-4.4)."""
+
+    #: The allow, deny, set or reply element for the originator.
+    reply: Outbound
+    #: ``set`` notifications to the owner after a successful change (section 4.4).
+    notifications: tuple[Outbound, ...]
+    #: The outcome's code: 250 for allow, deny, set and successful changes.
+    code: ApexReplyCode
+
+
 def next_timestamp(now: datetime, previous: datetime | None) -> datetime:
     """The service's "current date and time", strictly after ``previous`` (step 9.2)."""
     stamp = now.astimezone(UTC)
@@ -808,7 +860,9 @@ __all__ = [
     "ACCESS_GET",
     "ACCESS_QUERY",
     "ACCESS_SET",
+    "ALLOWED",
     "ALL_ACTIONS",
+    "DENIED",
     "CORE_DATA",
     "NO_ACTIONS",
     "REGISTERED_OPERATIONS",
@@ -819,12 +873,15 @@ __all__ = [
     "ActionSet",
     "ActorPattern",
     "Allow",
+    "Decision",
     "Deny",
     "DomainKind",
     "Domains",
     "Get",
     "LocalKind",
     "Operation",
+    "OperationResult",
+    "Outbound",
     "OwnerRules",
     "Query",
     "Reply",
@@ -834,7 +891,9 @@ __all__ = [
     "answer_get",
     "answer_query",
     "authorize",
+    "check_inputs",
     "check_subject",
+    "decide",
     "default_entries",
     "escape_actor_local",
     "format_timestamp",

@@ -1,0 +1,90 @@
+"""The admin HTTP app every service serves: ``/healthz``, ``/readyz``, ``/metrics``.
+
+Kubernetes probes liveness on ``/healthz`` (the process answers) and readiness on
+``/readyz`` (its dependencies answer: Redis, the gRPC server), and Prometheus scrapes
+``/metrics`` in the text exposition format. The app is built per service instance from a
+:class:`prometheus_client.CollectorRegistry` the composition root owns, so tests can run
+several services in one process without the global default registry.
+
+:class:`HttpServer` runs the app with uvicorn on a socket bound here (port 0 allowed) and
+leaves signal handling to the service's ``__main__``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Awaitable, Callable, Generator
+
+import uvicorn
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+#: A readiness probe: returns None when ready, or the reason it is not.
+ReadinessProbe = Callable[[], Awaitable[str | None]]
+
+
+def create_ops_app(service: str, registry: CollectorRegistry, ready: ReadinessProbe) -> FastAPI:
+    """Build the admin app of ``service``."""
+    app = FastAPI(title=f"apex-mesh {service}", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "service": service}
+
+    @app.get("/readyz")
+    async def readyz(response: Response) -> dict[str, str]:
+        reason = await ready()
+        if reason is not None:
+            response.status_code = 503
+            return {"status": "unavailable", "reason": reason}
+        return {"status": "ready"}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        # The service's __main__ owns SIGTERM/SIGINT and stops this server itself.
+        yield
+
+
+class HttpServer:
+    """uvicorn serving one app on a socket bound by :meth:`start`."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self._server = _Server(
+            uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        )
+        self._task: asyncio.Task[None] | None = None
+        self._socket: socket.socket | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Bind ``host:port`` (0 = any free port), start serving, return the port."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.setblocking(False)
+        self._socket = sock
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="ops-http")
+        return int(sock.getsockname()[1])
+
+    async def stop(self) -> None:
+        self._server.should_exit = True
+        task, self._task = self._task, None
+        if task is not None:
+            await task
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+
+__all__ = ["HttpServer", "ReadinessProbe", "create_ops_app"]

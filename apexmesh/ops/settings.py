@@ -1,0 +1,90 @@
+"""Settings helpers shared by the services (STYLE.md section 3.1, ``settings.py``).
+
+Each service reads its settings once, from environment variables, into one frozen
+object. Unsafe values (a Redis URL with neither TLS nor a password, a wildcard bind) are
+refused unless ``APEXMESH_DEV=1`` says this is a development or test run: a production
+pod should fail at start, not run open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+from urllib.parse import urlsplit
+
+#: The environment variable that allows development-only settings.
+DEV_FLAG: Final = "APEXMESH_DEV"
+
+
+class SettingsError(ValueError):
+    """A setting is missing, malformed or unsafe outside development."""
+
+
+def env_flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    value = env.get(name)
+    if value is None or value == "":
+        return default
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name}={value!r} is not a boolean")
+
+
+def env_int(
+    env: Mapping[str, str], name: str, default: int, *, low: int = 0, high: int = 65535
+) -> int:
+    value = env.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise SettingsError(f"{name}={value!r} is not an integer") from None
+    if not low <= number <= high:
+        raise SettingsError(f"{name}={number} is outside {low}..{high}")
+    return number
+
+
+def env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    value = env.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise SettingsError(f"{name}={value!r} is not a number") from None
+    if number <= 0:
+        raise SettingsError(f"{name} must be positive")
+    return number
+
+
+def env_list(env: Mapping[str, str], name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def check_redis_url(url: str, *, dev: bool) -> str:
+    """Accept ``redis://``, ``rediss://`` or ``unix://``; outside development require TLS
+    (``rediss://``) or a password, so state is never served by an open Redis."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise SettingsError(f"APEXMESH_REDIS_URL scheme {parts.scheme!r} is not redis")
+    if not dev and parts.scheme != "rediss" and not parts.password:
+        raise SettingsError(
+            "APEXMESH_REDIS_URL has neither TLS nor a password; set APEXMESH_DEV=1 for development"
+        )
+    return url
+
+
+__all__ = [
+    "DEV_FLAG",
+    "SettingsError",
+    "check_redis_url",
+    "env_flag",
+    "env_float",
+    "env_int",
+    "env_list",
+]

@@ -1,0 +1,234 @@
+"""Caching access decisions safely (RFC 3340 section 4.4.4.1 step 5.3 on every message).
+
+The relay asks "may this originator send to this recipient" (``core:data``) for every
+recipient of every data element. Asking the access service each time would put a gRPC
+round trip on the hot path, so callers keep decisions in a local dictionary and drop them
+when they may have become wrong. The protocol (docs/access.md, "Cache protocol"):
+
+1. Every committed change increments the version counter and publishes
+   ``"<version> <owner>"`` on the change channel in the same Lua script
+   (:mod:`apexmesh.store.access_entries`).
+2. The cache subscribes to the channel *before* it serves anything from memory. For each
+   notification it drops that owner's decisions; if the version is not exactly one more
+   than the last one seen, a notification was missed and it drops everything.
+3. Every ``resync_interval`` seconds (and after any subscription error) it reads the
+   version counter; if it differs from the last one seen it drops everything. While the
+   subscription is down the cache is bypassed entirely.
+4. A decision fetched from the source is stored only if no invalidation happened while
+   it was being fetched and the source computed it at the version the cache has seen, so
+   a slow answer computed from old entries can never be stored after the invalidation
+   that made it stale.
+
+A stale decision can therefore live only as long as a notification takes to arrive, or
+``resync_interval`` if notifications are lost. The fast path, :meth:`lookup`, is one
+dictionary probe and involves no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Final, Protocol
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from apexmesh.apex.access import Decision
+from apexmesh.store.keys import Keys
+
+_log = logging.getLogger(__name__)
+
+#: A check as the relay asks it: (owner, actor, token).
+CheckKey = tuple[str, str, str]
+
+#: Largest number of decisions kept; past it the cache is cleared (cheap and bounded).
+DEFAULT_MAX_DECISIONS: Final = 200_000
+
+
+class DecisionSource(Protocol):
+    """Where uncached decisions come from: the access service over gRPC, or the store."""
+
+    async def check_many(self, checks: Sequence[CheckKey]) -> tuple[list[Decision], int]:
+        """Decide each check; return the decisions and the access version used."""
+        ...
+
+
+class CachedAccessChecker:
+    """Local decision cache kept correct by the version counter and change channel."""
+
+    def __init__(
+        self,
+        source: DecisionSource,
+        redis: Redis,
+        keys: Keys,
+        *,
+        resync_interval: float = 1.0,
+        max_decisions: int = DEFAULT_MAX_DECISIONS,
+    ) -> None:
+        self._source = source
+        self._redis = redis
+        self._keys = keys
+        self._resync_interval = resync_interval
+        self._max_decisions = max_decisions
+        self._decisions: dict[CheckKey, Decision] = {}
+        self._by_owner: dict[str, list[CheckKey]] = {}
+        self._version = -1
+        self._generation = 0
+        self._synced = False
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.hits = 0
+        self.misses = 0
+
+    async def start(self) -> None:
+        """Subscribe to the change channel and wait until the cache is usable."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._listen(), name="access-cache-listener")
+        await self._ready.wait()
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._invalidate_all()
+        self._synced = False
+
+    async def __aenter__(self) -> CachedAccessChecker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def version(self) -> int:
+        """The last access version this cache has seen (-1 before the first sync)."""
+        return self._version
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    def __len__(self) -> int:
+        return len(self._decisions)
+
+    def lookup(self, owner: str, actor: str, token: str) -> Decision | None:
+        """The cached decision, or None. No I/O: this is the per-message fast path."""
+        return self._decisions.get((owner, actor, token))
+
+    async def check(self, owner: str, actor: str, token: str) -> Decision:
+        """The decision for one check, from the cache when possible."""
+        decision = self._decisions.get((owner, actor, token))
+        if decision is not None:
+            self.hits += 1
+            return decision
+        return (await self.check_many([(owner, actor, token)]))[0]
+
+    async def check_many(self, checks: Sequence[CheckKey]) -> list[Decision]:
+        """Decisions for many checks (all recipients of one data element) in one call."""
+        return (await self.check_many_versioned(checks))[0]
+
+    async def check_many_versioned(self, checks: Sequence[CheckKey]) -> tuple[list[Decision], int]:
+        """Like :meth:`check_many`, with the oldest access version any answer reflects;
+        this makes the cache itself a :class:`DecisionSource` (the access service serves
+        its gRPC checks through one)."""
+        found: list[Decision | None] = [self._decisions.get(key) for key in checks]
+        missing = [key for key, decision in zip(checks, found, strict=True) if decision is None]
+        self.hits += len(checks) - len(missing)
+        if not missing:
+            return [decision for decision in found if decision is not None], self._version
+        self.misses += len(missing)
+        generation = self._generation
+        fetched, version = await self._source.check_many(missing)
+        cacheable = self._synced and generation == self._generation and version == self._version
+        answers = dict(zip(missing, fetched, strict=True))
+        if cacheable:
+            self._store(answers)
+        if len(missing) < len(checks):
+            version = min(version, self._version)
+        decisions = [
+            decision if decision is not None else answers[key]
+            for key, decision in zip(checks, found, strict=True)
+        ]
+        return decisions, version
+
+    def _store(self, answers: dict[CheckKey, Decision]) -> None:
+        if len(self._decisions) + len(answers) > self._max_decisions:
+            self._invalidate_all()
+        for key, decision in answers.items():
+            if key not in self._decisions:
+                self._by_owner.setdefault(key[0], []).append(key)
+            self._decisions[key] = decision
+
+    def _invalidate_owner(self, owner: str) -> None:
+        self._generation += 1
+        for key in self._by_owner.pop(owner, ()):
+            self._decisions.pop(key, None)
+
+    def _invalidate_all(self) -> None:
+        self._generation += 1
+        self._decisions.clear()
+        self._by_owner.clear()
+
+    def _notified(self, payload: str) -> None:
+        version_text, _, owner = payload.partition(" ")
+        try:
+            version = int(version_text)
+        except ValueError:
+            self._invalidate_all()
+            return
+        if version != self._version + 1:
+            self._invalidate_all()
+        else:
+            self._invalidate_owner(owner)
+        self._version = max(self._version, version)
+
+    async def _resync(self) -> None:
+        value = await self._redis.get(self._keys.access_version())
+        version = int(value or 0)
+        if version != self._version:
+            self._invalidate_all()
+            self._version = version
+
+    async def _listen(self) -> None:
+        channel = self._keys.access_changes()
+        backoff = 0.05
+        while True:
+            pubsub = self._redis.pubsub()
+            try:
+                await pubsub.subscribe(channel)
+                # The subscription is confirmed before the version is read, so no change
+                # can slip between the two unnoticed.
+                while True:
+                    confirmation = await pubsub.get_message(timeout=self._resync_interval)
+                    if confirmation is not None and confirmation.get("type") == "subscribe":
+                        break
+                await self._resync()
+                self._synced = True
+                self._ready.set()
+                backoff = 0.05
+                while True:
+                    message = await pubsub.get_message(
+                        ignore_subscribe_messages=True, timeout=self._resync_interval
+                    )
+                    if message is None:
+                        await self._resync()
+                    elif message.get("type") == "message":
+                        data = message["data"]
+                        self._notified(data.decode() if isinstance(data, bytes) else str(data))
+            except (RedisError, OSError) as exc:
+                _log.warning("access cache lost its subscription: %s", exc)
+                self._synced = False
+                self._invalidate_all()
+                self._ready.set()
+                await asyncio.sleep(backoff)  # reconnect backoff, not a readiness wait
+                backoff = min(backoff * 2, 2.0)
+            finally:
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+__all__ = ["CachedAccessChecker", "CheckKey", "DecisionSource"]

@@ -1,0 +1,53 @@
+"""Every Redis key and channel of apex-mesh, named once (DESIGN.md, "Layers", item 2).
+
+Repositories never build key strings themselves: they ask a :class:`Keys` instance, so a
+reader can see the whole Redis layout in this one file, and tests (or two deployments
+sharing one Redis) can move everything under another prefix. Each method's docstring
+says what the key holds, its Redis type and who writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+#: The prefix of every key in production.
+DEFAULT_PREFIX: Final = "apexmesh"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The key space of one apex-mesh deployment."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def access_entries(self, owner: str) -> str:
+        """HASH of one owner's explicit access entries (RFC 3341 section 3).
+
+        Field: the canonical actor pattern (``ActorPattern.__str__``, escapes included);
+        value: ``"<lastUpdate> <actions...>"`` where lastUpdate is RFC 3339 UTC with
+        microseconds and actions are space-separated tokens (possibly none: an entry that
+        denies). Written only by ``apexmesh.store.access_entries`` in a Lua script that
+        also bumps :meth:`access_version` and publishes on :meth:`access_changes`.
+        """
+        return f"{self.prefix}:access:entries:{owner}"
+
+    def access_owners(self) -> str:
+        """SET of owners that have at least one explicit entry (for listing and admin)."""
+        return f"{self.prefix}:access:owners"
+
+    def access_version(self) -> str:
+        """STRING counter, incremented once per committed change of any access entry.
+
+        Callers that cache decisions tag them with the version they were computed at and
+        compare it on resynchronisation (docs/access.md, "Cache protocol").
+        """
+        return f"{self.prefix}:access:version"
+
+    def access_changes(self) -> str:
+        """Pub/sub CHANNEL carrying ``"<version> <owner>"`` after each committed change,
+        published in the same script as the change itself."""
+        return f"{self.prefix}:access:changes"
+
+
+__all__ = ["DEFAULT_PREFIX", "Keys"]

@@ -1,0 +1,126 @@
+"""The decision cache and its invalidation protocol, against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+import pytest
+from redis.asyncio import Redis
+
+from apexmesh.apex.access import ActionSet, ActorPattern, Decision, OwnerRules, decide
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.store.access_cache import CachedAccessChecker, CheckKey
+from apexmesh.store.access_entries import AccessEntryStore
+from apexmesh.store.keys import Keys
+from tests.support.polling import eventually
+
+pytestmark = pytest.mark.integration
+
+FRED = "fred@example.com"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class StoreSource:
+    """A real decision source: loads the owner's entries from Redis and decides."""
+
+    def __init__(self, store: AccessEntryStore) -> None:
+        self.store = store
+        self.calls = 0
+        self.before_return: Callable[[], object] | None = None
+
+    async def check_many(self, checks: Sequence[CheckKey]) -> tuple[list[Decision], int]:
+        self.calls += 1
+        decisions: list[Decision] = []
+        versions: list[int] = []
+        for owner, actor, token in checks:
+            rules: OwnerRules
+            rules, version = await self.store.load(Endpoint.parse(owner))
+            versions.append(version)
+            decisions.append(decide(rules, Endpoint.parse(actor), token))
+        if self.before_return is not None:
+            result = self.before_return()
+            if asyncio.iscoroutine(result):
+                await result
+        return decisions, min(versions)
+
+
+async def test_hits_after_first_check_and_eviction_on_change(redis: Redis, keys: Keys) -> None:
+    store = AccessEntryStore(redis, keys)
+    source = StoreSource(store)
+    async with CachedAccessChecker(source, redis, keys) as checker:
+        first = await checker.check(FRED, "dino@bedrock.org", "core:data")
+        assert not first.allowed
+        assert first.code == 537
+        again = await checker.check(FRED, "dino@bedrock.org", "core:data")
+        assert again == first
+        assert source.calls == 1
+        assert checker.lookup(FRED, "dino@bedrock.org", "core:data") == first
+
+        await store.change(
+            Endpoint.parse(FRED), ActorPattern.parse("*@*"), ActionSet.of("core:data"), None, T0
+        )
+        await eventually(lambda: checker.lookup(FRED, "dino@bedrock.org", "core:data") is None)
+        assert (await checker.check(FRED, "dino@bedrock.org", "core:data")).allowed
+        assert source.calls == 2
+
+
+async def test_other_owners_stay_cached(redis: Redis, keys: Keys) -> None:
+    store = AccessEntryStore(redis, keys)
+    async with CachedAccessChecker(StoreSource(store), redis, keys) as checker:
+        await checker.check_many(
+            [(FRED, "a@b.org", "core:data"), ("wilma@example.com", "a@b.org", "core:data")]
+        )
+        assert len(checker) == 2
+        await store.change(
+            Endpoint.parse(FRED), ActorPattern.parse("*@*"), ActionSet.of("core:data"), None, T0
+        )
+        await eventually(lambda: len(checker) == 1)
+        assert checker.lookup("wilma@example.com", "a@b.org", "core:data") is not None
+
+
+async def test_version_gap_drops_everything(redis: Redis, keys: Keys) -> None:
+    async with CachedAccessChecker(StoreSource(AccessEntryStore(redis, keys)), redis, keys) as c:
+        await c.check("wilma@example.com", "a@b.org", "core:data")
+        await redis.publish(keys.access_changes(), f"{c.version + 5} someone@else.org")
+        await eventually(lambda: len(c) == 0)
+
+
+async def test_resync_notices_a_lost_notification(redis: Redis, keys: Keys) -> None:
+    source = StoreSource(AccessEntryStore(redis, keys))
+    async with CachedAccessChecker(source, redis, keys, resync_interval=0.05) as checker:
+        await checker.check("wilma@example.com", "a@b.org", "core:data")
+        await redis.incr(keys.access_version())  # a change whose notification was lost
+        await eventually(lambda: len(checker) == 0)
+        assert checker.version == 1
+
+
+async def test_answer_older_than_an_invalidation_is_not_stored(redis: Redis, keys: Keys) -> None:
+    store = AccessEntryStore(redis, keys)
+    source = StoreSource(store)
+    async with CachedAccessChecker(source, redis, keys) as checker:
+
+        async def concurrent_change() -> None:
+            await store.change(
+                Endpoint.parse(FRED), ActorPattern.parse("*@*"), ActionSet.of("all:all"), None, T0
+            )
+            await eventually(lambda: checker.version == 1)
+
+        source.before_return = concurrent_change
+        stale = await checker.check(FRED, "a@b.org", "core:data")
+        assert not stale.allowed
+        assert checker.lookup(FRED, "a@b.org", "core:data") is None
+        source.before_return = None
+        assert (await checker.check(FRED, "a@b.org", "core:data")).allowed
+        assert checker.lookup(FRED, "a@b.org", "core:data") is not None
+
+
+async def test_lost_subscription_bypasses_then_recovers(redis: Redis, keys: Keys) -> None:
+    store = AccessEntryStore(redis, keys)
+    async with CachedAccessChecker(StoreSource(store), redis, keys) as checker:
+        await checker.check(FRED, "a@b.org", "core:data")
+        await redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        await eventually(lambda: len(checker) == 0 and checker.synced)
+        await checker.check(FRED, "a@b.org", "core:data")
+        assert len(checker) == 1

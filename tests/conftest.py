@@ -1,0 +1,41 @@
+"""Shared fixtures: a real redis-server per test session, a fresh key space per test.
+
+Every test that touches Redis gets its own key prefix (``Keys``), so tests never see each
+other's data and nothing needs flushing; the server itself is started once per session
+on a free loopback port (tests/support/redis_server.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.asyncio import Redis
+
+from apexmesh.store.keys import Keys
+from tests.support.redis_server import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def keys() -> Keys:
+    return Keys(prefix=f"test-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_server.url)
+    try:
+        yield client
+    finally:
+        await client.aclose()

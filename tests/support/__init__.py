@@ -1,0 +1,1 @@
+"""Reusable test harness: real redis-server, real service processes, readiness probes."""

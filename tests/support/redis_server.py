@@ -1,0 +1,117 @@
+"""A real redis-server on a free loopback port, for tests (never the system one on 6379).
+
+Started with ``--save '' --appendonly yes --dir <tmp>`` so that a restart of the same
+instance (same dir, same port) finds its data again, as in production (Redis with AOF).
+Readiness is a PING probe with a deadline; if the child dies or the deadline passes, the
+error carries the child's output.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Final
+
+#: Seconds redis-server gets to answer PING after start.
+START_TIMEOUT: Final = 15.0
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (the kernel's choice for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def redis_binary() -> str:
+    found = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not Path(found).exists():
+        raise RuntimeError("redis-server is not installed: run scripts/install")
+    return found
+
+
+def ping(port: int, timeout: float = 0.5) -> bool:
+    """True when a Redis server on ``port`` answers PING with PONG."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisServer:
+    """One redis-server child process with its own data directory."""
+
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.log_path = data_dir / "redis.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                [
+                    redis_binary(),
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "yes",
+                    "--dir",
+                    str(self.data_dir),
+                    "--protected-mode",
+                    "yes",
+                    "--daemonize",
+                    "no",
+                    "--logfile",
+                    "",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + timeout
+        while not ping(self.port):
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"redis-server exited with {self._process.returncode}:\n{self.output()}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server not ready in {timeout}s:\n{self.output()}")
+            time.sleep(0.02)  # probe interval, not a readiness guess
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return "(no output)"
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def restart(self) -> None:
+        """Stop and start on the same port and directory (data comes back from AOF)."""
+        self.stop()
+        self.start()
