@@ -994,7 +994,9 @@ class Session:
             number=number,
             profile=element.uri,
             recv_window=self.config.receive_window_octets,
-            recv_credit=self.config.receive_window_octets,
+            # The peer starts with the RFC 3081 3.1.1 window: a larger one is advertised
+            # by the first SEQ (sent once credit falls to half the window).
+            recv_credit=DEFAULT_WINDOW_OCTETS,
         )
         self._channels[number] = ch
         if kind == "tls":
@@ -1142,7 +1144,9 @@ class Session:
             number=number,
             profile=profile,
             recv_window=self.config.receive_window_octets,
-            recv_credit=self.config.receive_window_octets,
+            # The peer starts with the RFC 3081 3.1.1 window: a larger one is advertised
+            # by the first SEQ (sent once credit falls to half the window).
+            recv_credit=DEFAULT_WINDOW_OCTETS,
             gate_open=False,
         )
         self._channels[number] = ch
