@@ -260,9 +260,7 @@ def drive(
         for chunk in chunks:
             new = session.receive_data(chunk)
             events.extend(new)
-            start_requests.extend(
-                e.channel for e in new if isinstance(e, ev.ChannelStartRequested)
-            )
+            start_requests.extend(e.channel for e in new if isinstance(e, ev.ChannelStartRequested))
         produced.feed(session.data_to_send())
 
     items = transcript.items
@@ -323,10 +321,14 @@ EXPECTED: dict[str, dict[Role, tuple[list[tuple[type, dict[str, Any]]], int]]] =
             [
                 (G, {}),
                 (ev.ChannelStarted, {"channel": 1, "profile": APEX}),
-                (ev.AnswerReceived, {"msgno": 0, "ansno": 0,
-                                     "payload": b"\r\nanswer zero, 1/2\r\n2/2 done\r\n"}),
-                (ev.AnswerReceived, {"msgno": 0, "ansno": 1,
-                                     "payload": b"\r\nanswer one,  1/2\r\n2/2 done\r\n"}),
+                (
+                    ev.AnswerReceived,
+                    {"msgno": 0, "ansno": 0, "payload": b"\r\nanswer zero, 1/2\r\n2/2 done\r\n"},
+                ),
+                (
+                    ev.AnswerReceived,
+                    {"msgno": 0, "ansno": 1, "payload": b"\r\nanswer one,  1/2\r\n2/2 done\r\n"},
+                ),
                 (ev.AnswersCompleted, {"channel": 1, "msgno": 0}),
             ],
             0,
@@ -334,8 +336,10 @@ EXPECTED: dict[str, dict[Role, tuple[list[tuple[type, dict[str, Any]]], int]]] =
         LIS: (
             [
                 *_STARTED_BY_PEER,
-                (ev.MessageReceived, {"channel": 1, "msgno": 0,
-                                      "payload": b"\r\nlist everything\r\n"}),
+                (
+                    ev.MessageReceived,
+                    {"channel": 1, "msgno": 0, "payload": b"\r\nlist everything\r\n"},
+                ),
             ],
             0,
         ),
@@ -447,8 +451,13 @@ EXPECTED: dict[str, dict[Role, tuple[list[tuple[type, dict[str, Any]]], int]]] =
     },
     "4.1.1-sasl-cram-md5.txt": {
         INI: (
-            [(G, {}), (ev.ChannelStarted, {"channel": 1,
-                                           "profile": "http://iana.org/beep/SASL/CRAM-MD5"})],
+            [
+                (G, {}),
+                (
+                    ev.ChannelStarted,
+                    {"channel": 1, "profile": "http://iana.org/beep/SASL/CRAM-MD5"},
+                ),
+            ],
             0,
         ),
         LIS: (_STARTED_BY_PEER, 0),
