@@ -1,0 +1,1 @@
+"""apex-mesh deployables: composition only, no protocol logic (STYLE.md section 3.1)."""

@@ -1,0 +1,34 @@
+"""Admin HTTP app of the access service: /healthz, /readyz, /metrics.
+
+Readiness means: Redis answers PING and the decision cache is subscribed to the change
+channel (without the subscription Check would bypass the cache, which is correct but
+slow, so the pod is taken out of rotation until it is back).
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from apexmesh.ops.http import create_ops_app
+from apexmesh.store.access_cache import CachedAccessChecker
+
+
+def create_http_app(
+    registry: CollectorRegistry, redis: Redis, checker: CachedAccessChecker
+) -> FastAPI:
+    async def ready() -> str | None:
+        try:
+            await redis.ping()
+        except (RedisError, OSError) as exc:
+            return f"redis: {exc}"
+        if not checker.synced:
+            return "access cache not subscribed"
+        return None
+
+    return create_ops_app("access", registry, ready)
+
+
+__all__ = ["create_http_app"]

@@ -1,0 +1,88 @@
+"""Settings of the access service, read once from environment variables.
+
+- ``APEXMESH_DOMAINS`` (required): administrative domains served, comma-separated.
+- ``APEXMESH_REDIS_URL`` (``redis://127.0.0.1:6379/0``): TLS or a password unless dev.
+- ``APEXMESH_REDIS_PREFIX`` (``apexmesh``): prefix of every key (``store/keys.py``).
+- ``APEXMESH_ACCESS_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7411``; 0 = any port).
+- ``APEXMESH_ACCESS_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8411``): admin HTTP.
+- ``APEXMESH_ACCESS_SEED_FILE``: access entries created at start when absent.
+- ``APEXMESH_ACCESS_OPERATORS``: endpoints allowed every ``access:*`` operation.
+- ``APEXMESH_ACCESS_EXTRA_TOKENS``: extra ``service:operation`` tokens to accept.
+- ``APEXMESH_ACCESS_RESYNC_SECONDS`` (``1.0``): cache version check interval.
+- ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``): seconds in-flight calls get on SIGTERM.
+- ``APEXMESH_DEV`` (``0``): ``1`` allows development-only settings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from apexmesh.apex.access import AccessError, TokenRegistry
+from apexmesh.apex.endpoint import Endpoint, EndpointError, normalize_domain
+from apexmesh.ops.settings import (
+    DEV_FLAG,
+    SettingsError,
+    check_redis_url,
+    env_flag,
+    env_float,
+    env_int,
+    env_list,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AccessSettings:
+    domains: tuple[str, ...]
+    redis_url: str
+    redis_prefix: str
+    grpc_host: str
+    grpc_port: int
+    http_host: str
+    http_port: int
+    seed_file: Path | None
+    operators: tuple[Endpoint, ...]
+    extra_tokens: tuple[str, ...]
+    resync_seconds: float
+    shutdown_grace: float
+    dev: bool
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AccessSettings:
+        """Read and validate; raise :class:`SettingsError` with the variable's name."""
+        env = os.environ if env is None else env
+        dev = env_flag(env, DEV_FLAG)
+        try:
+            domains = tuple(normalize_domain(d) for d in env_list(env, "APEXMESH_DOMAINS"))
+            operators = tuple(
+                Endpoint.parse(text) for text in env_list(env, "APEXMESH_ACCESS_OPERATORS")
+            )
+        except EndpointError as exc:
+            raise SettingsError(str(exc)) from None
+        if not domains:
+            raise SettingsError("APEXMESH_DOMAINS must name at least one domain")
+        extra = env_list(env, "APEXMESH_ACCESS_EXTRA_TOKENS")
+        try:
+            TokenRegistry().with_tokens(extra)
+        except AccessError as exc:
+            raise SettingsError(f"APEXMESH_ACCESS_EXTRA_TOKENS: {exc}") from None
+        seed = env.get("APEXMESH_ACCESS_SEED_FILE") or None
+        return cls(
+            domains=domains,
+            redis_url=check_redis_url(
+                env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
+            ),
+            redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
+            grpc_host=env.get("APEXMESH_ACCESS_GRPC_HOST", "127.0.0.1"),
+            grpc_port=env_int(env, "APEXMESH_ACCESS_GRPC_PORT", 7411),
+            http_host=env.get("APEXMESH_ACCESS_HTTP_HOST", "127.0.0.1"),
+            http_port=env_int(env, "APEXMESH_ACCESS_HTTP_PORT", 8411),
+            seed_file=None if seed is None else Path(seed),
+            operators=operators,
+            extra_tokens=extra,
+            resync_seconds=env_float(env, "APEXMESH_ACCESS_RESYNC_SECONDS", 1.0),
+            shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
+            dev=dev,
+        )
