@@ -599,6 +599,10 @@ class Session:
             return
         payload = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if len(ch.peer_msgs) >= MAX_OUTSTANDING_MSGS:
+            if len(ch.peer_msgs) >= 2 * MAX_OUTSTANDING_MSGS:
+                # The 450 answers wait behind the unanswered MSGs (section 2.6.1): a
+                # peer that keeps sending would grow them without bound.
+                raise LimitExceededError("peer keeps sending MSGs nobody can answer")
             self._preempt(
                 ch,
                 msgno,
