@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
@@ -21,6 +20,7 @@ from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.access_entries import AccessEntryStore
 from apexmesh.store.keys import Keys
 from services.access.servicer import AccessMetrics, AccessOperations, AccessServicer
+from tests.support.grpc_channels import ready_channel
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -50,11 +50,10 @@ async def service(redis: Redis, keys: Keys) -> AsyncIterator[Running]:
     server, port = await create_server(
         [lambda s: access_pb2_grpc.add_AccessServiceServicer_to_server(servicer, s)]
     )
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
-        yield Running(AccessClient(channel), operations, registry)
+        async with ready_channel(port) as channel:
+            yield Running(AccessClient(channel), operations, registry)
     finally:
-        await channel.close()
         await graceful_stop(server, 1.0)
         await checker.aclose()
 

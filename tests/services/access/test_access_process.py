@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import grpc
 import httpx
 import pytest
 
 from apexmesh.rpc.access import AccessClient
+from tests.support.grpc_channels import ready_channel
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer
 
@@ -42,7 +42,7 @@ def service_env(redis_server: RedisServer, tmp_path: Path, prefix: str) -> dict[
 
 
 async def check(port: int, owner: str, actor: str, token: str) -> int:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    async with ready_channel(port) as channel:
         decision, _ = await AccessClient(channel).check(owner, actor, token)
         return int(decision.code)
 
@@ -56,7 +56,7 @@ async def test_restart_keeps_entries(redis_server: RedisServer, tmp_path: Path) 
         port = info["grpc_port"]
         assert await check(port, topic, "barney@rubble.com", "core:data") == 250
         assert await check(port, topic, "mr.slate@example.com", "core:data") == 537
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with ready_channel(port) as channel:
             result = await AccessClient(channel).handle_operation(
                 "apex=pubsub@example.com",
                 f"<set transID='1'><access owner='{topic}' actor='barney@rubble.com'"
