@@ -30,6 +30,7 @@ _DATA_HEADER: Final = re.compile(
 )
 _SEQ_HEADER: Final = re.compile(rb"SEQ ([0-9]{1,10}) ([0-9]{1,10}) ([0-9]{1,10})\r\n")
 _KEYWORDS: Final = (b"MSG ", b"RPY ", b"ERR ", b"ANS ", b"NUL ", b"SEQ ")
+_KEYWORD_NAMES: Final = {b"MSG": MSG, b"RPY": RPY, b"ERR": ERR, b"ANS": ANS, b"NUL": NUL}
 
 
 class Frame(NamedTuple):
@@ -98,25 +99,36 @@ class FrameReader:
     stops a peer from making us buffer gigabytes before the size check.
     """
 
-    __slots__ = ("_buf", "_pos", "max_payload")
+    __slots__ = ("_buf", "_need", "_pos", "max_payload")
 
     def __init__(self, max_payload: int) -> None:
-        self._buf = bytearray()
+        # bytes while it is exactly one received chunk (parsed in place, payloads are
+        # single-copy slices); a bytearray once octets must be accumulated.
+        self._buf: bytes | bytearray = b""
         self._pos = 0
+        #: Octets a partly received frame needs in all (its header was already parsed):
+        #: until that many are buffered, next_frame answers None without parsing again.
+        self._need = 0
         self.max_payload = max_payload
 
     def feed(self, data: bytes) -> None:
         """Append received octets to the buffer."""
+        buf = self._buf
         pos = self._pos
-        if pos:
-            if pos >= len(self._buf):
-                self._buf.clear()
-                self._pos = 0
-            elif pos > 65536:
+        if pos >= len(buf):
+            # Nothing pending (the common case): keep the chunk itself, no copy.
+            self._buf = data if type(data) is bytes else bytes(data)
+            self._pos = 0
+            return
+        if isinstance(buf, bytearray):
+            if pos > 65536:
                 # Compacting only past 64 KiB keeps del[:n] (O(n)) amortised.
-                del self._buf[:pos]
+                del buf[:pos]
                 self._pos = 0
-        self._buf += data
+        else:
+            self._buf = buf = bytearray(memoryview(buf)[pos:])
+            self._pos = 0
+        buf += data
 
     @property
     def buffered(self) -> int:
@@ -126,8 +138,9 @@ class FrameReader:
     def take_trailing_data(self) -> bytes:
         """Remove and return unparsed octets (used when the transport is re-tuned)."""
         rest = bytes(self._buf[self._pos :])
-        self._buf.clear()
+        self._buf = b""
         self._pos = 0
+        self._need = 0
         return rest
 
     def next_frame(self) -> Frame | SeqFrame | None:
@@ -135,7 +148,7 @@ class FrameReader:
         buf = self._buf
         pos = self._pos
         avail = len(buf) - pos
-        if avail == 0:
+        if avail == 0 or avail < self._need:
             return None
         match = _DATA_HEADER.match(buf, pos)
         if match is None:
@@ -147,8 +160,10 @@ class FrameReader:
         if end + 5 > len(buf):
             if size > self.max_payload:
                 raise FramingError(f"frame announces {size} octets, over the limit")
+            self._need = end + 5 - pos
             return None
-        if buf[end : end + 5] != TRAILER:
+        self._need = 0
+        if not buf.startswith(TRAILER, end):
             raise FramingError("frame trailer is not END CRLF (or payload size mismatch)")
         channel = int(chan_b)
         msgno = int(msgno_b)
@@ -157,7 +172,7 @@ class FrameReader:
             raise FramingError("frame header number out of range")
         if size > self.max_payload:
             raise FramingError(f"frame announces {size} octets, over the limit")
-        keyword = keyword_b.decode("ascii")
+        keyword = _KEYWORD_NAMES[keyword_b]
         ansno: int | None = None
         if ansno_b is not None:
             if keyword != ANS:
@@ -168,9 +183,12 @@ class FrameReader:
         elif keyword == ANS:
             raise FramingError("ANS header lacks the answer number")
         self._pos = end + 5
-        return Frame(keyword, channel, msgno, more_b == b"*", seqno, bytes(buf[start:end]), ansno)
+        payload = buf[start:end]
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        return Frame(keyword, channel, msgno, more_b == b"*", seqno, payload, ansno)
 
-    def _next_other(self, buf: bytearray, pos: int, avail: int) -> SeqFrame | None:
+    def _next_other(self, buf: bytes | bytearray, pos: int, avail: int) -> SeqFrame | None:
         match = _SEQ_HEADER.match(buf, pos)
         if match is not None:
             channel, ackno, window = (int(g) for g in match.groups())
