@@ -218,6 +218,9 @@ class Session:
         self._channels: dict[int, Channel] = {}
         self._active: dict[int, Channel] = {}
         self._pending_starts: dict[int, int] = {}
+        #: serverName of each start in progress, by channel number; it binds the session
+        #: only when that start succeeds (section 2.3.1.2: "the first successful start").
+        self._start_server_names: dict[int, str] = {}
         self._pending_mgmt: dict[int, tuple[str, int, object]] = {}
         self._recently_closed: set[int] = set()
         self._next_channel = 1 if role is Role.INITIATOR else 2
@@ -346,6 +349,7 @@ class Session:
         msgno = self._pending_starts.pop(channel, None)
         if msgno is None:
             raise LocalProtocolError(f"no start request pending for channel {channel}")
+        self._start_server_names.pop(channel, None)
         self._reply_mgmt(msgno, ERR, error_xml(code, text))
         self._flush()
 
@@ -451,6 +455,7 @@ class Session:
         self._channels.clear()
         self._active.clear()
         self._pending_starts.clear()
+        self._start_server_names.clear()
         self._pending_mgmt.clear()
         self._buffered = 0
         self._send_blocked = False
@@ -756,8 +761,10 @@ class Session:
                 error_xml(ReplyCode.ACTION_NOT_TAKEN, "too many channels on this session"),
             )
             return
-        if start.server_name is not None and self.server_name is None:
-            self.server_name = start.server_name
+        if start.server_name is not None:
+            self._start_server_names[number] = start.server_name
+        else:
+            self._start_server_names.pop(number, None)
         for offer in start.profiles:
             if offer.uri == TLS_PROFILE and self.config.tls_available:
                 self._on_tls_start(msgno, number, offer)
@@ -767,6 +774,7 @@ class Session:
                 self._on_sasl_start(msgno, number, offer, mechanism)
                 return
         if not any(p.uri in self.config.profiles for p in start.profiles):
+            self._start_server_names.pop(number, None)
             self._reply_mgmt(
                 msgno,
                 ERR,
@@ -797,6 +805,7 @@ class Session:
             reply = ProfileOffer(uri=TLS_PROFILE, content=error_xml(exc.code, str(exc)).decode())
             self._open_channel(number, TLS_PROFILE, msgno, reply, announce=False)
             return
+        self._bind_server_name(number)
         server_name = self.server_name
 
         def proceed_sent() -> None:
@@ -992,8 +1001,10 @@ class Session:
                 self._events.append(
                     ev.AuthenticationFailed(mechanism=str(extra[0]), code=code, server_side=False)
                 )
+            self._start_server_names.pop(number, None)
             self._events.append(ev.ChannelStartFailed(channel=number, code=code, text=text))
             return
+        self._bind_server_name(number)
         ch = Channel(
             number=number,
             profile=element.uri,
@@ -1076,8 +1087,8 @@ class Session:
         if number > MAX_NUMBER:
             raise LocalProtocolError("channel numbers exhausted")
         self._next_channel = number + 2
-        if server_name is not None and self.server_name is None:
-            self.server_name = server_name
+        if server_name is not None:
+            self._start_server_names[number] = server_name
         body = start_xml(Start(number=number, profiles=profiles, server_name=server_name))
         self._queue_mgmt_msg(body, (kind[0], number, kind[1]))
         return number
@@ -1144,6 +1155,7 @@ class Session:
         announce: bool = True,
         on_sent: Callable[[], None] | None = None,
     ) -> Channel:
+        self._bind_server_name(number)
         ch = Channel(
             number=number,
             profile=profile,
@@ -1170,6 +1182,12 @@ class Session:
                 )
             )
         return ch
+
+    def _bind_server_name(self, number: int) -> None:
+        """The start for ``number`` succeeded: its serverName, if first, holds from now."""
+        server_name = self._start_server_names.pop(number, None)
+        if server_name is not None and self.server_name is None:
+            self.server_name = server_name
 
     def _remove_channel(self, number: int) -> None:
         ch = self._channels.pop(number, None)
