@@ -168,11 +168,14 @@ def test_start_offers_several_profiles_with_piggybacked_init_both_ways() -> None
     assert lis == [
         ev.ChannelStartRequested(channel=1, profiles=tuple(offers), server_name="relay.example.net")
     ]
-    assert pair.lis.server_name == "relay.example.net"
-    assert pair.ini.server_name == "relay.example.net"
+    # serverName binds the session only once the start succeeds (section 2.3.1.2).
+    assert pair.lis.server_name is None
+    assert pair.ini.server_name is None
     assert offers[1].data == b"sink"
     pair.lis.accept_channel(1, ECHO, "<ready-to-echo />")
+    assert pair.lis.server_name == "relay.example.net"
     ini, _ = pair.pump()
+    assert pair.ini.server_name == "relay.example.net"
     assert ini == [
         ev.ChannelStarted(
             channel=1,
@@ -183,6 +186,29 @@ def test_start_offers_several_profiles_with_piggybacked_init_both_ways() -> None
     ]
     assert only(pair.lis_events, ev.ChannelStarted)[0].initiated_locally is False
     assert pair.ini.channels == pair.lis.channels == {0: "", 1: ECHO}
+
+
+def test_server_name_of_the_first_successful_start_holds() -> None:
+    pair = Pair()
+    pair.ini.start_channel([ProfileOffer(uri="http://example.org/nope")], server_name="a.example")
+    pair.pump()
+    ch = pair.ini.start_channel([ProfileOffer(uri=ECHO)], server_name="b.example")
+    pair.pump()
+    pair.lis.reject_channel(ch, 550, "not as b.example")
+    pair.pump()
+    assert pair.ini.server_name is None
+    assert pair.lis.server_name is None
+    ch = pair.ini.start_channel([ProfileOffer(uri=ECHO)], server_name="c.example")
+    pair.pump()
+    pair.lis.accept_channel(ch, ECHO)
+    pair.pump()
+    assert pair.ini.server_name == pair.lis.server_name == "c.example"
+    ch = pair.ini.start_channel([ProfileOffer(uri=ECHO)], server_name="d.example")
+    pair.pump()
+    pair.lis.accept_channel(ch, ECHO)
+    pair.pump()
+    assert pair.ini.server_name == pair.lis.server_name == "c.example"
+    assert_clean(pair)
 
 
 def test_listener_starts_even_channels_and_rejection_reaches_the_initiator() -> None:
