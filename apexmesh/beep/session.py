@@ -101,6 +101,10 @@ from apexmesh.beep.tuning import (
 MAX_SESSION_BUFFERED_OCTETS: Final = 32 * 1024 * 1024
 
 
+#: The pending-management entry of this peer's own session release.
+_RELEASE: Final = ("close", 0, None)
+
+
 class Role(enum.Enum):
     """RFC 3080 section 2.1: the peer that awaits connections listens."""
 
@@ -400,7 +404,7 @@ class Session:
             self._terminate(code, text or "session released before it was open")
             return
         self._transition(Input.CLOSE_REQUESTED)
-        self._queue_mgmt_msg(close_xml(Close(number=0, code=code, text=text)), ("close", 0, None))
+        self._queue_mgmt_msg(close_xml(Close(number=0, code=code, text=text)), _RELEASE)
 
     def set_receive_window(self, channel: int, octets: int) -> None:
         """Advertise a larger receive window for a channel (RFC 3081 section 3.1.3)."""
@@ -916,12 +920,16 @@ class Session:
         if close.number == 0:
             busy = any(c.busy() for n, c in self._channels.items() if n != 0)
             zero = self._channels[0]
-            if busy or self._pending_starts or len(zero.peer_msgs) > 1 or zero.awaiting_reply:
+            # Our own release request, crossing the peer's, is no reason to decline:
+            # both peers want the session gone (otherwise each would answer 550).
+            waiting = [m for m in zero.awaiting_reply if self._pending_mgmt.get(m) != _RELEASE]
+            if busy or self._pending_starts or len(zero.peer_msgs) > 1 or waiting:
                 self._reply_mgmt(msgno, ERR, error_xml(ReplyCode.ACTION_NOT_TAKEN, "still working"))
                 return
 
             def released() -> None:
                 self._transition(Input.RELEASED)
+                self._close_deadline = None
                 self._events.append(ev.SessionClosed(code=close.code, by_peer=True))
 
             self._reply_mgmt(msgno, RPY, OK_XML, on_sent=released)
