@@ -591,3 +591,38 @@ def test_sasl_mechanism_not_offered_is_refused() -> None:
     assert only(ini, ev.AuthenticationFailed)[0].code == 550
     assert only(ini, ev.ChannelStartFailed)[0].code == 550
     assert_clean(pair)
+
+
+def test_crossing_session_releases_both_succeed() -> None:
+    pair = Pair()
+    pair.ini.close()
+    pair.lis.close()
+    ini, lis = pair.pump()
+    assert ini == [ev.SessionClosed(code=200, by_peer=True)]
+    assert lis == [ev.SessionClosed(code=200, by_peer=True)]
+    assert pair.ini.state is pair.lis.state is State.CLOSED
+    assert pair.ini.get_timer() is None
+
+
+def test_crossing_releases_with_work_outstanding_are_both_declined() -> None:
+    pair = Pair()
+    ch = pair.open_channel()
+    pair.lis.send_msg(ch, body(b"pending"))
+    pair.pump()
+    pair.ini.close()
+    pair.lis.close()
+    ini, lis = pair.pump()
+    assert ini == [ev.ChannelCloseFailed(channel=0, code=550, text="still working")]
+    assert lis == [ev.ChannelCloseFailed(channel=0, code=550, text="still working")]
+    assert pair.ini.state is pair.lis.state is State.OPEN
+
+
+def test_crossing_channel_closes_both_succeed() -> None:
+    pair = Pair()
+    ch = pair.open_channel()
+    pair.ini.close_channel(ch)
+    pair.lis.close_channel(ch)
+    ini, lis = pair.pump()
+    assert ini == [ev.ChannelClosed(channel=ch, code=200, by_peer=True)]
+    assert lis == [ev.ChannelClosed(channel=ch, code=200, by_peer=True)]
+    assert_clean(pair)
