@@ -105,6 +105,18 @@ MAX_SESSION_BUFFERED_OCTETS: Final = 32 * 1024 * 1024
 _RELEASE: Final = ("close", 0, None)
 
 
+def _tls_refusal(content: str | None) -> ev.TlsStartFailed:
+    """The failure a positive reply to a TLS start carries instead of ``proceed``:
+    section 3.1.1 puts an ``error`` element there; keep its code and text."""
+    try:
+        element = parse_management((content or "").encode("utf-8"))
+    except RemoteProtocolError:
+        element = None
+    if isinstance(element, ErrorElement):
+        return ev.TlsStartFailed(code=element.code, text=element.text)
+    return ev.TlsStartFailed(code=ReplyCode.ACTION_NOT_TAKEN, text=content or "no proceed element")
+
+
 class Role(enum.Enum):
     """RFC 3080 section 2.1: the peer that awaits connections listens."""
 
@@ -1031,12 +1043,7 @@ class Session:
                 )
             else:
                 self._remove_channel(number)
-                self._events.append(
-                    ev.TlsStartFailed(
-                        code=ReplyCode.ACTION_NOT_TAKEN,
-                        text=element.content or "no proceed element",
-                    )
-                )
+                self._events.append(_tls_refusal(element.content))
             return
         if kind == "sasl" and isinstance(extra, tuple):
             mechanism, exchange = extra
