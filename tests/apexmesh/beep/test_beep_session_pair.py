@@ -626,3 +626,28 @@ def test_crossing_channel_closes_both_succeed() -> None:
     assert ini == [ev.ChannelClosed(channel=ch, code=200, by_peer=True)]
     assert lis == [ev.ChannelClosed(channel=ch, code=200, by_peer=True)]
     assert_clean(pair)
+
+
+def test_tls_refused_inside_the_positive_reply_keeps_the_error_code() -> None:
+    """Section 3.1.1: the channel is created but the reply carries an error element."""
+    from apexmesh.beep.frames import encode_frame
+    from apexmesh.beep.mime import beep_xml
+
+    session = Session(Role.INITIATOR)
+    session.data_to_send()
+    greeting = beep_xml(f"<greeting><profile uri='{TLS_PROFILE}' /></greeting>".encode())
+    session.receive_data(encode_frame("RPY", 0, 0, False, 0, greeting))
+    assert session.start_tls() == 1
+    session.data_to_send()
+    reply = beep_xml(
+        f"<profile uri='{TLS_PROFILE}'><![CDATA[<error code='501'>version attribute "
+        "poorly formed in &lt;ready&gt; element</error>]]></profile>".encode()
+    )
+    events = session.receive_data(encode_frame("RPY", 0, 1, False, len(greeting), reply))
+    assert events == [
+        ev.TlsStartFailed(code=501, text="version attribute poorly formed in <ready> element")
+    ]
+    assert session.state is State.OPEN
+    # Sending resumes.
+    session.start_channel([ProfileOffer(uri=ECHO)])
+    assert b"<start number='3'>" in session.data_to_send()
