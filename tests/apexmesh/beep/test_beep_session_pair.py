@@ -651,3 +651,46 @@ def test_tls_refused_inside_the_positive_reply_keeps_the_error_code() -> None:
     # Sending resumes.
     session.start_channel([ProfileOffer(uri=ECHO)])
     assert b"<start number='3'>" in session.data_to_send()
+
+
+def test_preemptive_error_ends_the_message_with_an_empty_final_frame() -> None:
+    """Section 2.6.3, both roles: the server ignores the rest, the client ends the MSG."""
+    pair = Pair(listener=SessionConfig(profiles=(ECHO,), max_message_octets=10_000))
+    ch = pair.open_channel()
+    pair.ini.send_msg(ch, body(b"L" * 100_000))
+    pair.ini.send_msg(ch, body(b"next"))
+    ini, lis = pair.pump()
+    errors = only(ini, ev.ErrorReceived)
+    assert [e.msgno for e in errors] == [0]
+    assert b"code='554'" in errors[0].payload
+    assert only(lis, ev.MessageReceived) == [
+        ev.MessageReceived(channel=ch, msgno=1, payload=b"\r\nnext")
+    ]
+    msg0 = [f for f in pair.ini_frames if f.keyword == "MSG" and f.channel == ch and f.msgno == 0]
+    assert msg0[-1].more is False
+    assert msg0[-1].payload == b""
+    assert sum(len(f.payload) for f in msg0) < 100_002  # the rest was never sent
+    pair.lis.send_rpy(ch, 1, body(b"ok"))
+    ini, _ = pair.pump()
+    assert only(ini, ev.ReplyReceived)[0].msgno == 1
+    assert_clean(pair)
+
+
+def test_sequence_numbers_wrap_modulo_2_32() -> None:
+    """RFC 3081 section 3.1: seqno arithmetic is modulo 2**32 (SEQ acks across the wrap)."""
+    pair = Pair()
+    ch = pair.open_channel()
+    start = (1 << 32) - 3000
+    for sender, receiver in ((pair.ini, pair.lis), (pair.lis, pair.ini)):
+        sender._channels[ch].send_seqno = start  # as if 4 GiB had already crossed
+        receiver._channels[ch].recv_seqno = start
+    pair.ini.send_msg(ch, body(b"w" * 20_000))
+    _, lis = pair.pump()
+    assert len(only(lis, ev.MessageReceived)[0].payload) == 20_002
+    pair.lis.send_rpy(ch, 0, body(b"v" * 20_000))
+    ini, _ = pair.pump()
+    assert len(only(ini, ev.ReplyReceived)[0].payload) == 20_002
+    seqnos = [f.seqno for f in pair.ini_frames if f.channel == ch]
+    assert min(seqnos) < 20_000 < start <= max(seqnos)  # it wrapped
+    assert pair.ini._channels[ch].send_seqno == (start + 20_002) % (1 << 32)
+    assert_clean(pair)
