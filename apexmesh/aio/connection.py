@@ -190,6 +190,7 @@ class BeepConnection(asyncio.Protocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._queued_messages = 0
+        self._transmit_scheduled = False
         self._reading_paused = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._end: ConnectionClosedError | None = None
@@ -242,7 +243,11 @@ class BeepConnection(asyncio.Protocol):
         self.raise_if_closed()
         result = action(self.session)
         self._dispatch(self.session.pending_events())
-        self._transmit()
+        if not self._transmit_scheduled:
+            # Coalesce the output of every action taken in this loop iteration into one
+            # write: pipelined sends and replies then cost one syscall, not one each.
+            self._transmit_scheduled = True
+            self.loop.call_soon(self._transmit)
         return result
 
     def raise_if_closed(self) -> None:
@@ -310,6 +315,7 @@ class BeepConnection(asyncio.Protocol):
     # ------------------------------------------------------------- internals
 
     def _transmit(self) -> None:
+        self._transmit_scheduled = False
         data = self.session.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
