@@ -352,6 +352,7 @@ class Session:
         self, channel: int, profile: str, content: str | None = None, *, base64: bool = False
     ) -> None:
         """Accept the peer's start request for ``channel`` with one of the offered profiles."""
+        self._require_open()
         msgno = self._pending_starts.pop(channel, None)
         if msgno is None:
             raise LocalProtocolError(f"no start request pending for channel {channel}")
@@ -362,6 +363,7 @@ class Session:
 
     def reject_channel(self, channel: int, code: int, text: str = "") -> None:
         """Decline the peer's start request for ``channel`` with an error element."""
+        self._require_open()
         msgno = self._pending_starts.pop(channel, None)
         if msgno is None:
             raise LocalProtocolError(f"no start request pending for channel {channel}")
@@ -420,6 +422,7 @@ class Session:
 
     def set_receive_window(self, channel: int, octets: int) -> None:
         """Advertise a larger receive window for a channel (RFC 3081 section 3.1.3)."""
+        self._require_open()
         ch = self._channels.get(channel)
         if ch is None:
             raise LocalProtocolError(f"channel {channel} is not open")
@@ -1081,6 +1084,10 @@ class Session:
 
     # ------------------------------------------------------------------ internals: sending
 
+    def _require_open(self) -> None:
+        if self.state not in (State.OPEN, State.CLOSING):
+            raise LocalProtocolError(f"session is {self.state.value}")
+
     def _data_channel(self, channel: int) -> Channel:
         ch = self._channels.get(channel)
         if ch is None or channel == 0:
@@ -1223,8 +1230,8 @@ class Session:
 
     def _flush(self) -> None:
         """Cut frames from the channel queues, round-robin, within the peer's windows."""
-        if self._send_blocked or self.state is State.TUNING:
-            return
+        if self._send_blocked or self.state is State.TUNING or self._ended:
+            return  # nothing follows a termination (section 2.2.1.1)
         active = self._active
         out = self._out
         max_frame = self.config.max_frame_octets
