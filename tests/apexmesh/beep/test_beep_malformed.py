@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from apexmesh.beep import events as ev
+from apexmesh.beep.errors import LocalProtocolError
 from apexmesh.beep.frames import Frame, FrameReader, encode_frame, encode_seq
 from apexmesh.beep.mime import beep_xml, build_entity
 from apexmesh.beep.session import Role, Session, SessionConfig, State
@@ -561,3 +562,18 @@ def test_start_with_oversized_initialization_message_gets_501() -> None:
     events = session.receive_data(peer.frame("MSG", 0, 1, payload[2048:]))
     assert events == []
     assert error_codes(session.data_to_send()) == [(1, 501)]
+
+
+def test_nothing_is_sent_after_a_termination() -> None:
+    """A start and a violation in one chunk: the application may not answer the start."""
+    session, peer = greeted()
+    events = session.receive_data(peer.start(1, 1) + b"GARBAGE\r\n")
+    assert [type(x) for x in events] == [ev.ChannelStartRequested, ev.SessionTerminated]
+    with pytest.raises(LocalProtocolError):
+        session.accept_channel(1, ECHO)
+    with pytest.raises(LocalProtocolError):
+        session.reject_channel(1, 550)
+    with pytest.raises(LocalProtocolError):
+        session.set_receive_window(0, 8192)
+    assert session.data_to_send() == b""
+    assert session.pending_events() == []
