@@ -69,7 +69,7 @@ class ServiceProcess:
                 continue
             line = stdout.readline()
             if not line:
-                self.fail("exited before listening")
+                self.fail("exited before listening", exiting=True)
             try:
                 info = json.loads(line)
             except ValueError:
@@ -92,8 +92,16 @@ class ServiceProcess:
                     self.fail("/readyz never answered 200")
                 time.sleep(0.02)  # probe interval, not a readiness guess
 
-    def fail(self, why: str) -> None:
-        code = self.process.poll()
+    def fail(self, why: str, *, exiting: bool = False) -> None:
+        if exiting:
+            # stdout reached EOF: the child is exiting; wait for its code rather than
+            # racing it with poll().
+            try:
+                code: int | None = self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                code = None
+        else:
+            code = self.process.poll()
         self.stop()
         raise RuntimeError(f"{self.module}: {why} (exit {code}):\n{self.stderr()}")
 
