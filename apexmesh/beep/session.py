@@ -482,6 +482,7 @@ class Session:
         zero = Channel(number=0, profile="")
         zero.next_msgno = 1  # msgno 0 is the greeting exchange (section 2.4)
         zero.awaiting_reply.append(0)
+        zero.msgs_started = 1  # the peer's greeting answers no MSG on the wire
         self._channels[0] = zero
         unavailable = self.config.unavailable
         if self.role is Role.LISTENER and unavailable is not None:
@@ -656,6 +657,8 @@ class Session:
             if msgno in ch.awaiting_reply:
                 raise FramingError(f"reply to MSG {msgno} arrived out of order")
             raise FramingError(f"{keyword} for MSG {msgno}, which awaits no reply")
+        if not ch.msgs_started:
+            raise FramingError(f"{keyword} for MSG {msgno}, which was not sent yet")
         previous = ch.reply_keyword
         size = len(frame.payload)
         if keyword in (RPY, ERR):
@@ -706,6 +709,7 @@ class Session:
 
     def _finish_reply(self, ch: Channel) -> None:
         ch.awaiting_reply.popleft()
+        ch.msgs_started -= 1
         self._buffered -= ch.reply_size
         ch.reply_size = 0
         ch.reply_chunks = []
@@ -1250,8 +1254,10 @@ class Session:
                     continue
                 size = min(remaining, credit, max_frame)
                 more = size < remaining
-                if item.offset == 0 and not more:
-                    chunk: bytes | memoryview = payload
+                if item.offset == 0:
+                    if item.keyword == MSG:
+                        ch.msgs_started += 1
+                    chunk: bytes | memoryview = memoryview(payload)[:size] if more else payload
                 else:
                     chunk = memoryview(payload)[item.offset : item.offset + size]
                 out.append(
