@@ -99,6 +99,15 @@ def awaiting_two() -> tuple[Session, Peer]:
     return session, peer
 
 
+def awaiting_unsent() -> tuple[Session, Peer]:
+    """Channel 1 open; MSG 0 is partly sent (window full), MSG 1 is queued, unsent."""
+    session, peer = with_channel()
+    session.send_msg(1, build_entity(b"w" * 5000))
+    session.send_msg(1, build_entity(b"queued"))
+    assert b"MSG 1 1 " not in session.data_to_send()
+    return session, peer
+
+
 @dataclass(frozen=True)
 class Row:
     name: str
@@ -201,6 +210,13 @@ ROWS = [
         "rpy-when-nothing-sent-on-zero",
         greeted,
         lambda p: p.frame("RPY", 0, 1, beep_xml(b"<ok />")),
+        "terminated",
+        500,
+    ),
+    Row(
+        "rpy-to-msg-not-yet-sent",
+        awaiting_unsent,
+        lambda p: p.frame("ERR", 1, 0, b"\r\nno") + p.frame("RPY", 1, 1, b"\r\nguess"),
         "terminated",
         500,
     ),
