@@ -87,8 +87,13 @@ def fuzz_one(data: bytes) -> None:
 
 
 def main() -> None:  # pragma: no cover - needs atheris
-    import atheris
-
+    try:
+        import atheris
+    except ImportError:
+        sys.exit(
+            "atheris is not installed: pip install atheris (the unit suite runs this "
+            "target without it: tests/apexmesh/beep/test_beep_fuzz.py)"
+        )
     atheris.Setup(sys.argv, fuzz_one)
     atheris.Fuzz()
 
