@@ -237,6 +237,8 @@ class Session:
         #: serverName of each start in progress, by channel number; it binds the session
         #: only when that start succeeds (section 2.3.1.2: "the first successful start").
         self._start_server_names: dict[int, str] = {}
+        #: Profile URIs offered in each start this peer sent, by channel number.
+        self._start_offers: dict[int, tuple[str, ...]] = {}
         self._pending_mgmt: dict[int, tuple[str, int, object]] = {}
         self._recently_closed: set[int] = set()
         self._next_channel = 1 if role is Role.INITIATOR else 2
@@ -475,6 +477,7 @@ class Session:
         self._active.clear()
         self._pending_starts.clear()
         self._start_server_names.clear()
+        self._start_offers.clear()
         self._pending_mgmt.clear()
         self._buffered = 0
         self._send_blocked = False
@@ -1013,6 +1016,11 @@ class Session:
     ) -> None:
         if kind == "tls":
             self._send_blocked = False
+        offered = self._start_offers.pop(number, ())
+        if keyword == RPY and isinstance(element, ProfileOffer) and element.uri not in offered:
+            # Section 2.3.1.2: the positive reply names one of the offered profiles. The
+            # peer has bound something else to the channel: nothing on it can be trusted.
+            raise FramingError(f"reply to start names a profile not offered: {element.uri!r}")
         if keyword == ERR or not isinstance(element, ProfileOffer):
             code = (
                 element.code
@@ -1115,6 +1123,7 @@ class Session:
         self._next_channel = number + 2
         if server_name is not None:
             self._start_server_names[number] = server_name
+        self._start_offers[number] = tuple(p.uri for p in profiles)
         body = start_xml(Start(number=number, profiles=profiles, server_name=server_name))
         self._queue_mgmt_msg(body, (kind[0], number, kind[1]))
         return number
