@@ -23,6 +23,7 @@ import pytest
 from apexmesh.beep import events as ev
 from apexmesh.beep.errors import LocalProtocolError
 from apexmesh.beep.frames import Frame, FrameReader, encode_frame, encode_seq
+from apexmesh.beep.management import ProfileOffer
 from apexmesh.beep.mime import beep_xml, build_entity
 from apexmesh.beep.session import Role, Session, SessionConfig, State
 
@@ -105,6 +106,14 @@ def awaiting_unsent() -> tuple[Session, Peer]:
     session.send_msg(1, build_entity(b"w" * 5000))
     session.send_msg(1, build_entity(b"queued"))
     assert b"MSG 1 1 " not in session.data_to_send()
+    return session, peer
+
+
+def initiator_starting() -> tuple[Session, Peer]:
+    """An initiator whose start for channel 1 (offering ECHO) awaits its answer."""
+    session, peer = greeted(Role.INITIATOR)
+    session.start_channel([ProfileOffer(uri=ECHO)])
+    session.data_to_send()
     return session, peer
 
 
@@ -217,6 +226,13 @@ ROWS = [
         "rpy-to-msg-not-yet-sent",
         awaiting_unsent,
         lambda p: p.frame("ERR", 1, 0, b"\r\nno") + p.frame("RPY", 1, 1, b"\r\nguess"),
+        "terminated",
+        500,
+    ),
+    Row(
+        "start-answered-with-profile-not-offered",
+        initiator_starting,
+        lambda p: p.frame("RPY", 0, 1, beep_xml(b"<profile uri='http://example.org/other' />")),
         "terminated",
         500,
     ),
