@@ -303,6 +303,8 @@ def test_random_operations_keep_windows_and_numbering_consistent(
     # Every MSG arrived once, in order, intact.
     for key, sent in msgs.items():
         assert received.get(key, []) == sent
+    # Nothing is left half-assembled, and the session-wide buffer account is balanced.
+    assert pair.ini._buffered == pair.lis._buffered == 0
     # Both directions of every channel agree on sequence numbers and windows.
     for number in set(pair.ini.channels) & set(pair.lis.channels):
         a_ch, b_ch = pair.ini._channels[number], pair.lis._channels[number]
