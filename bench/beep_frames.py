@@ -15,7 +15,9 @@ and the partial-header path are measured too; their baseline is the whole-buffer
 The session echo runs MSG/RPY exchanges between two in-memory sessions (4096-octet
 windows, SEQ frames, reply ordering, all checks on). ``session_echo`` takes the function
 that carries octets between the sessions, so a transport adapter can time the same
-exchange over loopback TCP by passing its own.
+exchange over loopback TCP by passing its own. The loopback TCP echo runs the same
+exchanges through the asyncio adapter (``apexmesh.aio``) over real sockets, 256 MSGs in
+flight, beside a bare asyncio stream echo of the same octets at the same depth.
 
 The last line of output is JSON: a list of {name, value, unit, baseline, ratio}.
 """
@@ -23,6 +25,7 @@ The last line of output is JSON: a list of {name, value, unit, baseline, ratio}.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import sys
@@ -30,6 +33,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from apexmesh.aio import (
+    AcceptChannel,
+    BeepConnection,
+    Channel,
+    ConnectionClosedError,
+    connect,
+    listen,
+)
 from apexmesh.beep import events as ev
 from apexmesh.beep.frames import FrameReader, encode_frame
 from apexmesh.beep.management import ProfileOffer
@@ -181,6 +192,81 @@ def session_echo(
     return done
 
 
+LOOPBACK_PROFILE = "http://apex-mesh.dev/beep/echo"
+#: MSGs in flight in the loopback echo (pipelining depth, same for the raw baseline).
+LOOPBACK_DEPTH = 256
+
+
+async def _serve_echo(channel: Channel) -> None:
+    while True:
+        try:
+            incoming = await channel.receive()
+        except ConnectionClosedError:
+            return
+        incoming.reply(incoming.payload)
+
+
+async def _accept_echo(
+    conn: BeepConnection,  # noqa: ARG001  (StartHandler signature)
+    request: ev.ChannelStartRequested,  # noqa: ARG001
+) -> AcceptChannel:
+    return AcceptChannel(profile=LOOPBACK_PROFILE, serve=_serve_echo)
+
+
+async def loopback_echo(count: int, size: int = 256) -> float:
+    """MSG/RPY exchanges per second through the asyncio adapter over loopback TCP."""
+    config = SessionConfig(profiles=(LOOPBACK_PROFILE,), receive_window_octets=256 * 1024)
+    server = await listen("127.0.0.1", 0, config, on_start=_accept_echo)
+    port = server.sockets[0].getsockname()[1]
+    conn = await connect("127.0.0.1", port, SessionConfig(receive_window_octets=256 * 1024))
+    channel = await conn.open_channel(LOOPBACK_PROFILE)
+    payload = build_entity(b"x" * size)
+    started = time.perf_counter()
+    sent = 0
+    while sent < count:
+        batch = min(LOOPBACK_DEPTH, count - sent)
+        replies = await asyncio.gather(*(channel.send(payload) for _ in range(batch)))
+        assert all(r.payload == payload for r in replies)
+        sent += batch
+    elapsed = time.perf_counter() - started
+    await conn.close()
+    server.close()
+    await server.wait_closed()
+    return count / elapsed
+
+
+async def raw_tcp_echo(count: int, size: int = 256) -> float:
+    """Baseline: fixed-size messages echoed one by one by a bare asyncio stream server
+    (no framing, no headers, no windows), with the same number in flight."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                writer.write(await reader.readexactly(size))
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    message = b"x" * size
+    started = time.perf_counter()
+    sent = 0
+    while sent < count:
+        batch = min(LOOPBACK_DEPTH, count - sent)
+        writer.write(message * batch)
+        await reader.readexactly(size * batch)
+        sent += batch
+    elapsed = time.perf_counter() - started
+    writer.close()
+    await writer.wait_closed()
+    server.close()
+    await server.wait_closed()
+    return count / elapsed
+
+
 def result(name: str, value: float, unit: str, baseline: float | None = None) -> Result:
     entry: Result = {"name": name, "value": round(value, 1), "unit": unit}
     if baseline is not None:
@@ -230,6 +316,13 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"session echo: {n:,} MSG/RPY exchanges in {echo_t:.2f} s = {n / echo_t:,.0f} "
         f"exchanges/s ({2 * n / echo_t:,.0f} messages/s)"
+    )
+    tcp_rate = asyncio.run(loopback_echo(exchanges))
+    raw_rate = asyncio.run(raw_tcp_echo(exchanges))
+    results.append(result("loopback_tcp_echo_msg_rpy", tcp_rate, "exchanges/s", raw_rate))
+    print(
+        f"loopback TCP echo: {exchanges:,} MSG/RPY exchanges, {tcp_rate:,.0f} exchanges/s "
+        f"(raw asyncio echo of the same 256-octet messages at the same depth: {raw_rate:,.0f}/s)"
     )
     sys.stdout.flush()
     print(json.dumps(results))
