@@ -1,0 +1,197 @@
+"""What one relay does with the options of a ``data`` element (RFC 3340 sections 4.4.4.1
+and 5), as a pure function of the element, the hop position and the options understood.
+
+A relay handles a ``data`` in two phases (section 4.4.4.1):
+
+* before answering ``ok`` (step 2) it processes the per-data options; an applicable
+  per-data option it does not understand and that has mustUnderstand true fails the
+  whole operation, so :func:`plan_data` raises :class:`ApexError` 504 for it;
+* after ``ok`` (steps 4 and 5) it processes the per-originator options and, recipient by
+  recipient, the per-recipient options, then transmits a new ``data`` holding "that
+  recipient element and all applicable options". A failure there concerns one
+  recipient only, so it is recorded in that recipient's :class:`RecipientPlan`.
+
+For each recipient the caller says whether this relay is the final hop (it transmits
+directly to the recipient's application, section 5); the targetHop rules of
+:mod:`apexmesh.apex.options` then decide what applies here and what travels on. The
+content (``content`` attribute and ``data-content``) is never modified (section 4.4.4.1).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.elements import Data, Originator, Recipient
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.options import (
+    Option,
+    OptionRegistry,
+    applies,
+    not_understood,
+    select_options,
+)
+
+
+class Placement(enum.Enum):
+    """Where an option sits in a ``data`` (RFC 3340 section 4.4.4)."""
+
+    DATA = "data"
+    ORIGINATOR = "originator"
+    RECIPIENT = "recipient"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlacedOption:
+    """An option together with its containing element."""
+
+    placement: Placement
+    option: Option
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecipientPlan:
+    """What this relay does for one recipient of a ``data``."""
+
+    #: The recipient element as received.
+    recipient: Recipient
+    #: True when this relay transmits directly to the recipient (the final hop).
+    final: bool
+    #: Applicable, understood options to process, per-data first, then per-originator,
+    #: then per-recipient (the order of section 4.4.4.1).
+    process: tuple[PlacedOption, ...] = ()
+    #: Applicable options not understood and not mustUnderstand (may be noted).
+    ignored: tuple[PlacedOption, ...] = ()
+    #: The error in processing (504) when a per-originator or per-recipient option that
+    #: applies is not understood and has mustUnderstand true; None otherwise.
+    failure: ApexError | None = None
+    #: The ``data`` to transmit for this recipient, None when ``failure`` is set.
+    forward: Data | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataPlan:
+    """The option processing of one ``data`` at this relay."""
+
+    #: Per-data options this relay processes (step 2): applicable for at least one
+    #: recipient and understood.
+    data_options: tuple[Option, ...]
+    #: One plan per recipient, in document order.
+    recipients: tuple[RecipientPlan, ...]
+
+
+def plan_data(
+    data: Data, registry: OptionRegistry, *, is_final: Callable[[Endpoint], bool]
+) -> DataPlan:
+    """Apply RFC 3340 section 5 to ``data`` at this relay.
+
+    ``is_final(endpoint)`` tells whether this relay delivers to ``endpoint`` directly.
+    Raises :class:`ApexError` 504 when a per-data option applies, is not understood and
+    has mustUnderstand true (the operation fails before ``ok``).
+    """
+    finals = tuple(is_final(recipient.identity) for recipient in data.recipients)
+    any_final = any(finals)
+    data_options: list[Option] = []
+    for option in data.options:
+        if not applies(option, final=any_final):
+            continue
+        if registry.understands(option):
+            data_options.append(option)
+        elif option.must_understand:
+            raise not_understood(option)
+    plans = tuple(
+        _plan_recipient(data, recipient, registry, final=final)
+        for recipient, final in zip(data.recipients, finals, strict=True)
+    )
+    return DataPlan(data_options=tuple(data_options), recipients=plans)
+
+
+def _plan_recipient(
+    data: Data, recipient: Recipient, registry: OptionRegistry, *, final: bool
+) -> RecipientPlan:
+    try:
+        per_data = select_options(data.options, registry, final=final)
+        per_originator = select_options(data.originator.options, registry, final=final)
+        per_recipient = select_options(recipient.options, registry, final=final)
+    except ApexError as exc:
+        return RecipientPlan(recipient=recipient, final=final, failure=exc)
+    groups = (
+        (Placement.DATA, per_data),
+        (Placement.ORIGINATOR, per_originator),
+        (Placement.RECIPIENT, per_recipient),
+    )
+    forward = Data(
+        content=data.content,
+        originator=Originator(identity=data.originator.identity, options=per_originator.forward),
+        recipients=(Recipient(identity=recipient.identity, options=per_recipient.forward),),
+        options=per_data.forward,
+        data_content=data.data_content,
+    )
+    return RecipientPlan(
+        recipient=recipient,
+        final=final,
+        process=tuple(
+            PlacedOption(placement=placement, option=option)
+            for placement, selection in groups
+            for option in selection.process
+        ),
+        ignored=tuple(
+            PlacedOption(placement=placement, option=option)
+            for placement, selection in groups
+            for option in selection.ignored
+        ),
+        forward=forward,
+    )
+
+
+def combine(plans: Sequence[RecipientPlan]) -> Data:
+    """One ``data`` for several recipients bound for the same next hop.
+
+    Section 4.4.4.1 lets a relay group recipients "providing that these semantics are
+    preserved": the per-data and per-originator options each recipient would receive
+    must be the same, which holds for recipients with the same ``final`` value. Raises
+    :class:`ApexError` (450, the relay's own mistake, not the peer's) otherwise.
+    """
+    forwards: list[Data] = []
+    for plan in plans:
+        if plan.forward is None:
+            raise ApexError(
+                ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "a failed recipient has nothing to send"
+            )
+        forwards.append(plan.forward)
+    if not forwards:
+        raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "nothing to combine")
+    first = forwards[0]
+    recipients: list[Recipient] = []
+    for forward in forwards:
+        if (
+            forward.content != first.content
+            or forward.originator != first.originator
+            or forward.options != first.options
+            or forward.data_content != first.data_content
+        ):
+            raise ApexError(
+                ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT,
+                "recipients with different options cannot share one data element",
+            )
+        recipients.extend(forward.recipients)
+    return Data(
+        content=first.content,
+        originator=first.originator,
+        recipients=tuple(recipients),
+        options=first.options,
+        data_content=first.data_content,
+    )
+
+
+__all__ = [
+    "DataPlan",
+    "PlacedOption",
+    "Placement",
+    "RecipientPlan",
+    "combine",
+    "plan_data",
+]
