@@ -49,5 +49,22 @@ class Keys:
         published in the same script as the change itself."""
         return f"{self.prefix}:access:changes"
 
+    def attachment(self, endpoint: str) -> str:
+        """STRING: the id of the relay pod holding ``endpoint``'s attachment (RFC 3340
+        4.4.1), with a lease (PEXPIRE) the holder renews while its BEEP session lives.
+        Claimed with SET NX by ``apexmesh.store.attachments``; released by compare-and-
+        delete, so a pod can never release another pod's attachment."""
+        return f"{self.prefix}:relay:attachment:{endpoint}"
+
+    def pod_attachments(self, pod_id: str) -> str:
+        """SET of the endpoints one relay pod holds, so the pod renews (and on shutdown
+        releases) all of them in one script call."""
+        return f"{self.prefix}:relay:pod:{pod_id}:attachments"
+
+    def relay_pod(self, pod_id: str) -> str:
+        """STRING: the gRPC address (host:port) of a live relay pod, with the same lease
+        as its attachments; absent once the pod stops renewing."""
+        return f"{self.prefix}:relay:pod:{pod_id}:address"
+
 
 __all__ = ["DEFAULT_PREFIX", "Keys"]
