@@ -27,22 +27,26 @@ class DeliverRequest(_message.Message):
     RECIPIENT_FIELD_NUMBER: _builtins.int
     ORIGINATOR_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
     recipient: _builtins.str
     """The attached endpoint (RFC 3340 section 2.2 syntax)."""
     originator: _builtins.str
     """The data's originator, for logs and metrics."""
     payload: _builtins.bytes
     """The complete BEEP message entity to send, untouched."""
+    id: _builtins.int
+    """Caller-chosen id echoed in the response (DeliverStream)."""
     def __init__(
         self,
         *,
         recipient: _builtins.str = ...,
         originator: _builtins.str = ...,
         payload: _builtins.bytes = ...,
+        id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["originator", b"originator", "payload", b"payload", "recipient", b"recipient"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "originator", b"originator", "payload", b"payload", "recipient", b"recipient"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -53,16 +57,19 @@ class DeliverResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     STATUS_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
     @_builtins.property
     def status(self) -> _common_pb2.ApexStatus: ...
     def __init__(
         self,
         *,
         status: _common_pb2.ApexStatus | None = ...,
+        id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

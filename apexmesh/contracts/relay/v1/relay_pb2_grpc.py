@@ -41,6 +41,11 @@ class RelayServiceStub:
                 request_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverRequest.SerializeToString,
                 response_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverResponse.FromString,
                 _registered_method=True)
+        self.DeliverStream = channel.stream_stream(
+                '/apexmesh.contracts.relay.v1.RelayService/DeliverStream',
+                request_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverRequest.SerializeToString,
+                response_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverResponse.FromString,
+                _registered_method=True)
         self.Submit = channel.unary_unary(
                 '/apexmesh.contracts.relay.v1.RelayService/Submit',
                 request_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.SubmitRequest.SerializeToString,
@@ -67,6 +72,14 @@ class RelayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeliverStream(self, request_iterator, context):
+        """The same as a long-lived stream between two pods: deliveries keep their order and
+        cost no per-call setup; each response carries the id of its request.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Submit(self, request, context):
         """Originate data as a well-known endpoint of this pod's domain (RFC 3340 section 6):
         the relay processes it as data received from that endpoint (RFC 3340 4.4.4.1).
@@ -87,6 +100,11 @@ def add_RelayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Deliver': grpc.unary_unary_rpc_method_handler(
                     servicer.Deliver,
+                    request_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverRequest.FromString,
+                    response_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverResponse.SerializeToString,
+            ),
+            'DeliverStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.DeliverStream,
                     request_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverRequest.FromString,
                     response_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverResponse.SerializeToString,
             ),
@@ -127,6 +145,33 @@ class RelayService:
             request,
             target,
             '/apexmesh.contracts.relay.v1.RelayService/Deliver',
+            apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverRequest.SerializeToString,
+            apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeliverStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/apexmesh.contracts.relay.v1.RelayService/DeliverStream',
             apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverRequest.SerializeToString,
             apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverResponse.FromString,
             options,

@@ -42,6 +42,10 @@ class RelayServiceStub:
     calling pod; this pod sends it on the endpoint's APEX channel without re-parsing it
     and returns the endpoint's answer (250 for ok, the error's code otherwise).
     """
+    DeliverStream: _grpc.StreamStreamMultiCallable[_relay_pb2.DeliverRequest, _relay_pb2.DeliverResponse]
+    """The same as a long-lived stream between two pods: deliveries keep their order and
+    cost no per-call setup; each response carries the id of its request.
+    """
     Submit: _grpc.UnaryUnaryMultiCallable[_relay_pb2.SubmitRequest, _relay_pb2.SubmitResponse]
     """Originate data as a well-known endpoint of this pod's domain (RFC 3340 section 6):
     the relay processes it as data received from that endpoint (RFC 3340 4.4.4.1).
@@ -59,6 +63,10 @@ class RelayServiceAsyncStub(RelayServiceStub):
     message (a data element naming only this recipient, and any MIME parts) built by the
     calling pod; this pod sends it on the endpoint's APEX channel without re-parsing it
     and returns the endpoint's answer (250 for ok, the error's code otherwise).
+    """
+    DeliverStream: _aio.StreamStreamMultiCallable[_relay_pb2.DeliverRequest, _relay_pb2.DeliverResponse]  # type: ignore[assignment]
+    """The same as a long-lived stream between two pods: deliveries keep their order and
+    cost no per-call setup; each response carries the id of its request.
     """
     Submit: _aio.UnaryUnaryMultiCallable[_relay_pb2.SubmitRequest, _relay_pb2.SubmitResponse]  # type: ignore[assignment]
     """Originate data as a well-known endpoint of this pod's domain (RFC 3340 section 6):
@@ -80,6 +88,16 @@ class RelayServiceServicer(metaclass=_abc_1.ABCMeta):
         message (a data element naming only this recipient, and any MIME parts) built by the
         calling pod; this pod sends it on the endpoint's APEX channel without re-parsing it
         and returns the endpoint's answer (250 for ok, the error's code otherwise).
+        """
+
+    @_abc_1.abstractmethod
+    def DeliverStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_relay_pb2.DeliverRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_relay_pb2.DeliverResponse], _abc.AsyncIterator[_relay_pb2.DeliverResponse]]:
+        """The same as a long-lived stream between two pods: deliveries keep their order and
+        cost no per-call setup; each response carries the id of its request.
         """
 
     @_abc_1.abstractmethod
