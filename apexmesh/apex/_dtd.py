@@ -186,4 +186,40 @@ def attr(name: str, value: str) -> str:
 
 
 def lang_attr(lang: str | None) -> str:
+    """The ``xml:lang`` attribute, or nothing when no language is given."""
     return "" if lang is None else attr("xml:lang", lang)
+
+
+def check_code(code: int, tag: str) -> None:
+    """Refuse a reply code outside 200..599 in an element built in code (501)."""
+    if not 200 <= code <= 599:
+        fail(f"{tag}: {code} is not a three-digit reply code")
+
+
+def with_text(head: str, tag: str, text: str) -> bytes:
+    """Close a start tag ``head`` as an empty element, or around escaped ``text``."""
+    if not text:
+        return f"{head} />".encode()
+    return f"{head}>{escape_text(text)}</{tag}>".encode()
+
+
+def check_uniqid(trans_id: int, tag: str) -> None:
+    """Refuse a UNIQID outside 1..2**31-1 in an element built in code (501)."""
+    if not 1 <= trans_id <= MAX_TRANS_ID:
+        fail(f"{tag}: transID {trans_id} out of range")
+
+
+def container(tag: str, head: str, body: bytes) -> bytes:
+    """Serialize an element-only element: empty-element tag when it has no children."""
+    if not body:
+        return f"<{tag}{head} />".encode()
+    return f"<{tag}{head}>".encode() + body + f"</{tag}>".encode()
+
+
+def only_options(element: Element) -> list[Element]:
+    """The children of an ``(option*)`` element; 501 for anything else."""
+    children = element_children(element)
+    for child in children:
+        if tag_of(child) != "option":
+            fail(f"{tag_of(element)}: unexpected element {tag_of(child)!r}")
+    return children

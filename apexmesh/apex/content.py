@@ -33,7 +33,7 @@ from typing import Final
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.apex.elements import Data, DataContent
+from apexmesh.apex.data import Data, DataContent
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.errors import BeepError
 from apexmesh.beep.mime import BEEP_XML, split_entity

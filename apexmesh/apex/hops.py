@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.apex.elements import Data, Originator, Recipient
+from apexmesh.apex.data import Data, Originator, Recipient
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import (

@@ -1,0 +1,254 @@
+"""The ``data`` operation's elements (RFC 3340 sections 4.1, 4.4.4 and 9.1).
+
+``data`` carries content from one ``originator`` to one or more ``recipient`` endpoints,
+with per-data, per-originator and per-recipient ``option`` elements (section 5) and, when
+the content is itself XML, an inline ``data-content`` referenced as ``#Name``
+(section 4.1). These classes are re-exported by :mod:`apexmesh.apex.elements`, whose
+:func:`~apexmesh.apex.elements.parse_apex` is the way to read them from a peer.
+
+Relays are "expressly forbidden from modifying the content of the data element"
+(section 4.4.4.1): the ``data-content`` is therefore kept as the peer's own octets
+whenever they can be cut out of the document unambiguously (:func:`raw_inner`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from apexmesh.apex import _dtd
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.options import Option, check_option_count, options_from, options_xml
+from apexmesh.beep.xml import Element
+
+#: Most ``recipient`` elements accepted in one ``data``. RFC 3340 sets no limit; RFC 2821
+#: section 4.5.3.1 asks SMTP servers for at least 100 recipients per message, and ten times
+#: that keeps legitimate fan-out in one element while bounding the per-recipient work
+#: (access checks, routing, reports) a single hostile element can trigger.
+MAX_RECIPIENTS_PER_DATA: Final = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Originator:
+    """``originator`` (RFC 3340 section 4.4.4): the sending endpoint."""
+
+    #: The sending endpoint.
+    identity: Endpoint
+    #: Per-originator options.
+    options: tuple[Option, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_option_count(self.options, "originator")
+
+    def to_xml(self) -> bytes:
+        head = _dtd.attr("identity", str(self.identity))
+        return _dtd.container("originator", head, options_xml(self.options))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recipient:
+    """``recipient`` (RFC 3340 section 4.4.4): one destination endpoint."""
+
+    #: The destination endpoint.
+    identity: Endpoint
+    #: Per-recipient options.
+    options: tuple[Option, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_option_count(self.options, "recipient")
+
+    def to_xml(self) -> bytes:
+        head = _dtd.attr("identity", str(self.identity))
+        return _dtd.container("recipient", head, options_xml(self.options))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataContent:
+    """``data-content`` (RFC 3340 sections 4.1 and 9.1): XML content carried inline and
+    referenced from ``data``'s ``content`` attribute as ``#Name``.
+
+    ``content`` is the element's content as application/beep+xml text. When parsed from
+    a peer it is the peer's own octets whenever they can be cut out of the document
+    unambiguously (relays must not modify content, section 4.4.4.1), and the parser's
+    serialization otherwise (for instance when the content uses a namespace prefix
+    declared on an ancestor).
+    """
+
+    #: The ``Name`` attribute (an XML ``ID``), referenced as ``#Name``.
+    name: str
+    #: The content (DTD ``ANY``): character data and elements, well-formed XML content.
+    content: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not _dtd.is_name(self.name):
+            _dtd.fail(f"data-content: Name {self.name!r} is not an XML name")
+        if self.content:
+            _dtd.canonical_content(self.content, "data-content")  # well-formed, or 500/501
+
+    def to_xml(self) -> bytes:
+        head = _dtd.attr("Name", self.name)
+        return f"<data-content{head}>".encode() + self.content + b"</data-content>"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Data:
+    """``data`` (RFC 3340 section 4.4.4): content from an originator to recipients."""
+
+    #: URI-reference to the content: ``cid:`` (a MIME part) or ``#Name`` (data-content).
+    content: str
+    #: The sending endpoint and its per-originator options.
+    originator: Originator
+    #: One or more recipients, at most :data:`MAX_RECIPIENTS_PER_DATA`.
+    recipients: tuple[Recipient, ...]
+    #: Per-data options.
+    options: tuple[Option, ...] = ()
+    #: Inline XML content, if any.
+    data_content: DataContent | None = None
+
+    def __post_init__(self) -> None:
+        if not _dtd.is_uri_reference(self.content):
+            _dtd.fail(f"data: content {self.content!r} is not a URI-reference")
+        if not self.recipients:
+            _dtd.fail("data: at least one recipient is required")
+        _check_recipient_count(len(self.recipients))
+        check_option_count(self.options, "data")
+
+    def to_xml(self) -> bytes:
+        parts = [
+            f"<data{_dtd.attr('content', self.content)}>".encode(),
+            self.originator.to_xml(),
+            *(recipient.to_xml() for recipient in self.recipients),
+            options_xml(self.options),
+        ]
+        if self.data_content is not None:
+            parts.append(self.data_content.to_xml())
+        parts.append(b"</data>")
+        return b"".join(parts)
+
+
+def _check_recipient_count(count: int) -> None:
+    if count > MAX_RECIPIENTS_PER_DATA:
+        _dtd.fail(
+            f"data: more than {MAX_RECIPIENTS_PER_DATA} recipients",
+            ApexReplyCode.TRANSACTION_FAILED,
+        )
+
+
+def originator_from(element: Element) -> Originator:
+    attrs = _dtd.attributes(element, allowed=("identity",), required=("identity",))
+    return Originator(
+        identity=_dtd.endpoint(attrs["identity"], "originator"),
+        options=options_from(_dtd.only_options(element), "originator"),
+    )
+
+
+def recipient_from(element: Element) -> Recipient:
+    attrs = _dtd.attributes(element, allowed=("identity",), required=("identity",))
+    return Recipient(
+        identity=_dtd.endpoint(attrs["identity"], "recipient"),
+        options=options_from(_dtd.only_options(element), "recipient"),
+    )
+
+
+def data_content_from(element: Element, raw: bytes | None = None) -> DataContent:
+    """Build a :class:`DataContent`; ``raw`` is the document it came from, used to keep
+    the content's own octets (see :func:`raw_inner`)."""
+    attrs = _dtd.attributes(element, allowed=("Name",), required=("Name",))
+    serialized = _dtd.inner_xml(element)
+    content = serialized
+    if raw is not None:
+        exact = raw_inner(raw, "data-content")
+        if exact is not None and _same_content(exact, serialized):
+            content = exact
+    return DataContent(name=attrs["Name"], content=content)
+
+
+def data_from(element: Element, raw: bytes | None = None) -> Data:
+    """Build a :class:`Data`, enforcing the DTD order
+    ``(originator, recipient+, option*, data-content?)``."""
+    attrs = _dtd.attributes(element, allowed=("content",), required=("content",))
+    children = _dtd.element_children(element)
+    tags = [_dtd.tag_of(child) for child in children]
+    if not tags or tags[0] != "originator":
+        _dtd.fail("data: the first element must be originator")
+    index = 1
+    while index < len(tags) and tags[index] == "recipient":
+        index += 1
+    recipient_elements = children[1:index]
+    if not recipient_elements:
+        _dtd.fail("data: at least one recipient is required")
+    _check_recipient_count(len(recipient_elements))
+    first_option = index
+    while index < len(tags) and tags[index] == "option":
+        index += 1
+    option_elements = children[first_option:index]
+    data_content: DataContent | None = None
+    if index < len(tags) and tags[index] == "data-content":
+        data_content = data_content_from(children[index], raw)
+        index += 1
+    if index < len(tags):
+        _dtd.fail(f"data: unexpected element {tags[index]!r} (order or name)")
+    return Data(
+        content=attrs["content"],
+        originator=originator_from(children[0]),
+        recipients=tuple(recipient_from(child) for child in recipient_elements),
+        options=options_from(option_elements, "data"),
+        data_content=data_content,
+    )
+
+
+def raw_inner(raw: bytes, tag: str) -> bytes | None:
+    """Cut the content of the outermost ``tag`` element out of ``raw``, or None.
+
+    The candidate is the text between the end of the first ``<tag`` start tag and the
+    last ``</tag`` end tag. It is only a candidate (the first ``<tag`` could sit inside an
+    option's content, a comment or a CDATA section), so callers compare it with the
+    parser's view before trusting it (:func:`data_content_from`).
+    """
+    opening = re.search(rb"<" + re.escape(tag.encode()) + rb"[\s/>]", raw)
+    if opening is None:
+        return None
+    position = opening.end() - 1
+    quote = 0
+    while position < len(raw):
+        octet = raw[position]
+        if quote:
+            if octet == quote:
+                quote = 0
+        elif octet in b"'\"":
+            quote = octet
+        elif octet == ord(">"):
+            break
+        position += 1
+    else:
+        return None
+    if raw[position - 1] == ord("/"):
+        return b""
+    closing = raw.rfind(b"</" + tag.encode())
+    if closing <= position:
+        return None
+    return raw[position + 1 : closing]
+
+
+def _same_content(candidate: bytes, serialized: bytes) -> bool:
+    try:
+        return _dtd.canonical_content(candidate, "data-content") == serialized
+    except ApexError:
+        return False
+
+
+__all__ = [
+    "MAX_RECIPIENTS_PER_DATA",
+    "Data",
+    "DataContent",
+    "Originator",
+    "Recipient",
+    "data_content_from",
+    "data_from",
+    "originator_from",
+    "raw_inner",
+    "recipient_from",
+]
