@@ -10,5 +10,6 @@ from __future__ import annotations
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint, EndpointError
+from apexmesh.apex.errors import ApexError
 
-__all__ = ["ApexReplyCode", "Endpoint", "EndpointError"]
+__all__ = ["ApexError", "ApexReplyCode", "Endpoint", "EndpointError"]
