@@ -38,6 +38,7 @@ from apexmesh.apex.elements import (
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import MAX_OPTIONS_PER_ELEMENT, Option, TargetHop
+from apexmesh.apex.report import StatusResponse
 
 pytestmark = pytest.mark.unit
 
@@ -141,7 +142,72 @@ RFC_EXAMPLES: list[tuple[str, bytes, object]] = [
             ),
         ),
     ),
+    (
+        "5.1",
+        (
+            b"<data content='cid:1@example.com'>\n"
+            b"    <originator identity='fred@example.com' />\n"
+            b"    <recipient identity='barney@example.com' />\n"
+            b"    <option internal='statusRequest' targetHop='final'\n"
+            b"            mustUnderstand='true' transID='86' />\n"
+            b"</data>"
+        ),
+        Data(
+            content="cid:1@example.com",
+            originator=Originator(identity=FRED),
+            recipients=(Recipient(identity=BARNEY),),
+            options=(Option(internal="statusRequest", must_understand=True, trans_id=86),),
+        ),
+    ),
 ]
+
+
+def _report(relay: str, destination: str, reply: bytes) -> bytes:
+    return (
+        b"<data content='#Content'>\n"
+        b"    <originator identity='apex=report@" + relay.encode() + b"' />\n"
+        b"    <recipient identity='fred@example.com' />\n"
+        b"    <data-content Name='Content'>\n"
+        b"        <statusResponse transID='86'>\n"
+        b"            <destination identity='" + destination.encode() + b"'>\n"
+        b"                " + reply + b"\n"
+        b"            </destination>\n"
+        b"        </statusResponse>\n"
+        b"    </data-content>\n"
+        b"</data>"
+    )
+
+
+# The report data of RFC 3340 section 5.1: (relay domain, destination, reply element, code).
+RFC_REPORTS = [
+    ("example.com", "barney@example.com", b"<reply code='250' />", 250),
+    (
+        "example.com",
+        "barney@example.com",
+        b"<reply code='550'>unknown endpoint\n                  identity</reply>",
+        550,
+    ),
+    ("rubble.com", "barney@rubble.com", b"<reply code='250' />", 250),
+]
+
+
+@pytest.mark.parametrize(("relay", "destination", "reply", "code"), RFC_REPORTS)
+def test_rfc_report_examples(relay: str, destination: str, reply: bytes, code: int) -> None:
+    text = _report(relay, destination, reply)
+    data = parse_apex(text)
+    assert isinstance(data, Data)
+    assert data.originator == Originator(identity=Endpoint.parse(f"apex=report@{relay}"))
+    assert data.recipients == (Recipient(identity=FRED),)
+    assert data.data_content is not None
+    response = parse_apex(data.data_content.content)
+    assert isinstance(response, StatusResponse)
+    assert response.trans_id == 86
+    (only,) = response.destinations
+    assert only.identity == Endpoint.parse(destination)
+    assert only.reply.code == code
+    assert only.reply.trans_id is None
+    assert parse_apex(data.to_xml()) == data
+
 
 STATUS_550 = (
     b"<data content='#Content'>\n"
