@@ -41,10 +41,21 @@ def fail(message: str, code: ApexReplyCode = SYNTAX, *, trans_id: int | None = N
     raise ApexError(code, message, trans_id=trans_id)
 
 
+def raw_bytes(body: bytes | str) -> bytes:
+    """The octets of a document given as text (UTF-8); 500 for unencodable text (lone
+    surrogates), which can never have come from a peer's octets."""
+    if isinstance(body, bytes):
+        return body
+    try:
+        return body.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApexError(ApexReplyCode.GENERAL_SYNTAX_ERROR, "text is not valid UTF-8") from None
+
+
 def parse_root(body: bytes | str) -> Element:
     """Parse a document with the hardened parser, mapping its error to 500 or 501."""
     try:
-        return parse_xml(body)
+        return parse_xml(raw_bytes(body))
     except XmlError as exc:
         code = (
             ApexReplyCode.GENERAL_SYNTAX_ERROR

@@ -284,7 +284,7 @@ def parse_apex(body: bytes | str) -> ApexElement:
     Raises :class:`ApexError`: 500 (not well-formed), 501 (DTD or media type broken,
     unknown element), 553 (bad endpoint or domain), 554 (local limit exceeded).
     """
-    raw = body.encode("utf-8") if isinstance(body, str) else body
+    raw = _dtd.raw_bytes(body)
     root = _dtd.parse_root(raw)
     tag = _dtd.tag_of(root)
     if tag == "data":
@@ -313,7 +313,7 @@ def parse_message(body: bytes | str) -> ApexMessage:
 
 
 def _expect(body: bytes | str, tag: str) -> tuple[Element, bytes]:
-    raw = body.encode("utf-8") if isinstance(body, str) else body
+    raw = _dtd.raw_bytes(body)
     root = _dtd.parse_root(raw)
     if _dtd.tag_of(root) != tag:
         _dtd.fail(f"expected {tag}, got {_dtd.tag_of(root)!r}")

@@ -37,8 +37,8 @@ from apexmesh.apex.elements import (
 )
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
-from apexmesh.apex.options import MAX_OPTIONS_PER_ELEMENT, Option, TargetHop
-from apexmesh.apex.report import StatusResponse
+from apexmesh.apex.options import MAX_OPTIONS_PER_ELEMENT, Option, TargetHop, parse_option
+from apexmesh.apex.report import StatusResponse, parse_status_response
 
 pytestmark = pytest.mark.unit
 
@@ -327,6 +327,16 @@ def test_parse_message_accepts_only_payloads() -> None:
     with pytest.raises(ApexError) as info:
         parse_message(b"<reply code='250' transID='1' />")
     assert info.value.code == 501
+
+
+@pytest.mark.parametrize(
+    "parse", [parse_apex, parse_attach, parse_data, parse_option, parse_status_response]
+)
+def test_unencodable_text_is_500(parse: object) -> None:
+    assert callable(parse)
+    with pytest.raises(ApexError) as info:
+        parse("<ok>\ud800</ok>")
+    assert info.value.code == ApexReplyCode.GENERAL_SYNTAX_ERROR
 
 
 def test_str_input_is_accepted() -> None:
