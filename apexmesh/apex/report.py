@@ -14,6 +14,7 @@ optional (the enclosing ``statusResponse`` names the transaction).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -30,6 +31,7 @@ from apexmesh.apex.elements import (
 )
 from apexmesh.apex.endpoint import Endpoint, well_known
 from apexmesh.apex.errors import ApexError
+from apexmesh.apex.hops import DataPlan
 from apexmesh.apex.options import STATUS_REQUEST
 from apexmesh.beep.xml import Element
 
@@ -173,16 +175,80 @@ def check_report_loop(data: Data) -> None:
         )
 
 
+# --------------------------------------------------------------------------- bookkeeping
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingReport:
+    """A statusResponse this relay owes after processing a statusRequest option."""
+
+    #: The transID of the statusRequest option (echoed by the statusResponse).
+    trans_id: int
+    #: Who receives the report: the originator of the data (section 5.1).
+    originator: Endpoint
+    #: The recipients to report on, in document order, each once.
+    recipients: tuple[Endpoint, ...]
+
+
+def pending_reports(data: Data, plan: DataPlan) -> tuple[PendingReport, ...]:
+    """The statusResponses owed for ``data`` given this relay's ``plan``
+    (:func:`apexmesh.apex.hops.plan_data`): one per statusRequest transID that applies
+    here, covering the recipients it applies to (per-data options cover every recipient
+    for which they apply; a per-recipient one covers its own recipient).
+
+    Nothing is owed for data that itself carries a statusResponse: section 5.1 forbids a
+    statusRequest there and warns against report loops.
+    """
+    if carries_status_response(data):
+        return ()
+    owed: dict[int, dict[Endpoint, None]] = {}
+    for recipient_plan in plan.recipients:
+        for placed in recipient_plan.process:
+            if placed.option.internal == STATUS_REQUEST:
+                targets = owed.setdefault(placed.option.trans_id, {})
+                targets[recipient_plan.recipient.identity] = None
+    return tuple(
+        PendingReport(
+            trans_id=trans_id, originator=data.originator.identity, recipients=tuple(targets)
+        )
+        for trans_id, targets in owed.items()
+    )
+
+
+def status_response(
+    pending: PendingReport, outcomes: Iterable[tuple[Endpoint, Reply]]
+) -> StatusResponse:
+    """The statusResponse for ``pending`` once the delivery ``outcomes`` (recipient and
+    the reply describing its delivery status) are known. Outcomes for recipients the
+    report does not cover are left out; 450 when a covered recipient has none."""
+    by_recipient = dict(outcomes)
+    missing = [str(endpoint) for endpoint in pending.recipients if endpoint not in by_recipient]
+    if missing:
+        raise ApexError(
+            ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, f"no delivery outcome yet for {missing}"
+        )
+    return StatusResponse(
+        trans_id=pending.trans_id,
+        destinations=tuple(
+            Destination(identity=endpoint, reply=by_recipient[endpoint])
+            for endpoint in pending.recipients
+        ),
+    )
+
+
 __all__ = [
     "CONTENT_NAME",
     "SERVICE_NAME",
     "Destination",
+    "PendingReport",
     "StatusResponse",
     "carries_status_response",
     "check_report_loop",
     "destination_from",
     "parse_destination",
     "parse_status_response",
+    "pending_reports",
     "report_data",
+    "status_response",
     "status_response_from",
 ]
