@@ -56,6 +56,12 @@ from apexmesh.beep.xml import Element
 if TYPE_CHECKING:
     from apexmesh.apex.report import Destination, StatusResponse
 
+#: Longest diagnostic put in an ``error`` built from an :class:`ApexError`. Messages quote
+#: the offending input, which can be as long as an XML document; a diagnostic is for a
+#: human reader (RFC 3080 section 2.3.1.5), and a few hundred characters say what went
+#: wrong without reflecting a peer's megabyte back at it.
+MAX_DIAGNOSTIC_CHARS: Final = 256
+
 #: Default ``code`` of ``terminate`` (RFC 3340 section 9.1).
 DEFAULT_TERMINATE_CODE: Final = 250
 
@@ -87,8 +93,12 @@ class Error:
 
     @classmethod
     def from_exception(cls, exc: ApexError) -> Error:
-        """The ERR element for a rejected operation."""
-        return cls(code=int(exc.code), text=str(exc))
+        """The ERR element for a rejected operation, its diagnostic cut to
+        :data:`MAX_DIAGNOSTIC_CHARS` (messages may quote the peer's own input)."""
+        text = str(exc)
+        if len(text) > MAX_DIAGNOSTIC_CHARS:
+            text = text[: MAX_DIAGNOSTIC_CHARS - 3] + "..."
+        return cls(code=int(exc.code), text=text)
 
     def to_xml(self) -> bytes:
         head = f"<error{_dtd.attr('code', str(self.code))}{_dtd.lang_attr(self.lang)}"
@@ -376,6 +386,7 @@ _BUILDERS: Final[dict[str, Callable[[Element], ApexElement]]] = {
 
 __all__ = [
     "DEFAULT_TERMINATE_CODE",
+    "MAX_DIAGNOSTIC_CHARS",
     "MAX_RECIPIENTS_PER_DATA",
     "ApexElement",
     "ApexMessage",

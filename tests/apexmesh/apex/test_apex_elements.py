@@ -10,6 +10,7 @@ import pytest
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.elements import (
+    MAX_DIAGNOSTIC_CHARS,
     MAX_RECIPIENTS_PER_DATA,
     Attach,
     Bind,
@@ -449,6 +450,18 @@ BAD_ENDPOINTS = [
 @pytest.mark.parametrize("text", BAD_ENDPOINTS)
 def test_bad_endpoint_is_553(text: bytes) -> None:
     assert code_of(text) == ApexReplyCode.PARAMETER_INVALID
+
+
+def test_error_element_from_exception_is_bounded() -> None:
+    huge = "x" * 5000
+    with pytest.raises(ApexError) as info:
+        parse_apex(f"<data content='{huge} y'>{OR.decode()}</data>".encode())
+    error = Error.from_exception(info.value)
+    assert error.code == ApexReplyCode.PARAMETER_SYNTAX_ERROR
+    assert len(error.text) == MAX_DIAGNOSTIC_CHARS
+    assert parse_error(error.to_xml()) == error
+    short = Error.from_exception(ApexError(ApexReplyCode.NOT_AUTHORIZED, "access denied"))
+    assert short == Error(code=537, text="access denied")
 
 
 def test_error_names_the_transaction() -> None:
