@@ -40,6 +40,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import MAX_OPTIONS_PER_ELEMENT, Option, TargetHop, parse_option
 from apexmesh.apex.report import StatusResponse, parse_status_response
+from apexmesh.beep.management import Start, parse_management
 
 pytestmark = pytest.mark.unit
 
@@ -250,6 +251,42 @@ def test_rfc_example_inline_content_is_kept_byte_exact() -> None:
     end = STATUS_550.rindex(b"</data-content>")
     assert data.data_content.content == STATUS_550[start:end]
     assert parse_data(data.to_xml()) == data
+
+
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [
+        (
+            (
+                b"<start number='1'>\n"
+                b"    <profile uri='http://iana.org/beep/APEX'>\n"
+                b"        <![CDATA[<attach endpoint='fred@example.com'\n"
+                b"                         transID='1' />]]>\n"
+                b"    </profile>\n"
+                b"</start>"
+            ),
+            Attach(endpoint=FRED, trans_id=1),
+        ),
+        (
+            (
+                b"<start number='1'>\n"
+                b"    <profile uri='http://iana.org/beep/APEX'>\n"
+                b"        <![CDATA[<bind relay='example.com'\n"
+                b"                       transID='1' />]]>\n"
+                b"    </profile>\n"
+                b"</start>"
+            ),
+            Bind(relay="example.com", trans_id=1),
+        ),
+    ],
+)
+def test_rfc_section_4_2_piggybacked_elements(start: bytes, expected: object) -> None:
+    element = parse_management(start)
+    assert isinstance(element, Start)
+    (offer,) = element.profiles
+    assert offer.uri == "http://iana.org/beep/APEX"
+    assert offer.data is not None
+    assert parse_message(offer.data) == expected
 
 
 def test_rfc_example_canonical_serialization() -> None:
