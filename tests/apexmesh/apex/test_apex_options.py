@@ -4,6 +4,8 @@ options, and the per-recipient plan of a relay (section 4.4.4.1)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.elements import Data, Originator, Recipient, parse_data
@@ -251,3 +253,89 @@ def test_combine_groups_recipients_with_the_same_options() -> None:
         combine(split.recipients)
     with pytest.raises(ApexError):
         combine(())
+
+
+# --------------------------------------------------------------------------- properties
+
+_options = st.lists(
+    st.builds(
+        Option,
+        internal=st.sampled_from([STATUS_REQUEST, "x-unknown"]),
+        trans_id=st.integers(min_value=1, max_value=50),
+        target_hop=st.sampled_from(list(TargetHop)),
+        must_understand=st.booleans(),
+    ),
+    max_size=4,
+).map(tuple)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    per_data=_options,
+    per_originator=_options,
+    per_recipient=st.lists(_options, min_size=1, max_size=3),
+    finals=st.lists(st.booleans(), min_size=3, max_size=3),
+)
+def test_plan_invariants(
+    per_data: tuple[Option, ...],
+    per_originator: tuple[Option, ...],
+    per_recipient: list[tuple[Option, ...]],
+    finals: list[bool],
+) -> None:
+    endpoints = [Endpoint.parse(f"r{index}@example.com") for index in range(len(per_recipient))]
+    final_of = dict(zip(endpoints, finals, strict=False))
+    data = _data(
+        per_data=per_data,
+        per_originator=per_originator,
+        recipients=tuple(
+            Recipient(identity=endpoint, options=options)
+            for endpoint, options in zip(endpoints, per_recipient, strict=True)
+        ),
+    )
+    any_final = any(final_of.values())
+    if any(
+        o.must_understand and not REGISTRY.understands(o) and applies(o, final=any_final)
+        for o in per_data
+    ):
+        with pytest.raises(ApexError) as info:
+            plan_data(data, REGISTRY, is_final=final_of.__getitem__)
+        assert info.value.code == ApexReplyCode.PARAMETER_NOT_IMPLEMENTED
+        return
+    plan = plan_data(data, REGISTRY, is_final=final_of.__getitem__)
+    for recipient_plan in plan.recipients:
+        final = recipient_plan.final
+        options = {
+            Placement.DATA: per_data,
+            Placement.ORIGINATOR: per_originator,
+            Placement.RECIPIENT: recipient_plan.recipient.options,
+        }
+        expected_failure = any(
+            o.must_understand and not REGISTRY.understands(o) and applies(o, final=final)
+            for o in (*per_originator, *recipient_plan.recipient.options)
+        )
+        assert (recipient_plan.failure is not None) is expected_failure
+        if recipient_plan.failure is not None:
+            assert recipient_plan.forward is None
+            assert recipient_plan.failure.code == ApexReplyCode.PARAMETER_NOT_IMPLEMENTED
+            continue
+        forward = recipient_plan.forward
+        assert forward is not None
+        assert forward.recipients[0].identity == recipient_plan.recipient.identity
+        forwarded = {
+            Placement.DATA: forward.options,
+            Placement.ORIGINATOR: forward.originator.options,
+            Placement.RECIPIENT: forward.recipients[0].options,
+        }
+        for placement, original in options.items():
+            if final:
+                assert forwarded[placement] == original  # a final relay removes nothing
+            else:
+                assert forwarded[placement] == tuple(
+                    o for o in original if o.target_hop is not TargetHop.THIS
+                )
+        for placed in recipient_plan.process:
+            assert REGISTRY.understands(placed.option)
+            assert applies(placed.option, final=final)
+        for placed in recipient_plan.ignored:
+            assert not placed.option.must_understand
+            assert not REGISTRY.understands(placed.option)
