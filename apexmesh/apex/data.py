@@ -77,7 +77,9 @@ class DataContent:
     declared on an ancestor).
     """
 
-    #: The ``Name`` attribute (an XML ``ID``), referenced as ``#Name``.
+    #: The ``Name`` attribute (an XML ``ID``), referenced as ``#Name``. RFC 3340 section
+    #: 9.1 prints ``<!ATTLIST Name ID #REQUIRED>``, an evident slip for
+    #: ``<!ATTLIST data-content Name ID #REQUIRED>``, which its examples follow.
     name: str
     #: The content (DTD ``ANY``): character data and elements, well-formed XML content.
     content: bytes = b""
