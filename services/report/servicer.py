@@ -1,0 +1,356 @@
+"""The report service's operation (RFC 3340 sections 5.1 and 6.2) and its gRPC servicers.
+
+:func:`build_report` turns a relay's ``ReportRequest`` into the ``data`` element of RFC
+3340 section 5.1's examples (via :func:`apexmesh.apex.report.report_data`), or raises the
+:class:`~apexmesh.apex.errors.ApexError` naming the reply code: 553 for an endpoint or a
+domain that is not valid or not served here, 501 for a transID, reply code or missing
+destination, 500/501 for options that are not option elements, 554 for a statusRequest
+option (section 5.1: it "MUST NOT be present in any data operation containing a
+statusResponse element").
+
+:class:`RelayPool` submits the payload through the configured relays, round-robin,
+failing over to the next address only on gRPC UNAVAILABLE (the call reached no relay, so
+trying another cannot duplicate the report); any other gRPC failure may have left the
+report accepted, so it is answered 451 and not retried here. 421 when no relay could be
+reached. Upstream gRPC error text is logged, never echoed (STYLE.md 3.3, habit 5).
+
+:class:`ReportServicer` serves ``apexmesh.contracts.report.v1``;
+:class:`ReportEndpointServicer` serves ``WellKnownEndpoint.Deliver`` for data addressed to
+``apex=report`` and refuses it (RFC 3340 section 6.2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.data import Data
+from apexmesh.apex.elements import Error, Reply
+from apexmesh.apex.endpoint import Endpoint, EndpointError, normalize_domain
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.options import parse_option
+from apexmesh.apex.report import (
+    SERVICE_NAME,
+    Destination,
+    StatusResponse,
+    check_report_loop,
+    report_data,
+)
+from apexmesh.beep.mime import beep_xml
+from apexmesh.contracts.common.v1 import common_pb2
+from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
+from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
+
+_log = logging.getLogger(__name__)
+
+#: Largest transID: the UNIQID type of RFC 3340 section 9.1 is 1..2147483647.
+MAX_TRANS_ID: Final = 2_147_483_647
+
+#: Text of the answer to data addressed to apex=report (see ReportEndpointServicer).
+INBOUND_REFUSAL: Final = "apex=report initiates communications and accepts no data (RFC 3340 6.2)"
+
+
+@dataclass(frozen=True, slots=True)
+class ReportMetrics:
+    """Prometheus series of the report service, registered on the app's registry."""
+
+    responses: Counter
+    relay_calls: Counter
+    inbound_refused: Counter
+    report_seconds: Histogram
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> ReportMetrics:
+        return cls(
+            responses=Counter(
+                "apexmesh_report_responses",
+                "Report calls answered, by result: submitted (relay said 250), "
+                "relay_refused (relay answered another code), invalid (request refused), "
+                "unavailable (no relay reachable, 421), aborted (relay call failed, 451).",
+                ["result"],
+                registry=registry,
+            ),
+            relay_calls=Counter(
+                "apexmesh_report_relay_calls",
+                "Submit calls to relays, by configured address and outcome "
+                "(answered, unavailable, failed).",
+                ["relay", "outcome"],
+                registry=registry,
+            ),
+            inbound_refused=Counter(
+                "apexmesh_report_inbound_refused",
+                "Data delivered to apex=report and refused (RFC 3340 section 6.2).",
+                registry=registry,
+            ),
+            report_seconds=Histogram(
+                "apexmesh_report_duration_seconds",
+                "Time to serve one Report call, relay round trip included.",
+                buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5),
+                registry=registry,
+            ),
+        )
+
+
+# --------------------------------------------------------------------------- building
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Submission:
+    """A statusResponse ready to be submitted: who originates it and the BEEP payload."""
+
+    #: ``apex=report@DOMAIN``, the SubmitRequest's originator.
+    originator: Endpoint
+    #: The data element (for logs and tests).
+    data: Data
+    #: The application/beep+xml BEEP message entity holding ``data``.
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DestinationInput:
+    """One destination as a relay sent it, before validation."""
+
+    identity: str
+    code: int
+    text: str = ""
+
+
+def _endpoint(text: str, what: str) -> Endpoint:
+    try:
+        return Endpoint.parse(text)
+    except EndpointError as exc:
+        raise ApexError(exc.code, f"{what}: {exc}") from None
+
+
+def build_report(
+    *,
+    served: Iterable[str],
+    domain: str,
+    recipient: str,
+    trans_id: int,
+    destinations: Sequence[DestinationInput],
+    options: Sequence[bytes] = (),
+) -> Submission:
+    """Build the statusResponse data for one Report call (RFC 3340 section 5.1).
+
+    ``served`` holds the normalized domains of this service. Returns the
+    :class:`Submission`; raises :class:`ApexError` with the code the caller answers.
+    """
+    try:
+        relay_domain = normalize_domain(domain)
+    except EndpointError as exc:
+        raise ApexError(exc.code, f"domain: {exc}") from None
+    if relay_domain not in served:
+        raise ApexError(
+            ApexReplyCode.PARAMETER_INVALID, f"domain {relay_domain!r} is not served here"
+        )
+    originator = _endpoint(recipient, "recipient")
+    if not 1 <= trans_id <= MAX_TRANS_ID:
+        raise ApexError(
+            ApexReplyCode.PARAMETER_SYNTAX_ERROR, f"transID {trans_id} is outside 1..2**31-1"
+        )
+    if not destinations:
+        raise ApexError(
+            ApexReplyCode.PARAMETER_SYNTAX_ERROR, "a statusResponse needs at least one destination"
+        )
+    built = tuple(
+        Destination(
+            identity=_endpoint(item.identity, "destination"),
+            reply=Reply(code=item.code, trans_id=None, text=item.text),
+        )
+        for item in destinations
+    )
+    response = StatusResponse(trans_id=trans_id, destinations=built)
+    data = report_data(relay_domain=relay_domain, originator=originator, response=response)
+    if options:
+        data = dataclasses.replace(data, options=tuple(parse_option(raw) for raw in options))
+    check_report_loop(data)
+    return Submission(
+        originator=data.originator.identity, data=data, payload=beep_xml(data.to_xml())
+    )
+
+
+# --------------------------------------------------------------------------- relays
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitOutcome:
+    """What the Report caller is told, and the metric result it counts as."""
+
+    code: int
+    text: str
+    result: str
+
+
+#: Builds an insecure or secure grpc.aio channel for a target (tests may pass their own).
+ChannelFactory = Callable[[str], grpc.aio.Channel]
+
+
+class RelayPool:
+    """Submit through the configured relays: round-robin start, failover on UNAVAILABLE.
+
+    Channels are created here and closed by :meth:`aclose`; grpc connects lazily and
+    reconnects by itself, so no relay is probed per request.
+    """
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        *,
+        timeout: float,
+        metrics: ReportMetrics | None = None,
+        channel_factory: ChannelFactory = grpc.aio.insecure_channel,
+    ) -> None:
+        self._channels = [(address, channel_factory(address)) for address in addresses]
+        self._stubs = [
+            (address, relay_pb2_grpc.RelayServiceStub(channel))
+            for address, channel in self._channels
+        ]
+        self._timeout = timeout
+        self._metrics = metrics
+        self._next = 0
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return tuple(address for address, _ in self._stubs)
+
+    def _count(self, address: str, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.relay_calls.labels(address, outcome).inc()
+
+    async def submit(self, originator: str, payload: bytes) -> SubmitOutcome:
+        """Submit ``payload`` as ``originator``; never raises for relay trouble."""
+        count = len(self._stubs)
+        if count == 0:
+            return SubmitOutcome(
+                ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay address configured", "unavailable"
+            )
+        start, self._next = self._next, (self._next + 1) % count
+        request = relay_pb2.SubmitRequest(originator=originator, payload=payload)
+        for step in range(count):
+            address, stub = self._stubs[(start + step) % count]
+            try:
+                response = await stub.Submit(request, timeout=self._timeout)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    self._count(address, "unavailable")
+                    _log.warning("relay %s unavailable, trying the next one", address)
+                    continue
+                self._count(address, "failed")
+                _log.warning("relay %s: Submit failed: %s %s", address, exc.code(), exc.details())
+                return SubmitOutcome(
+                    ApexReplyCode.ACTION_ABORTED, "relay call failed; outcome unknown", "aborted"
+                )
+            self._count(address, "answered")
+            code, text = response.status.code, response.status.text
+            if not 200 <= code <= 599:
+                _log.warning("relay %s answered no valid reply code (%d)", address, code)
+                return SubmitOutcome(
+                    ApexReplyCode.ACTION_ABORTED, "relay answered no valid reply code", "aborted"
+                )
+            result = "submitted" if code == ApexReplyCode.SUCCESS else "relay_refused"
+            return SubmitOutcome(code, text, result)
+        return SubmitOutcome(
+            ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay reachable", "unavailable"
+        )
+
+    async def aclose(self) -> None:
+        channels, self._channels, self._stubs = self._channels, [], []
+        for _, channel in channels:
+            await channel.close()
+
+
+# --------------------------------------------------------------------------- servicers
+
+
+def _status(code: int, text: str) -> common_pb2.ApexStatus:
+    return common_pb2.ApexStatus(code=int(code), text=text)
+
+
+class ReportServicer(report_pb2_grpc.ReportServiceServicer):
+    """gRPC face of the report service (``apexmesh.contracts.report.v1``)."""
+
+    def __init__(self, domains: Iterable[str], relays: RelayPool, metrics: ReportMetrics) -> None:
+        self._domains = frozenset(domains)
+        self._relays = relays
+        self._metrics = metrics
+
+    async def report(self, request: report_pb2.ReportRequest) -> SubmitOutcome:
+        """Validate, build and submit one statusResponse; always returns an outcome."""
+        try:
+            submission = build_report(
+                served=self._domains,
+                domain=request.domain,
+                recipient=request.recipient,
+                trans_id=request.trans_id,
+                destinations=[
+                    DestinationInput(
+                        identity=item.identity, code=item.reply.code, text=item.reply.text
+                    )
+                    for item in request.destinations
+                ],
+                options=[bytes(raw) for raw in request.options],
+            )
+        except ApexError as exc:
+            return SubmitOutcome(exc.code, Error.from_exception(exc).text, "invalid")
+        return await self._relays.submit(str(submission.originator), submission.payload)
+
+    async def Report(  # noqa: N802 - generated servicer method name
+        self, request: report_pb2.ReportRequest, _context: grpc.aio.ServicerContext
+    ) -> report_pb2.ReportResponse:
+        started = time.perf_counter()
+        try:
+            outcome = await self.report(request)
+        finally:
+            self._metrics.report_seconds.observe(time.perf_counter() - started)
+        self._metrics.responses.labels(outcome.result).inc()
+        return report_pb2.ReportResponse(status=_status(outcome.code, outcome.text))
+
+
+class ReportEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
+    """``WellKnownEndpoint.Deliver`` for data addressed to ``apex=report@DOMAIN``.
+
+    RFC 3340 section 6.2: "A consumer of the service does not initiate communications
+    with the service"; the report service only originates data. Data delivered to it is
+    therefore refused, without parsing the payload, with 550 "requested action not taken"
+    (section 10): the endpoint exists (so not 553 "parameter invalid"), the data is not
+    malformed (so not 500/501), nothing in the data is unimplemented (so not 504), and the
+    refusal is permanent (so not a 4xx, which would invite a retry that can never
+    succeed). Each refusal is counted in ``apexmesh_report_inbound_refused_total``.
+    """
+
+    def __init__(self, metrics: ReportMetrics) -> None:
+        self._metrics = metrics
+
+    async def Deliver(  # noqa: N802 - generated servicer method name
+        self, request: endpoint_pb2.EndpointDeliverRequest, _context: grpc.aio.ServicerContext
+    ) -> endpoint_pb2.EndpointDeliverResponse:
+        self._metrics.inbound_refused.inc()
+        _log.debug("refused data for %r from %r", request.recipient[:256], request.originator[:256])
+        return endpoint_pb2.EndpointDeliverResponse(
+            status=_status(ApexReplyCode.ACTION_NOT_TAKEN, INBOUND_REFUSAL)
+        )
+
+
+__all__ = [
+    "INBOUND_REFUSAL",
+    "MAX_TRANS_ID",
+    "SERVICE_NAME",
+    "DestinationInput",
+    "RelayPool",
+    "ReportEndpointServicer",
+    "ReportMetrics",
+    "ReportServicer",
+    "SubmitOutcome",
+    "Submission",
+    "build_report",
+]
