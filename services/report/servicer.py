@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -124,6 +125,20 @@ class DestinationInput:
     text: str = ""
 
 
+#: Characters XML 1.0 cannot carry (section 2.2 ``Char``): C0 controls other than tab,
+#: newline and carriage return, surrogates, U+FFFE and U+FFFF.
+_NOT_XML_CHAR: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _reply_text(text: str, identity: str) -> str:
+    if _NOT_XML_CHAR.search(text):
+        raise ApexError(
+            ApexReplyCode.PARAMETER_SYNTAX_ERROR,
+            f"destination {identity[:64]!r}: reply text has characters XML cannot carry",
+        )
+    return text
+
+
 def _endpoint(text: str, what: str) -> Endpoint:
     try:
         return Endpoint.parse(text)
@@ -165,7 +180,7 @@ def build_report(
     built = tuple(
         Destination(
             identity=_endpoint(item.identity, "destination"),
-            reply=Reply(code=item.code, trans_id=None, text=item.text),
+            reply=Reply(code=item.code, trans_id=None, text=_reply_text(item.text, item.identity)),
         )
         for item in destinations
     )
