@@ -387,6 +387,7 @@ STATUS_REQUEST_OPTION = b"<option internal='statusRequest' transID='9' />"
         ({"options": [b"<data content='#x' />"]}, 501),
         ({"options": [b"<option internal='x' />"]}, 501),
         ({"options": [STATUS_REQUEST_OPTION]}, 554),
+        ({"destinations": [destination(f"r{n}@example.com", 250) for n in range(1001)]}, 554),
     ],
 )
 async def test_validation_codes(
