@@ -1,0 +1,47 @@
+"""The asyncio APEX endpoint SDK (RFC 3340, endpoint-relay mode).
+
+Applications, tests, the demo and the benchmarks attach to a relay through this package;
+it composes :mod:`apexmesh.aio` (the BEEP session) with :mod:`apexmesh.apex` (the APEX
+element model) and re-implements neither::
+
+    async with await connect_endpoint("relay.example.com", 10288) as client:
+        fred = await client.attach("fred@example.com")
+        result = await fred.send("barney@example.com", b"hello", status_request=True)
+        reports = await result.reports(1, timeout=5)
+        incoming = await fred.receive()
+"""
+
+from __future__ import annotations
+
+from apexmesh.client.attachment import DEFAULT_QUEUE_LIMIT, Attachment, AttachmentState
+from apexmesh.client.client import APEX_PROFILE, ApexClient, connect_endpoint
+from apexmesh.client.errors import (
+    ApexClientError,
+    ApexRequestError,
+    AttachmentTerminatedError,
+    SessionClosedError,
+)
+from apexmesh.client.outgoing import CONTENT_NAME, Content, RecipientLike, XmlContent, encode_data
+from apexmesh.client.received import ReceivedData, decode_data
+from apexmesh.client.reports import SendResult
+
+__all__ = [
+    "APEX_PROFILE",
+    "CONTENT_NAME",
+    "DEFAULT_QUEUE_LIMIT",
+    "ApexClient",
+    "ApexClientError",
+    "ApexRequestError",
+    "Attachment",
+    "AttachmentState",
+    "AttachmentTerminatedError",
+    "Content",
+    "ReceivedData",
+    "RecipientLike",
+    "SendResult",
+    "SessionClosedError",
+    "XmlContent",
+    "connect_endpoint",
+    "decode_data",
+    "encode_data",
+]

@@ -1,0 +1,500 @@
+"""The APEX endpoint client: one BEEP session, one APEX channel (RFC 3340 sections 3,
+4.2 and 4.4).
+
+:func:`connect_endpoint` opens the session, tunes it to TLS and authenticates with SASL
+when asked (sections 3.2 and 3.4), and returns an :class:`ApexClient`. The APEX channel
+is started by the first :meth:`ApexClient.attach`, with that ``attach`` piggybacked on
+the BEEP ``start`` (section 4.2): the relay's ``<ok />`` or ``<error>`` comes back inside
+the ``profile`` of the start's reply. Every later attach, terminate and data is a MSG on
+that channel.
+
+The client reads the channel in one task and performs "application processing of data"
+(section 4.4.4.2) itself: a data is answered ``<ok />`` when at least one of its
+recipients is attached over this client, and ``<error code='550'>`` otherwise; options
+are not processed but handed to the application with the data. A relay's ``terminate``
+(section 4.4.3) is answered ``<ok />`` (or 550 for an unknown transaction) and ends the
+attachment(s) it names. A data from ``apex=report@...`` carrying a ``statusResponse``
+(section 5.1) goes to the :class:`~apexmesh.client.reports.SendResult` that asked for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Final
+
+from apexmesh.aio import BeepConnection, Channel, ChannelStartError, ConnectionClosedError, connect
+from apexmesh.aio.connection import Incoming
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.content import MimePart, parse_payload
+from apexmesh.apex.data import Data
+from apexmesh.apex.elements import Attach, Error, Ok, Terminate, parse_message
+from apexmesh.apex.endpoint import SERVICE_PREFIX, Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.options import STATUS_REQUEST, Option, TargetHop
+from apexmesh.apex.report import SERVICE_NAME, StatusResponse, parse_status_response
+from apexmesh.beep.errors import BeepError
+from apexmesh.beep.management import MAX_PROFILE_CONTENT_OCTETS, ProfileOffer
+from apexmesh.beep.mime import beep_xml, split_entity
+from apexmesh.beep.sasl import SaslClientExchange
+from apexmesh.beep.session import SessionConfig
+from apexmesh.client.attachment import DEFAULT_QUEUE_LIMIT, Attachment, AttachmentState
+from apexmesh.client.errors import (
+    ApexRequestError,
+    AttachmentTerminatedError,
+    SessionClosedError,
+)
+from apexmesh.client.outgoing import Content, RecipientLike, as_endpoint, as_recipients, encode_data
+from apexmesh.client.received import decode_data
+from apexmesh.client.reports import SendResult
+from apexmesh.client.trans_ids import TransIds
+
+logger = logging.getLogger(__name__)
+
+#: The APEX profile (RFC 3340 section 4.2).
+APEX_PROFILE: Final = "http://iana.org/beep/APEX"
+
+_OK_PAYLOAD: Final = beep_xml(Ok().to_xml())
+#: The report service's local part (RFC 3340 section 6.2).
+_REPORT_ADDRESS: Final = SERVICE_PREFIX + SERVICE_NAME
+#: ``ok`` as relays commonly write it; anything else goes through the parser.
+_OK_FORMS: Final = frozenset({b"<ok />", b"<ok/>", b"<ok></ok>"})
+
+
+def _error_payload(code: int, text: str) -> bytes:
+    return beep_xml(Error(code=code, text=text).to_xml())
+
+
+def _outcome(body: bytes | str, trans_id: int | None) -> None:
+    """Raise ApexRequestError unless ``body`` is ``<ok />`` (RFC 3080 section 2.3.1.4)."""
+    raw = body.encode("utf-8") if isinstance(body, str) else body
+    if raw.strip() in _OK_FORMS:
+        return
+    try:
+        element = parse_message(raw)
+    except ApexError as exc:
+        raise ApexRequestError(
+            int(exc.code), f"unreadable answer: {exc}", trans_id=trans_id
+        ) from None
+    if isinstance(element, Ok):
+        return
+    if isinstance(element, Error):
+        raise ApexRequestError(element.code, element.text, trans_id=trans_id)
+    raise ApexRequestError(
+        ApexReplyCode.PARAMETER_SYNTAX_ERROR,
+        f"unexpected answer {type(element).__name__}",
+        trans_id=trans_id,
+    )
+
+
+def _reply_outcome(payload: bytes, trans_id: int | None) -> None:
+    try:
+        body = split_entity(payload).body
+    except BeepError as exc:
+        raise ApexRequestError(
+            ApexReplyCode.GENERAL_SYNTAX_ERROR, str(exc), trans_id=trans_id
+        ) from None
+    _outcome(body, trans_id)
+
+
+class ApexClient:
+    """An APEX application's session with its relay (endpoint-relay mode, RFC 3340
+    section 2.1). Use :func:`connect_endpoint` to make one."""
+
+    def __init__(self, conn: BeepConnection, *, queue_limit: int = DEFAULT_QUEUE_LIMIT) -> None:
+        #: The BEEP session (for TLS and SASL state, peer identity, ...).
+        self.conn = conn
+        self._queue_limit = queue_limit
+        self._channel: Channel | None = None
+        self._channel_lock = asyncio.Lock()
+        self._reader: asyncio.Task[None] | None = None
+        self._ids = TransIds()
+        self._by_trans_id: dict[int, Attachment] = {}
+        self._by_endpoint: dict[Endpoint, Attachment] = {}
+        self._reports: dict[int, SendResult] = {}
+        self._closed = False
+
+    async def __aenter__(self) -> ApexClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def attachments(self) -> tuple[Attachment, ...]:
+        """The attachments that are attached (or being attached) now."""
+        return tuple(self._by_trans_id.values())
+
+    # ----------------------------------------------------------------- attach
+
+    async def attach(
+        self, endpoint: Endpoint | str, *, options: Iterable[Option] = ()
+    ) -> Attachment:
+        """Attach as ``endpoint`` (RFC 3340 section 4.4.1).
+
+        The first attach starts the APEX channel and rides on its ``start`` (section
+        4.2); later ones are MSGs on that channel. Raises ApexRequestError with the
+        relay's code: 553 (other domain), 537 (not authorized), 554 (already attached;
+        also raised locally when this client holds the endpoint), 555 (transID in use),
+        or the BEEP code when the relay refuses the APEX profile.
+        """
+        self._check_open()
+        identity = as_endpoint(endpoint)
+        if identity in self._by_endpoint:
+            raise ApexRequestError(
+                ApexReplyCode.TRANSACTION_FAILED, f"{identity} is already attached here"
+            )
+        trans_id = self._ids.allocate()
+        attach = Attach(endpoint=identity, trans_id=trans_id, options=tuple(options))
+        attachment = Attachment(
+            self, identity, trans_id, attach.options, queue_limit=self._queue_limit
+        )
+        self._by_trans_id[trans_id] = attachment
+        self._by_endpoint[identity] = attachment
+        attached = False
+        try:
+            await self._send_attach(attach)
+            attached = True
+        except ConnectionClosedError:
+            raise SessionClosedError() from None
+        finally:
+            attachment._settle(attached)
+            if not attached:
+                self._forget(attachment)
+        return attachment
+
+    async def _send_attach(self, attach: Attach) -> None:
+        async with self._channel_lock:
+            if self._channel is None and await self._start_channel(attach):
+                return
+        channel = self._channel
+        if channel is None:  # pragma: no cover  (set by _start_channel or raised)
+            raise SessionClosedError()
+        reply = await channel.send(beep_xml(attach.to_xml()))
+        _reply_outcome(reply.payload, attach.trans_id)
+
+    async def _start_channel(self, attach: Attach) -> bool:
+        """Start the APEX channel with ``attach`` piggybacked; True when the relay
+        answered it there (ok, or raise), False when it must go as a MSG."""
+        xml = attach.to_xml()
+        piggyback = xml.decode("utf-8") if len(xml) <= MAX_PROFILE_CONTENT_OCTETS else None
+        try:
+            channel = await self.conn.open_channel(
+                ProfileOffer(uri=APEX_PROFILE, content=piggyback)
+            )
+        except ChannelStartError as exc:
+            code = int(exc.code) if exc.code is not None else ApexReplyCode.ACTION_NOT_TAKEN
+            raise ApexRequestError(code, str(exc), trans_id=attach.trans_id) from None
+        self._channel = channel
+        answer = channel.reply_content
+        if piggyback is None or answer is None or not answer.strip():
+            # The relay did not answer the piggyback (RFC 3080 section 2.3.1.2 makes it
+            # optional): the attach goes as the first MSG, once the reader runs.
+            self._start_reader(channel)
+            return False
+        try:
+            _outcome(answer, attach.trans_id)
+        finally:
+            # Data queued behind the start's reply is read only after the attachment's
+            # outcome is recorded (the caller settles it before awaiting anything).
+            self._start_reader(channel)
+        return True
+
+    def _start_reader(self, channel: Channel) -> None:
+        if self._reader is None:
+            self._reader = asyncio.get_running_loop().create_task(self._read(channel))
+
+    # ----------------------------------------------------------------- terminate
+
+    async def _terminate(self, attachment: Attachment, *, code: int, text: str) -> None:
+        if attachment.ended is not None:
+            raise attachment.ended
+        channel = self._require_channel()
+        terminate = Terminate(trans_id=attachment.trans_id, code=code, text=text)
+        try:
+            reply = await channel.send(beep_xml(terminate.to_xml()))
+        except ConnectionClosedError:
+            raise SessionClosedError() from None
+        _reply_outcome(reply.payload, attachment.trans_id)
+        self._end(attachment, AttachmentTerminatedError(code, text or "terminated"))
+
+    async def terminate_all(self, *, code: int = 250, text: str = "") -> None:
+        """Release every attachment of this client with transID 0 (RFC 3340 section
+        4.4.3, step 1)."""
+        self._check_open()
+        if self._channel is None:
+            return
+        terminate = Terminate(trans_id=0, code=code, text=text)
+        try:
+            reply = await self._channel.send(beep_xml(terminate.to_xml()))
+        except ConnectionClosedError:
+            raise SessionClosedError() from None
+        _reply_outcome(reply.payload, 0)
+        self._end_all(AttachmentTerminatedError(code, text or "terminated"))
+
+    # ----------------------------------------------------------------- data
+
+    async def _send_data(
+        self,
+        attachment: Attachment,
+        recipients: RecipientLike | Iterable[RecipientLike],
+        content: Content,
+        *,
+        content_type: str,
+        options: tuple[Option, ...],
+        status_request: bool,
+    ) -> SendResult:
+        if attachment.ended is not None:
+            raise attachment.ended
+        if attachment.state is not AttachmentState.ATTACHED:
+            raise AttachmentTerminatedError(ApexReplyCode.ACTION_NOT_TAKEN, "not attached")
+        channel = self._require_channel()
+        targets = as_recipients(recipients)
+        status_id: int | None = None
+        if status_request:
+            status_id = self._ids.allocate()
+            options = (
+                *options,
+                Option(
+                    internal=STATUS_REQUEST,
+                    target_hop=TargetHop.FINAL,
+                    must_understand=True,
+                    trans_id=status_id,
+                ),
+            )
+        try:
+            payload = encode_data(
+                originator=attachment.endpoint,
+                recipients=targets,
+                content=content,
+                content_type=content_type,
+                options=options,
+            )
+        except BaseException:
+            if status_id is not None:
+                self._ids.release(status_id)
+            raise
+        result = SendResult(
+            recipients=tuple(str(r.identity) for r in targets),
+            status_trans_id=status_id,
+            on_close=self._unregister_result if status_id is not None else None,
+        )
+        if status_id is not None:
+            # Registered before sending: the report may overtake the ok.
+            self._reports[status_id] = result
+            attachment._results.add(result)
+        try:
+            reply = await channel.send(payload)
+            _reply_outcome(reply.payload, None)
+        except ConnectionClosedError:
+            result.close()
+            raise SessionClosedError() from None
+        except BaseException:
+            result.close()
+            raise
+        return result
+
+    def _unregister_result(self, result: SendResult) -> None:
+        trans_id = result.status_trans_id
+        if trans_id is not None and self._reports.get(trans_id) is result:
+            del self._reports[trans_id]
+            self._ids.release(trans_id)
+        for attachment in self._by_trans_id.values():
+            attachment._results.discard(result)
+
+    # ----------------------------------------------------------------- reading
+
+    async def _read(self, channel: Channel) -> None:
+        try:
+            while True:
+                incoming = await channel.receive()
+                await self._handle(incoming)
+        except (ConnectionClosedError, SessionClosedError):
+            pass
+        finally:
+            self._end_all(AttachmentTerminatedError(421, "BEEP session ended"))
+
+    async def _handle(self, incoming: Incoming) -> None:
+        try:
+            payload = parse_payload(incoming.payload)
+            message = parse_message(payload.control)
+        except ApexError as exc:
+            incoming.error(beep_xml(Error.from_exception(exc).to_xml()))
+            return
+        if isinstance(message, Data):
+            await self._on_data(incoming, message, payload.parts)
+        elif isinstance(message, Terminate):
+            self._on_terminate(incoming, message)
+        else:
+            incoming.error(
+                _error_payload(
+                    ApexReplyCode.ACTION_NOT_TAKEN,
+                    f"an application does not accept {type(message).__name__.lower()}",
+                )
+            )
+
+    async def _on_data(self, incoming: Incoming, data: Data, parts: Mapping[str, MimePart]) -> None:
+        """RFC 3340 section 4.4.4.2: ok when some recipient is attached here, else 550."""
+        targets: list[Attachment] = []
+        for recipient in data.recipients:
+            attachment = self._by_endpoint.get(recipient.identity)
+            if attachment is None:
+                continue
+            if attachment.state is AttachmentState.ATTACHING:
+                await attachment._settled  # its ok may still be on its way to attach()
+            if attachment.state is AttachmentState.ATTACHED and attachment not in targets:
+                targets.append(attachment)
+        if not targets:
+            incoming.error(
+                _error_payload(ApexReplyCode.ACTION_NOT_TAKEN, "no recipient is attached here")
+            )
+            return
+        response = self._status_response(data)
+        try:
+            received = decode_data(data, parts, response)
+        except ApexError as exc:
+            incoming.error(beep_xml(Error.from_exception(exc).to_xml()))
+            return
+        incoming.reply(_OK_PAYLOAD)
+        if response is not None:
+            collector = self._reports.get(response.trans_id)
+            if collector is not None:
+                collector._deliver(response)
+                return
+        for attachment in targets:
+            await attachment._put(received)
+
+    def _status_response(self, data: Data) -> StatusResponse | None:
+        """The statusResponse of a report (RFC 3340 section 5.1), parsed only for data
+        from a report service with inline content."""
+        originator = data.originator.identity
+        content = data.data_content
+        if (
+            originator.address != _REPORT_ADDRESS
+            or content is None
+            or data.content != "#" + content.name
+        ):
+            return None
+        try:
+            return parse_status_response(content.content)
+        except ApexError:
+            return None
+
+    def _on_terminate(self, incoming: Incoming, terminate: Terminate) -> None:
+        """RFC 3340 section 4.4.3, as the receiving application."""
+        error = AttachmentTerminatedError(terminate.code, terminate.text or "terminated by relay")
+        if terminate.trans_id == 0:
+            incoming.reply(_OK_PAYLOAD)
+            self._end_all(error)
+            return
+        attachment = self._by_trans_id.get(terminate.trans_id)
+        if attachment is None or attachment.state is not AttachmentState.ATTACHED:
+            incoming.error(
+                _error_payload(ApexReplyCode.ACTION_NOT_TAKEN, "unknown transaction-identifier")
+            )
+            return
+        incoming.reply(_OK_PAYLOAD)
+        self._end(attachment, error)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def _end(self, attachment: Attachment, error: AttachmentTerminatedError) -> None:
+        attachment._end(error)
+        self._forget(attachment)
+
+    def _end_all(self, error: AttachmentTerminatedError) -> None:
+        for attachment in tuple(self._by_trans_id.values()):
+            if attachment.state is not AttachmentState.ATTACHING:
+                self._end(attachment, error)
+
+    def _forget(self, attachment: Attachment) -> None:
+        if self._by_trans_id.get(attachment.trans_id) is attachment:
+            del self._by_trans_id[attachment.trans_id]
+            self._ids.release(attachment.trans_id)
+        if self._by_endpoint.get(attachment.endpoint) is attachment:
+            del self._by_endpoint[attachment.endpoint]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError("client closed")
+        try:
+            self.conn.raise_if_closed()
+        except ConnectionClosedError:
+            raise SessionClosedError() from None
+
+    def _require_channel(self) -> Channel:
+        self._check_open()
+        if self._channel is None:
+            raise SessionClosedError("no APEX channel")
+        return self._channel
+
+    async def close(self) -> None:
+        """Release the BEEP session; every attachment ends with it (RFC 3340 section
+        6.1.1) and its receivers get AttachmentTerminatedError (421)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._end_all(AttachmentTerminatedError(421, "client closed"))
+        await self.conn.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+
+async def connect_endpoint(
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    sasl: tuple[str, str, str] | None = None,
+    config: SessionConfig | None = None,
+    queue_limit: int = DEFAULT_QUEUE_LIMIT,
+    timeout: float = 10.0,  # noqa: ASYNC109  (bounds connect, tuning and SASL together)
+) -> ApexClient:
+    """Open a BEEP session to an APEX relay (RFC 3340 section 3).
+
+    With ``ssl_context`` the session is tuned to TLS first (RFC 3080 section 3.1,
+    certificate checked against ``server_hostname`` or ``host``); with ``sasl`` =
+    ``(mechanism, authcid, password)`` it then authenticates (RFC 3080 section 4.1,
+    raising AuthenticationError with the relay's code). No channel is started yet: the
+    first :meth:`ApexClient.attach` starts the APEX channel (section 4.2).
+    """
+    conn = await connect(
+        host,
+        port,
+        config,
+        ssl_context=ssl_context,
+        server_hostname=server_hostname,
+        timeout=timeout,
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            if ssl_context is not None:
+                await conn.start_tls()
+            if sasl is not None:
+                mechanism, authcid, password = sasl
+                exchange = SaslClientExchange(
+                    mechanism,
+                    authcid=authcid,
+                    password=password,
+                    host=server_hostname or host,
+                )
+                await conn.authenticate(mechanism, exchange)
+    except BaseException:
+        await conn.close()
+        raise
+    return ApexClient(conn, queue_limit=queue_limit)
+
+
+__all__ = ["APEX_PROFILE", "ApexClient", "connect_endpoint"]
