@@ -58,6 +58,8 @@ DOMAIN = "example.com"
 REFUSED = {"denied": 537, "taken": 554, "busy": 555}
 #: Recipients the peer refuses data for (section 4.4.4.1, step 1).
 BLOCKED = "blocked"
+#: Endpoints the peer sends data to right after accepting their attach.
+EAGER = "eager"
 
 OK = beep_xml(Ok().to_xml())
 
@@ -91,6 +93,7 @@ class Peer:
     payloads: list[bytes] = field(default_factory=list)
     data: list[Data] = field(default_factory=list)
     report_replies: list[Reply] = field(default_factory=list)
+    eager_replies: list[asyncio.Future[Reply]] = field(default_factory=list)
     channel: Channel | None = None
     channel_ready: asyncio.Event = field(default_factory=asyncio.Event)
     report_sent: asyncio.Event = field(default_factory=asyncio.Event)
@@ -123,6 +126,12 @@ class Peer:
                 self.attaches.append(message)
                 answer = decide(message)
                 (incoming.reply if answer == Ok().to_xml() else incoming.error)(beep_xml(answer))
+                if message.endpoint.address == EAGER:
+                    # Data right behind the ok, in the same write: the client must not
+                    # answer it 550 while its attach() has yet to see the ok.
+                    self.eager_replies.append(
+                        channel.send(data_to([str(message.endpoint)], b"<early/>"))
+                    )
             elif isinstance(message, Terminate):
                 self.terminates.append(message)
                 incoming.reply(OK)
@@ -284,6 +293,28 @@ async def test_attach_errors_carry_the_relay_code(
     assert barney.attached
     assert len(state.starts) == 1
     assert ep(endpoint) not in {a.endpoint for a in client.attachments}
+
+
+async def test_concurrent_attaches_share_one_channel(
+    client: ApexClient, peer: tuple[int, Peer]
+) -> None:
+    _, state = peer
+    names = [f"user{i}@example.com" for i in range(10)]
+    attachments = await asyncio.gather(*(client.attach(name) for name in names))
+    assert all(a.attached for a in attachments)
+    assert len(state.starts) == 1
+    assert len({a.trans_id for a in attachments}) == 10
+
+
+async def test_data_right_behind_the_attach_ok_is_accepted(
+    client: ApexClient, peer: tuple[int, Peer]
+) -> None:
+    _, state = peer
+    await client.attach("fred@example.com")
+    eager = await client.attach("eager@example.com")
+    reply = await asyncio.wait_for(state.eager_replies[0], 5)
+    assert reply.kind == "RPY"
+    assert (await asyncio.wait_for(eager.receive(), 5)).content == b"<early/>"
 
 
 async def test_attaching_twice_as_one_endpoint_is_refused_locally(client: ApexClient) -> None:
