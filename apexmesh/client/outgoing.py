@@ -11,6 +11,7 @@ collide with it; :func:`apexmesh.apex.content.build_payload` still checks.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -49,9 +50,17 @@ Content: TypeAlias = bytes | XmlContent | Element
 RecipientLike: TypeAlias = Endpoint | str | Recipient
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_endpoint(text: str) -> Endpoint:
+    return Endpoint.parse(text)
+
+
 def as_endpoint(value: Endpoint | str) -> Endpoint:
-    """Parse endpoint text (RFC 3340 section 2.2); raises EndpointError (553)."""
-    return value if isinstance(value, Endpoint) else Endpoint.parse(value)
+    """Parse endpoint text (RFC 3340 section 2.2); raises EndpointError (553).
+
+    Endpoints are immutable, so the parse of each text is cached: applications that
+    name their peers as strings do not pay for parsing on every send."""
+    return value if isinstance(value, Endpoint) else _parse_endpoint(value)
 
 
 def as_recipients(values: RecipientLike | Iterable[RecipientLike]) -> tuple[Recipient, ...]:
