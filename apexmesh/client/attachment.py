@@ -149,7 +149,8 @@ class Attachment:
 
     async def terminate(self, *, code: int = 250, text: str = "") -> None:
         """Release the attachment (RFC 3340 section 4.4.3); ApexRequestError when the
-        relay refuses (550 for an unknown transaction)."""
+        relay refuses (550 for an unknown transaction), AttachmentTerminatedError when it
+        has already ended."""
         await self._client._terminate(self, code=code, text=text)
 
     # ----------------------------------------------------------------- client side

@@ -317,7 +317,14 @@ class ApexClient:
         try:
             while True:
                 incoming = await channel.receive()
-                await self._handle(incoming)
+                try:
+                    await self._handle(incoming)
+                except (ConnectionClosedError, SessionClosedError):
+                    raise
+                except Exception:  # one bad message must not stop the reader
+                    logger.exception("handling an APEX message failed")
+                    with contextlib.suppress(BeepError):
+                        incoming.error(_error_payload(ApexReplyCode.ACTION_ABORTED, "local error"))
         except (ConnectionClosedError, SessionClosedError):
             pass
         finally:
@@ -437,14 +444,15 @@ class ApexClient:
             raise SessionClosedError("no APEX channel")
         return self._channel
 
-    async def close(self) -> None:
+    async def close(self, *, timeout: float = 10.0) -> None:  # noqa: ASYNC109
         """Release the BEEP session; every attachment ends with it (RFC 3340 section
-        6.1.1) and its receivers get AttachmentTerminatedError (421)."""
+        6.1.1) and its receivers get AttachmentTerminatedError (421). A relay that does
+        not confirm the release within ``timeout`` seconds is cut off."""
         if self._closed:
             return
         self._closed = True
         self._end_all(AttachmentTerminatedError(421, "client closed"))
-        await self.conn.close()
+        await _release(self.conn, timeout)
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -492,9 +500,17 @@ async def connect_endpoint(
                 )
                 await conn.authenticate(mechanism, exchange)
     except BaseException:
-        await conn.close()
+        await _release(conn, timeout)
         raise
     return ApexClient(conn, queue_limit=queue_limit)
+
+
+async def _release(conn: BeepConnection, timeout: float) -> None:  # noqa: ASYNC109
+    """Release the session (RFC 3080 section 2.4), or abort it after ``timeout``."""
+    try:
+        await asyncio.wait_for(conn.close(), timeout)
+    except TimeoutError:
+        conn.abort()
 
 
 __all__ = ["APEX_PROFILE", "ApexClient", "connect_endpoint"]

@@ -100,8 +100,9 @@ def encode_data(
 ) -> bytes:
     """The complete BEEP payload (entity headers included) of one data operation.
 
-    Raises ApexError (501 invalid XML content or element, 554 too many recipients or
-    options) and ValueError for a malformed ``content_type``.
+    Raises ApexError (500/501 invalid XML content or element, 554 too many recipients
+    or options), ValueError for a malformed ``content_type`` and TypeError for content of
+    another type (text must be encoded, or wrapped in :class:`XmlContent` if it is XML).
     """
     origin = Originator(identity=originator)
     if isinstance(content, bytes):
@@ -121,7 +122,12 @@ def encode_data(
                 if attempt == _MAX_BOUNDARY_ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
-    xml = content.xml if isinstance(content, XmlContent) else to_bytes(content)
+    if isinstance(content, XmlContent):
+        xml = content.xml
+    elif isinstance(content, Element):
+        xml = to_bytes(content)
+    else:
+        raise TypeError(f"content must be bytes, XmlContent or an element, not {type(content)}")
     data = Data(
         content="#" + CONTENT_NAME,
         originator=origin,

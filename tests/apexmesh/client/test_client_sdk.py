@@ -384,6 +384,14 @@ async def test_data_error_raises_with_its_code(client: ApexClient) -> None:
     assert fred.attached  # a refused data does not end the attachment
 
 
+async def test_text_content_is_refused(client: ApexClient) -> None:
+    fred = await client.attach("fred@example.com")
+    with pytest.raises(TypeError):
+        await fred.send("barney@example.com", "text")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="media type"):
+        await fred.send("barney@example.com", b"x", content_type="text/plain\r\nX-Evil: 1")
+
+
 async def test_many_sends_pipeline(client: ApexClient, peer: tuple[int, Peer]) -> None:
     _, state = peer
     fred = await client.attach("fred@example.com")
@@ -423,6 +431,14 @@ async def test_status_request_is_on_the_wire_and_its_report_is_collected(
     await asyncio.wait_for(state.report_sent.wait(), 5)
     assert state.report_replies[0].kind == "RPY"  # the client answered the report ok
     assert fred.receive_nowait() is None  # a collected report is not queued
+
+
+async def test_missing_reports_time_out(client: ApexClient) -> None:
+    fred = await client.attach("fred@example.com")
+    result = await fred.send("barney@example.com", b"hello", status_request=True)
+    with pytest.raises(TimeoutError):
+        await result.reports(2, timeout=0.2)
+    assert len(result.collected) == 1
 
 
 async def test_uncollected_report_reaches_the_receive_queue(
