@@ -60,14 +60,19 @@ NONE: Final = "none"
 
 #: The token the relaying mesh consults (RFC 3340 section 4.4.4.1 step 5.3).
 CORE_DATA: Final = "core:data"
+#: apex-mesh's token for attach authorization (RFC 3340 section 4.5.1, local provisioning).
+CORE_ATTACH: Final = "core:attach"
 ACCESS_QUERY: Final = "access:query"
 ACCESS_GET: Final = "access:get"
 ACCESS_SET: Final = "access:set"
 
 #: Operations per service, as registered by each APEX document.
 REGISTERED_OPERATIONS: Final[Mapping[str, frozenset[str]]] = {
-    # RFC 3340 section 4.4.4.1 step 5.3
-    "core": frozenset({"data"}),
+    # RFC 3340 section 4.4.4.1 step 5.3 ("data"); "attach" is apex-mesh's token for the
+    # local provisioning of RFC 3340 section 4.5.1 (which BEEP peer identities may attach
+    # as an owner's endpoint): the default entry "local@domain all:all" makes the identity
+    # function the default, and an owner may grant core:attach to other identities.
+    "core": frozenset({"data", "attach"}),
     # RFC 3341 section 5
     "access": frozenset({"query", "get", "set"}),
     # RFC 3343 section 5

@@ -1,0 +1,238 @@
+"""Composition root of the relay: everything built from settings, no module globals.
+
+Start order: Redis (PING), the access decision cache, the gRPC server (other pods and
+services reach this pod), the attachment lease loop, the BEEP listeners (apex-edge and
+apex-mesh), then the admin HTTP server. Stop order: listeners first (no new sessions),
+release every session and attachment, then gRPC with its grace period, clients, Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+
+import grpc
+from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis
+
+from apexmesh.aio import BeepConnection, listen
+from apexmesh.apex.options import OptionRegistry
+from apexmesh.beep.sasl import SaslServerExchange, StaticCredentials
+from apexmesh.beep.session import SessionConfig
+from apexmesh.beep.tuning import SaslServer
+from apexmesh.contracts.relay.v1 import relay_pb2_grpc
+from apexmesh.ops.http import HttpServer
+from apexmesh.rpc.access import AccessClient
+from apexmesh.rpc.server import create_server, graceful_stop
+from apexmesh.store.access_cache import CachedAccessChecker
+from apexmesh.store.attachments import AttachmentRegistry
+from apexmesh.store.keys import Keys
+from services.relay.edge import APEX_PROFILE, Mode, start_handler
+from services.relay.http import create_http_app
+from services.relay.mesh import MeshPool
+from services.relay.metrics import RelayMetrics
+from services.relay.peers import PeerDelivery
+from services.relay.router import Router
+from services.relay.servicer import RelayServicer
+from services.relay.settings import RelaySettings
+from services.relay.wellknown import WellKnownServices
+
+_log = logging.getLogger(__name__)
+
+SASL_MECHANISMS = ("SCRAM-SHA-256", "DIGEST-MD5", "PLAIN")
+
+
+class RelayApp:
+    """One running relay pod."""
+
+    def __init__(self, settings: RelaySettings) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry()
+        self.metrics = RelayMetrics.create(self.registry)
+        self.redis: Redis = Redis.from_url(settings.redis_url)
+        self.keys = Keys(settings.redis_prefix)
+        self._access_channel = grpc.aio.insecure_channel(settings.access_address)
+        self.access = AccessClient(self._access_channel)
+        self.checker = CachedAccessChecker(self.access, self.redis, self.keys)
+        self.attachments = AttachmentRegistry(
+            self.redis, self.keys, settings.pod_id, lease_ms=settings.lease_ms
+        )
+        self._service_channels = {
+            name: grpc.aio.insecure_channel(address) for name, address in settings.services.items()
+        }
+        self._report_channel = (
+            None
+            if settings.report_address is None
+            else grpc.aio.insecure_channel(settings.report_address)
+        )
+        self.server_ssl = self._server_context()
+        self.mesh = MeshPool(
+            domain=settings.domains[0],
+            routes=settings.routes,
+            ssl_context=self._client_context(),
+            credentials=settings.credentials,
+        )
+        self.peers = PeerDelivery()
+        self.router = Router(
+            domains=settings.domains,
+            options=OptionRegistry(),
+            access=self.checker,
+            attachments=self.attachments,
+            peers=self.peers,
+            mesh=self.mesh,
+            services=WellKnownServices(self.access, self._service_channels, self._report_channel),
+            metrics=self.metrics,
+            trusted=settings.trusted,
+            allow_anonymous=settings.dev,
+            clock=time.monotonic,
+        )
+        self._credentials = StaticCredentials(settings.credentials)
+        self.http = HttpServer(
+            create_http_app(self.registry, self.redis, self.checker, lambda: bool(self._listeners))
+        )
+        self._grpc: grpc.aio.Server | None = None
+        self._listeners: list[asyncio.Server] = []
+        self._connections: set[BeepConnection] = set()
+        self._lease_task: asyncio.Task[None] | None = None
+        self.grpc_port = self.edge_port = self.mesh_port = self.http_port = 0
+
+    # ------------------------------------------------------------ TLS and SASL
+
+    def _server_context(self) -> ssl.SSLContext | None:
+        if self.settings.tls_cert is None or self.settings.tls_key is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key)
+        return context
+
+    def _client_context(self) -> ssl.SSLContext | None:
+        if self.settings.tls_ca is not None:
+            return ssl.create_default_context(cafile=str(self.settings.tls_ca))
+        return None
+
+    def _sasl_server(self, mechanism: str, tls_active: bool) -> SaslServer | None:
+        if mechanism not in SASL_MECHANISMS or not self.settings.credentials:
+            return None
+        return SaslServerExchange(
+            mechanism,
+            self._credentials,
+            tls_active=tls_active,
+            allow_plaintext_without_tls=self.settings.dev,
+            realm=self.settings.domains[0],
+            host=self.settings.domains[0],
+        )
+
+    def _session_config(self) -> SessionConfig:
+        return SessionConfig(
+            profiles=(APEX_PROFILE,),
+            tls_available=self.server_ssl is not None,
+            sasl_mechanisms=SASL_MECHANISMS if self.settings.credentials else (),
+            sasl_server=self._sasl_server if self.settings.credentials else None,
+            max_message_octets=self.settings.max_message,
+            receive_window_octets=64 * 1024,
+            idle_seconds=300.0,
+        )
+
+    def _on_connection(self, conn: BeepConnection) -> None:
+        self._connections.add(conn)
+        self.metrics.sessions.inc()
+
+        def gone(_: object) -> None:
+            self._connections.discard(conn)
+            self.metrics.sessions.dec()
+
+        conn.closed.add_done_callback(gone)
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def grpc_address(self) -> str:
+        return f"{self.settings.advertise_host}:{self.grpc_port}"
+
+    async def start(self) -> None:
+        await self.redis.ping()
+        await self.checker.start()
+        servicer = RelayServicer(self.router)
+        self._grpc, self.grpc_port = await create_server(
+            [lambda server: relay_pb2_grpc.add_RelayServiceServicer_to_server(servicer, server)],
+            host=self.settings.grpc_host,
+            port=self.settings.grpc_port,
+        )
+        await self.attachments.renew(self.grpc_address)
+        self._lease_task = asyncio.get_running_loop().create_task(self._renew_leases())
+        for mode, host, port in (
+            (Mode.EDGE, self.settings.edge_host, self.settings.edge_port),
+            (Mode.MESH, self.settings.mesh_host, self.settings.mesh_port),
+        ):
+            server = await listen(
+                host,
+                port,
+                self._session_config,
+                ssl_context=self.server_ssl,
+                on_start=start_handler(self.router, mode),
+                on_connection=self._on_connection,
+            )
+            self._listeners.append(server)
+        self.edge_port = self._listeners[0].sockets[0].getsockname()[1]
+        self.mesh_port = self._listeners[1].sockets[0].getsockname()[1]
+        self.http_port = await self.http.start(self.settings.http_host, self.settings.http_port)
+
+    async def _renew_leases(self) -> None:
+        interval = self.settings.lease_ms / 3000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                renewed = await self.attachments.renew(self.grpc_address)
+            except (OSError, ConnectionError) as exc:
+                _log.warning("cannot renew attachment leases: %s", exc)
+                continue
+            except Exception:  # noqa: BLE001  (Redis errors of every kind: keep trying)
+                _log.exception("cannot renew attachment leases")
+                continue
+            if renewed < len(self.router.local):
+                await self._drop_lost_attachments()
+
+    async def _drop_lost_attachments(self) -> None:
+        """Attachments whose lease lapsed (Redis restarted, pod paused) may now belong to
+        another pod: terminate ours rather than serve an endpoint twice."""
+        for endpoint, (channel, attachment) in list(self.router.local.items()):
+            found = await self.attachments.locate(str(endpoint))
+            if found is None:
+                if await self.attachments.claim(str(endpoint)) is None:
+                    continue
+            elif found[0] == self.settings.pod_id:
+                continue
+            await channel.terminate(attachment, 554, "attachment lease lost")
+
+    async def stop(self) -> None:
+        for server in self._listeners:
+            server.close()
+        if self._lease_task is not None:
+            self._lease_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lease_task
+        for conn in list(self._connections):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 2.0)
+        for server in self._listeners:
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+        self._listeners.clear()
+        with contextlib.suppress(Exception):
+            await self.attachments.release_all()
+        await self.router.close()
+        if self._grpc is not None:
+            await graceful_stop(self._grpc, self.settings.shutdown_grace)
+            self._grpc = None
+        await self.http.stop()
+        await self.mesh.close()
+        await self.peers.close()
+        await self.checker.aclose()
+        for channel in (self._access_channel, *self._service_channels.values()):
+            await channel.close()
+        if self._report_channel is not None:
+            await self._report_channel.close()
+        await self.redis.aclose()

@@ -1,0 +1,255 @@
+"""The relay's BEEP side: APEX channels in the endpoint-relay and relay-relay modes.
+
+One :class:`ApexChannel` serves one BEEP channel bound to the APEX profile (RFC 3340
+section 4.2). It runs attach (4.4.1), bind (4.4.2) and terminate (4.4.3) itself, with the
+per-channel transaction table of :mod:`apexmesh.apex.associations`, hands data (4.4.4)
+to the :class:`~services.relay.router.Router`, and delivers data to the endpoints attached
+over it. The piggybacked attach or bind of the channel start is processed before the
+channel is accepted, so its answer travels in the start's positive reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from typing import TYPE_CHECKING
+
+from apexmesh.aio import (
+    AcceptChannel,
+    BeepConnection,
+    Channel,
+    ConnectionClosedError,
+    Incoming,
+    RejectChannel,
+    Reply,
+)
+from apexmesh.apex.associations import Associations, Attachment, Binding
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.content import parse_payload
+from apexmesh.apex.data import Data
+from apexmesh.apex.elements import Attach, Bind, Error, Ok, Terminate, parse_message
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.options import select_local_options
+from apexmesh.beep import events as ev
+from apexmesh.beep.codes import ReplyCode
+from apexmesh.beep.errors import BeepError
+from apexmesh.beep.mime import beep_xml
+from services.relay.outcomes import Outcome, code_of, outcome_from_reply
+
+if TYPE_CHECKING:
+    from services.relay.router import Router
+
+_log = logging.getLogger(__name__)
+
+APEX_PROFILE = "http://iana.org/beep/APEX"
+_OK = beep_xml(Ok().to_xml())
+
+
+class Mode(enum.Enum):
+    """RFC 3340 section 2.1: who is on the other side of the BEEP session."""
+
+    EDGE = "endpoint-relay"
+    MESH = "relay-relay"
+
+
+def error_payload(code: int, text: str) -> bytes:
+    """A BEEP payload holding an APEX ``error`` element."""
+    return beep_xml(Error(code=code_of(code), text=text).to_xml())
+
+
+class ApexChannel:
+    """One APEX channel of one BEEP session. See the module docstring."""
+
+    def __init__(self, router: Router, conn: BeepConnection, mode: Mode) -> None:
+        self.router = router
+        self.conn = conn
+        self.mode = mode
+        self.associations = Associations()
+        self.channel: Channel | None = None
+        self._ready = asyncio.Event()
+        self._closed = False
+
+    # ---------------------------------------------------------------- channel start
+
+    async def on_start(self, content: str | None) -> str | None:
+        """Process the element piggybacked on the channel start; return the answer."""
+        if content is None:
+            return None
+        try:
+            element = parse_message(content)
+        except ApexError as exc:
+            return Error.from_exception(exc).to_xml().decode()
+        if isinstance(element, Attach | Bind):
+            return (await self._associate(element)).decode()
+        return (
+            Error(
+                code=ApexReplyCode.PARAMETER_SYNTAX_ERROR,
+                text="only attach or bind may be piggybacked",
+            )
+            .to_xml()
+            .decode()
+        )
+
+    async def serve(self, channel: Channel) -> None:
+        """Process the MSGs of the channel in order until the session ends."""
+        self.channel = channel
+        self._ready.set()
+        try:
+            while True:
+                incoming = await channel.receive()
+                await self._handle(incoming)
+        except ConnectionClosedError:
+            pass
+        finally:
+            await self.release()
+            self.router.forget(self)
+
+    async def release(self) -> None:
+        """The channel is gone: release every attachment made over it."""
+        if self._closed:
+            return
+        self._closed = True
+        for association in self.associations.terminate(0):
+            await self.router.detached(self, association)
+
+    # ---------------------------------------------------------------- incoming MSGs
+
+    async def _handle(self, incoming: Incoming) -> None:
+        try:
+            payload = parse_payload(incoming.payload)
+            element = parse_message(payload.control)
+        except ApexError as exc:
+            incoming.error(beep_xml(Error.from_exception(exc).to_xml()))
+            return
+        if isinstance(element, Data):
+            answer = await self.router.accept(element, payload, incoming.payload, self)
+            if answer is None:
+                incoming.reply(_OK)
+            else:
+                incoming.error(beep_xml(answer.to_xml()))
+            return
+        if isinstance(element, Attach | Bind):
+            result = await self._associate(element)
+            if element_is_ok(result):
+                incoming.reply(beep_xml(result))
+            else:
+                incoming.error(beep_xml(result))
+            return
+        if isinstance(element, Terminate):
+            try:
+                ended = self.associations.terminate(element.trans_id)
+            except ApexError as exc:
+                incoming.error(beep_xml(Error.from_exception(exc).to_xml()))
+                return
+            for association in ended:
+                await self.router.detached(self, association)
+            incoming.reply(_OK)
+            return
+        incoming.error(
+            error_payload(
+                ApexReplyCode.PARAMETER_SYNTAX_ERROR,
+                f"unexpected {type(element).__name__.lower()} element",
+            )
+        )
+
+    async def _associate(self, element: Attach | Bind) -> bytes:
+        """Run attach (4.4.1) or bind (4.4.2); return the ok or error element."""
+        try:
+            self.associations.begin(element.trans_id)
+        except ApexError as exc:
+            return Error.from_exception(exc).to_xml()
+        try:
+            if isinstance(element, Attach):
+                self._require(Mode.EDGE, "attach")
+                await self.router.attach(self, element)
+                select_local_options(element.options, self.router.options)
+                association: Attachment | Binding = Attachment(element.trans_id, element.endpoint)
+                await self.router.claim(self, element.endpoint, element.trans_id)
+            else:
+                self._require(Mode.MESH, "bind")
+                self.router.bind(self, element)
+                select_local_options(element.options, self.router.options)
+                association = Binding(element.trans_id, element.relay)
+        except ApexError as exc:
+            self.associations.abandon(element.trans_id)
+            return Error.from_exception(exc).to_xml()
+        self.associations.complete(association)
+        return Ok().to_xml()
+
+    def _require(self, mode: Mode, operation: str) -> None:
+        if self.mode is not mode:
+            service = "apex-edge" if mode is Mode.EDGE else "apex-mesh"
+            raise ApexError(
+                ApexReplyCode.ACTION_NOT_TAKEN, f"{operation} is for the {service} service"
+            )
+
+    # ---------------------------------------------------------------- outgoing data
+
+    def deliver(self, payload: bytes) -> asyncio.Future[Outcome]:
+        """Send data to the endpoint attached over this channel (4.4.4.1 step 5.3)."""
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[Outcome] = loop.create_future()
+        channel = self.channel
+        if channel is None or self._closed:
+            result.set_result(Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached"))
+            return result
+        try:
+            reply = channel.send(payload)
+        except ConnectionClosedError:
+            result.set_result(Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached"))
+            return result
+
+        def done(future: asyncio.Future[Reply]) -> None:
+            if result.done():
+                return
+            if future.cancelled() or future.exception() is not None:
+                result.set_result(Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached"))
+            else:
+                result.set_result(outcome_from_reply(future.result()))
+
+        reply.add_done_callback(done)
+        return result
+
+    async def terminate(self, attachment: Attachment, code: int, text: str) -> None:
+        """Relay-initiated terminate of one attachment (4.4.3)."""
+        self.associations.remove(attachment)
+        await self.router.detached(self, attachment)
+        channel = self.channel
+        if channel is None or self._closed:
+            return
+        element = Terminate(trans_id=attachment.trans_id, code=code_of(code), text=text)
+        with contextlib.suppress(ConnectionClosedError):
+            await channel.request(beep_xml(element.to_xml()))
+
+
+def element_is_ok(xml: bytes) -> bool:
+    """True for a serialized ``ok`` element (as built by this module)."""
+    return xml.startswith(b"<ok")
+
+
+def start_handler(router: Router, mode: Mode):  # type: ignore[no-untyped-def]
+    """The BEEP start policy of a relay listener: the APEX profile only."""
+
+    async def on_start(
+        conn: BeepConnection, request: ev.ChannelStartRequested
+    ) -> AcceptChannel | RejectChannel:
+        offer = next((p for p in request.profiles if p.uri == APEX_PROFILE), None)
+        if offer is None:
+            return RejectChannel(
+                code=ReplyCode.ACTION_NOT_TAKEN, text="all requested profiles are unsupported"
+            )
+        handler = ApexChannel(router, conn, mode)
+        try:
+            data = offer.data
+            content = None if data is None else data.decode("utf-8")
+        except (BeepError, UnicodeDecodeError):
+            return RejectChannel(
+                code=ReplyCode.PARAMETER_SYNTAX_ERROR,
+                text="initialization message is not UTF-8 text",
+            )
+        answer = await handler.on_start(content)
+        return AcceptChannel(profile=APEX_PROFILE, content=answer, serve=handler.serve)
+
+    return on_start

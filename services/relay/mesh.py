@@ -1,0 +1,192 @@
+"""Relay-relay links (RFC 3340 sections 2.1, 3.1 and 4.4.2): data for another domain.
+
+For each foreign administrative domain the relay keeps one BEEP session to a relay of
+that domain (connection reused), found from static configuration
+(``APEXMESH_RELAY_ROUTES``, an operator's explicit choice wins) or else the DNS SRV record
+``_apex-mesh._tcp.DOMAIN`` (dnspython). On a new session it tunes TLS when both sides can,
+authenticates with SASL when it has credentials for its own domain, and starts one APEX
+channel with a ``bind`` for its own domain piggybacked (section 4.2). Failures map to the
+RFC's codes: 550 for a domain no relay serves, 421 when the relay cannot be reached, the
+bind's own error code (537 ...) when the bind is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import ssl
+from dataclasses import dataclass
+
+import dns.asyncresolver
+import dns.exception
+import dns.resolver
+
+from apexmesh.aio import BeepConnection, Channel, ChannelStartError, ConnectionClosedError, connect
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.elements import Bind, Error, parse_message
+from apexmesh.apex.errors import ApexError
+from apexmesh.beep.errors import BeepError
+from apexmesh.beep.management import ProfileOffer
+from apexmesh.beep.sasl import SaslClientExchange
+from apexmesh.beep.tuning import TLS_PROFILE, sasl_profile
+from services.relay.edge import APEX_PROFILE
+from services.relay.outcomes import Outcome, outcome_from_reply
+
+_log = logging.getLogger(__name__)
+
+#: Seconds to find, reach and bind to a relay of another domain.
+CONNECT_TIMEOUT_SECONDS = 10.0
+#: Seconds a DNS answer that a domain has no apex-mesh relay is believed.
+NEGATIVE_TTL_SECONDS = 60.0
+
+
+class MeshError(Exception):
+    """No link to a domain; ``outcome`` says what to report."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.text)
+        self.outcome = outcome
+
+
+@dataclass
+class _Link:
+    conn: BeepConnection
+    channel: Channel
+
+
+class MeshPool:
+    """Links to the relays of other domains, one per domain, created on first use."""
+
+    def __init__(
+        self,
+        *,
+        domain: str,
+        routes: dict[str, str],
+        ssl_context: ssl.SSLContext | None,
+        credentials: dict[str, str],
+        use_dns: bool = True,
+    ) -> None:
+        self.domain = domain
+        self.routes = routes
+        self.ssl_context = ssl_context
+        self.credentials = credentials
+        self.use_dns = use_dns
+        self._links: dict[str, _Link] = {}
+        self._connecting: dict[str, asyncio.Task[_Link]] = {}
+        self._no_relay: dict[str, float] = {}
+
+    def send(self, domain: str, payload: bytes) -> asyncio.Future[Outcome]:
+        """Send data (already rewritten for this hop) to a relay of ``domain``."""
+        return asyncio.ensure_future(self._send(domain, payload))
+
+    async def _send(self, domain: str, payload: bytes) -> Outcome:
+        try:
+            link = await self._link(domain)
+            reply = await link.channel.request(payload)
+        except MeshError as exc:
+            return exc.outcome
+        except (ConnectionClosedError, OSError) as exc:
+            self._links.pop(domain, None)
+            return Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, f"relay of {domain} lost: {exc}")
+        return outcome_from_reply(reply)
+
+    async def _link(self, domain: str) -> _Link:
+        link = self._links.get(domain)
+        if link is not None and link.conn.closed.done():
+            self._links.pop(domain, None)
+            link = None
+        if link is not None:
+            return link
+        task = self._connecting.get(domain)
+        if task is None:
+            task = self._connecting[domain] = asyncio.ensure_future(self._open(domain))
+            task.add_done_callback(lambda _t: self._connecting.pop(domain, None))
+        link = await asyncio.shield(task)
+        self._links[domain] = link
+        return link
+
+    async def _open(self, domain: str) -> _Link:
+        host, port = await self._locate(domain)
+        try:
+            conn = await connect(
+                host,
+                port,
+                ssl_context=self.ssl_context,
+                server_hostname=domain,
+                timeout=CONNECT_TIMEOUT_SECONDS,
+            )
+        except (OSError, TimeoutError, BeepError) as exc:
+            raise MeshError(
+                Outcome(
+                    ApexReplyCode.SERVICE_NOT_AVAILABLE, f"cannot reach a relay of {domain}: {exc}"
+                )
+            ) from None
+        try:
+            return await asyncio.wait_for(self._bind(conn, domain), CONNECT_TIMEOUT_SECONDS)
+        except (MeshError, BeepError, TimeoutError, OSError) as exc:
+            await conn.close()
+            if isinstance(exc, MeshError):
+                raise
+            raise MeshError(
+                Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, f"relay of {domain} failed: {exc}")
+            ) from None
+
+    async def _bind(self, conn: BeepConnection, domain: str) -> _Link:
+        offered = conn.greeting.result().profiles
+        if self.ssl_context is not None and TLS_PROFILE in offered:
+            await conn.start_tls()
+            offered = conn.greeting.result().profiles
+        password = self.credentials.get(self.domain)
+        if password is not None:
+            for mechanism in ("SCRAM-SHA-256", "DIGEST-MD5"):
+                if sasl_profile(mechanism) in offered:
+                    exchange = SaslClientExchange(
+                        mechanism, authcid=self.domain, password=password, host=domain
+                    )
+                    await conn.authenticate(mechanism, exchange)
+                    break
+        bind = Bind(relay=self.domain, trans_id=1 + secrets.randbelow(2**31 - 2))
+        try:
+            channel = await conn.open_channel(
+                ProfileOffer(uri=APEX_PROFILE, content=bind.to_xml().decode())
+            )
+        except ChannelStartError as exc:
+            raise MeshError(Outcome(exc.code or ApexReplyCode.ACTION_NOT_TAKEN, str(exc))) from None
+        try:
+            answer = parse_message(channel.reply_content or "")
+        except ApexError:
+            raise MeshError(
+                Outcome(ApexReplyCode.GENERAL_SYNTAX_ERROR, "poorly-formed answer to bind")
+            ) from None
+        if isinstance(answer, Error):
+            raise MeshError(Outcome(int(answer.code), answer.text or "bind refused"))
+        _log.info("bound as %s to a relay of %s", self.domain, domain)
+        return _Link(conn, channel)
+
+    async def _locate(self, domain: str) -> tuple[str, int]:
+        route = self.routes.get(domain)
+        if route is not None:
+            host, _, port = route.rpartition(":")
+            return host, int(port)
+        if self.use_dns:
+            now = asyncio.get_running_loop().time()
+            if self._no_relay.get(domain, 0.0) < now:
+                try:
+                    answer = await dns.asyncresolver.resolve(
+                        f"_apex-mesh._tcp.{domain}", "SRV", lifetime=3.0
+                    )
+                except (dns.exception.DNSException, OSError):
+                    self._no_relay[domain] = now + NEGATIVE_TTL_SECONDS
+                else:
+                    records = sorted(answer, key=lambda r: (r.priority, -r.weight))
+                    best = records[0]
+                    return str(best.target).rstrip("."), int(best.port)
+        raise MeshError(
+            Outcome(ApexReplyCode.ACTION_NOT_TAKEN, f"no relay accepts data for {domain}")
+        )
+
+    async def close(self) -> None:
+        links, self._links = self._links, {}
+        for link in links.values():
+            await link.conn.close()

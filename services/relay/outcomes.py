@@ -1,0 +1,50 @@
+"""What happened to one recipient: the reply code of its delivery (RFC 3340 4.4.4.1).
+
+Every route (a local endpoint, another pod, a well-known service, a foreign domain's
+relay) ends in an :class:`Outcome`: 250 when the next hop answered ``ok``, the code of its
+``error`` otherwise. statusResponse reports and metrics are built from outcomes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from apexmesh.aio import Reply
+from apexmesh.apex.codes import ApexReplyCode, for_code
+from apexmesh.apex.elements import Error, parse_message
+from apexmesh.apex.errors import ApexError
+from apexmesh.beep.errors import BeepError
+from apexmesh.beep.mime import split_entity
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The reply code (and diagnostic) of one delivery attempt."""
+
+    code: int
+    text: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code == ApexReplyCode.SUCCESS
+
+
+DELIVERED = Outcome(ApexReplyCode.SUCCESS)
+
+
+def outcome_from_reply(reply: Reply) -> Outcome:
+    """Read the next hop's answer to a data MSG: ``ok`` or an ``error`` element."""
+    try:
+        element = parse_message(split_entity(reply.payload).body)
+    except (ApexError, BeepError):
+        return Outcome(ApexReplyCode.GENERAL_SYNTAX_ERROR, "poorly-formed answer to data")
+    if reply.kind == "RPY":
+        return DELIVERED
+    if isinstance(element, Error):
+        return Outcome(int(element.code), element.text)
+    return Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "negative reply without an error element")
+
+
+def code_of(value: int) -> ApexReplyCode:
+    """A registered reply code for ``value`` (451, local error, for anything unknown)."""
+    return for_code(value) or ApexReplyCode.ACTION_ABORTED

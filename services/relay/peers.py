@@ -1,0 +1,104 @@
+"""Pod-to-pod delivery inside one administrative domain (gRPC ``DeliverStream``).
+
+Data for an endpoint attached to another relay pod goes to that pod, which sends it on
+the endpoint's APEX channel. One long-lived stream per peer pod keeps deliveries in the
+order they were dispatched and costs no per-call setup; responses carry the request id.
+A broken stream fails its pending deliveries with 421 (service not available) and is
+reopened by the next delivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from services.relay.outcomes import Outcome
+
+_log = logging.getLogger(__name__)
+
+UNAVAILABLE = Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "relay pod not available")
+
+
+class _Stream:
+    """One DeliverStream to one peer pod."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.aio.insecure_channel(address)
+        self._stub = relay_pb2_grpc.RelayServiceStub(self.channel)
+        self._requests: asyncio.Queue[relay_pb2.DeliverRequest | None] = asyncio.Queue()
+        self._pending: dict[int, asyncio.Future[Outcome]] = {}
+        self._ids = itertools.count(1)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        self.broken = False
+
+    def deliver(self, recipient: str, originator: str, payload: bytes) -> asyncio.Future[Outcome]:
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        request_id = next(self._ids)
+        self._pending[request_id] = future
+        self._requests.put_nowait(
+            relay_pb2.DeliverRequest(
+                recipient=recipient, originator=originator, payload=payload, id=request_id
+            )
+        )
+        return future
+
+    async def _outgoing(self) -> AsyncIterator[relay_pb2.DeliverRequest]:
+        while True:
+            request = await self._requests.get()
+            if request is None:
+                return
+            yield request
+
+    async def _run(self) -> None:
+        try:
+            call = self._stub.DeliverStream(self._outgoing())
+            async for response in call:
+                future = self._pending.pop(response.id, None)
+                if future is not None and not future.done():
+                    future.set_result(Outcome(response.status.code, response.status.text))
+        except grpc.aio.AioRpcError as exc:
+            _log.warning("delivery stream to %s broke: %s", self.address, exc.code())
+        finally:
+            self.broken = True
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_result(UNAVAILABLE)
+            self._pending.clear()
+
+    async def close(self) -> None:
+        self._requests.put_nowait(None)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        await self.channel.close()
+
+
+class PeerDelivery:
+    """Delivery streams to the other relay pods of the domain, one per address."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, _Stream] = {}
+
+    def deliver(
+        self, address: str, recipient: Endpoint, originator: Endpoint, payload: bytes
+    ) -> asyncio.Future[Outcome]:
+        stream = self._streams.get(address)
+        if stream is None or stream.broken:
+            if stream is not None:
+                asyncio.get_running_loop().create_task(stream.close())
+            stream = self._streams[address] = _Stream(address)
+        return stream.deliver(str(recipient), str(originator), payload)
+
+    async def close(self) -> None:
+        streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            await stream.close()

@@ -1,0 +1,462 @@
+"""Relay processing of data (RFC 3340 section 4.4.4.1) and the routing of each recipient.
+
+Steps 1 to 3 run before ``ok``: the BEEP client must be allowed to originate on behalf of
+the originator (537), applicable per-data options are processed (504 for a
+mustUnderstand option this relay does not understand). Steps 4 and 5 run after ``ok``,
+in arrival order per origin (a :class:`Dispatcher` per APEX channel), and route every
+recipient:
+
+* another administrative domain: one ``data`` per domain to a relay of that domain over
+  apex-mesh (:mod:`services.relay.mesh`);
+* a well-known endpoint of this domain (``apex=NAME``): to that service over gRPC;
+* an endpoint of this domain: the access service must grant ``core:data`` to the
+  originator on the recipient (step 5.3, a cached decision), then to the endpoint's APEX
+  channel on this pod, or to the pod holding its attachment (gRPC ``DeliverStream``), or
+  550 "unknown endpoint identity" when it is not attached.
+
+Dispatch never waits for a delivery to finish, only for the lookups that decide where it
+goes; outcomes are collected in the background for statusRequest reports (section 5.1)
+and metrics. Content is never modified: when the received payload already is what a next
+hop must get, its bytes are forwarded as received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from apexmesh.apex.access import CORE_ATTACH, CORE_DATA
+from apexmesh.apex.associations import Association, Attachment
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.content import MimePart, Payload, build_payload
+from apexmesh.apex.data import Data
+from apexmesh.apex.elements import Attach, Bind, Error, Reply
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.hops import DataPlan, RecipientPlan, combine, plan_data
+from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
+from apexmesh.apex.report import PendingReport, pending_reports, status_response
+from apexmesh.beep.mime import beep_xml
+from services.relay.outcomes import DELIVERED, Outcome, code_of
+
+if TYPE_CHECKING:
+    from apexmesh.store.access_cache import CachedAccessChecker
+    from apexmesh.store.attachments import AttachmentRegistry
+    from services.relay.edge import ApexChannel
+    from services.relay.mesh import MeshPool
+    from services.relay.metrics import RelayMetrics
+    from services.relay.peers import PeerDelivery
+    from services.relay.wellknown import WellKnownServices
+
+_log = logging.getLogger(__name__)
+
+#: Seconds a located attachment (endpoint -> pod) is reused without asking Redis again.
+#: A stale entry costs one failed Deliver and a fresh lookup, never a lost message.
+LOCATION_TTL_SECONDS: Final = 5.0
+
+UNKNOWN_ENDPOINT: Final = Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "unknown endpoint identity")
+
+
+class OriginKind(enum.Enum):
+    """Who handed the relay the data (RFC 3340 section 4.5)."""
+
+    EDGE = "edge"
+    MESH = "mesh"
+    SERVICE = "service"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """Data accepted with ``ok``, waiting for steps 4 and 5."""
+
+    data: Data
+    plan: DataPlan
+    parts: tuple[MimePart, ...]
+    raw: bytes
+
+
+@dataclass(eq=False)
+class Dispatcher:
+    """Runs steps 4-5 for one origin, in the order its data was accepted."""
+
+    router: Router
+    queue: asyncio.Queue[Job] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
+
+    def submit(self, job: Job) -> None:
+        self.queue.put_nowait(job)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while not self.queue.empty():
+            job = self.queue.get_nowait()
+            try:
+                await self.router.dispatch(job)
+            except Exception:  # noqa: BLE001  (a bug in one job must not stop the others)
+                _log.exception("relaying data from %s failed", job.data.originator.identity)
+
+
+class Router:
+    """The relay's data processing for the domains it serves."""
+
+    def __init__(
+        self,
+        *,
+        domains: tuple[str, ...],
+        options: OptionRegistry,
+        access: CachedAccessChecker,
+        attachments: AttachmentRegistry,
+        peers: PeerDelivery,
+        mesh: MeshPool,
+        services: WellKnownServices,
+        metrics: RelayMetrics,
+        trusted: tuple[str, ...] = (),
+        allow_anonymous: bool = False,
+        clock: Callable[[], float],
+    ) -> None:
+        self.domains = frozenset(domains)
+        self.options = options
+        self.access = access
+        self.attachments = attachments
+        self.peers = peers
+        self.mesh = mesh
+        self.services = services
+        self.metrics = metrics
+        self.trusted = frozenset(trusted)
+        self.allow_anonymous = allow_anonymous
+        self.clock = clock
+        #: Endpoints attached over an APEX channel of this pod.
+        self.local: dict[Endpoint, tuple[ApexChannel, Attachment]] = {}
+        self._locations: dict[Endpoint, tuple[float, str]] = {}
+        self._service_dispatcher = Dispatcher(self)
+        self._dispatchers: dict[int, Dispatcher] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------ attach, bind, terminate
+
+    async def attach(self, channel: ApexChannel, attach: Attach) -> None:
+        """Steps 2 and 3 of 4.4.1 (553 foreign domain, 537 not authorized)."""
+        endpoint = attach.endpoint
+        if endpoint.domain not in self.domains:
+            raise ApexError(
+                ApexReplyCode.PARAMETER_INVALID,
+                f"this relay does not serve {endpoint.domain}",
+                trans_id=attach.trans_id,
+            )
+        if endpoint.is_service:
+            raise ApexError(
+                ApexReplyCode.NOT_AUTHORIZED,
+                "well-known endpoints are served by the mesh",
+                trans_id=attach.trans_id,
+            )
+        identity = peer_endpoint(channel, endpoint.domain)
+        if identity is None:
+            if self.allow_anonymous:
+                return
+            raise ApexError(
+                ApexReplyCode.NOT_AUTHORIZED,
+                "authenticate before attaching",
+                trans_id=attach.trans_id,
+            )
+        decision = self.access.lookup(str(endpoint.base), str(identity), CORE_ATTACH)
+        if decision is None:
+            decision = await self.access.check(str(endpoint.base), str(identity), CORE_ATTACH)
+        if not decision.allowed:
+            raise ApexError(ApexReplyCode.NOT_AUTHORIZED, "access denied", trans_id=attach.trans_id)
+
+    async def claim(self, channel: ApexChannel, endpoint: Endpoint, trans_id: int) -> None:
+        """Step 5 of 4.4.1: one attachment per endpoint in the whole domain (554)."""
+        if endpoint in self.local:
+            raise ApexError(
+                ApexReplyCode.TRANSACTION_FAILED,
+                "another application is attached as this endpoint",
+                trans_id=trans_id,
+            )
+        holder = await self.attachments.claim(str(endpoint))
+        if holder is not None:
+            raise ApexError(
+                ApexReplyCode.TRANSACTION_FAILED,
+                "another application is attached as this endpoint",
+                trans_id=trans_id,
+            )
+        self.local[endpoint] = (channel, Attachment(trans_id, endpoint))
+        self._locations.pop(endpoint, None)
+        self.metrics.attachments.inc()
+
+    def bind(self, channel: ApexChannel, bind: Bind) -> None:
+        """Step 2 of 4.4.2: who may serve as a relay of ``bind.relay`` (537)."""
+        if bind.relay in self.trusted or self.allow_anonymous:
+            return
+        identity = channel.conn.session.peer_identity
+        if identity is None or identity.lower() != bind.relay:
+            raise ApexError(ApexReplyCode.NOT_AUTHORIZED, "access denied", trans_id=bind.trans_id)
+
+    async def detached(self, channel: ApexChannel, association: Association) -> None:
+        """An attachment ended (terminate, relay-initiated terminate, lost session)."""
+        if not isinstance(association, Attachment):
+            return
+        held = self.local.get(association.endpoint)
+        if held is not None and held[0] is channel:
+            del self.local[association.endpoint]
+            self.metrics.attachments.dec()
+            await self.attachments.release(str(association.endpoint))
+
+    # ------------------------------------------------------------ data, steps 1 to 3
+
+    async def accept(
+        self, data: Data, payload: Payload, raw: bytes, channel: ApexChannel
+    ) -> Error | None:
+        """Steps 1-3 for data received on an APEX channel; None means ``ok``."""
+        from services.relay.edge import Mode
+
+        originator = data.originator.identity
+        if channel.mode is Mode.EDGE:
+            allowed = originator in channel.associations.endpoints
+        else:
+            allowed = originator.domain in channel.associations.domains or (
+                originator.domain in self.trusted
+            )
+        if not allowed:
+            self.metrics.data.labels(result="refused").inc()
+            return Error(code=ApexReplyCode.NOT_AUTHORIZED, text="access denied")
+        dispatcher = self._dispatchers.get(id(channel))
+        if dispatcher is None:
+            dispatcher = self._dispatchers[id(channel)] = Dispatcher(self)
+        return self._accept(data, payload, raw, dispatcher)
+
+    def originate(self, data: Data, payload: Payload, raw: bytes) -> Error | None:
+        """Data a well-known endpoint of this domain sends (RFC 3340 section 6)."""
+        originator = data.originator.identity
+        if not originator.is_service or originator.domain not in self.domains:
+            return Error(
+                code=ApexReplyCode.NOT_AUTHORIZED,
+                text="only this domain's services may submit data",
+            )
+        return self._accept(data, payload, raw, self._service_dispatcher)
+
+    def forget(self, channel: ApexChannel) -> None:
+        """The channel is gone; its dispatcher finishes what it holds and is dropped."""
+        self._dispatchers.pop(id(channel), None)
+
+    def _accept(
+        self, data: Data, payload: Payload, raw: bytes, dispatcher: Dispatcher
+    ) -> Error | None:
+        try:
+            plan = plan_data(data, self.options, is_final=self.is_final)
+        except ApexError as exc:
+            self.metrics.data.labels(result="refused").inc()
+            return Error.from_exception(exc)
+        self.metrics.data.labels(result="accepted").inc()
+        dispatcher.submit(Job(data, plan, tuple(payload.parts.values()), raw))
+        return None
+
+    def is_final(self, endpoint: Endpoint) -> bool:
+        """This relay delivers to endpoints of its own domains directly."""
+        return endpoint.domain in self.domains
+
+    # ------------------------------------------------------------ data, steps 4 and 5
+
+    async def dispatch(self, job: Job) -> None:
+        """Route every recipient of an accepted data; collect outcomes in the background."""
+        outcomes: dict[Endpoint, asyncio.Future[Outcome]] = {}
+        foreign: dict[str, list[RecipientPlan]] = {}
+        for plan in job.plan.recipients:
+            endpoint = plan.recipient.identity
+            if plan.failure is not None:
+                outcomes[endpoint] = _done(Outcome(int(plan.failure.code), str(plan.failure)))
+            elif not plan.final:
+                foreign.setdefault(endpoint.domain, []).append(plan)
+            else:
+                outcomes[endpoint] = await self._deliver_here(job, plan)
+        for domain, plans in foreign.items():
+            forwarded = combine(plans)
+            sent = self.mesh.send(domain, self._payload(job, forwarded))
+            for plan in plans:
+                outcomes[plan.recipient.identity] = sent
+        reports = pending_reports(job.data, job.plan)
+        task = asyncio.get_running_loop().create_task(self._conclude(job, outcomes, reports))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _deliver_here(self, job: Job, plan: RecipientPlan) -> asyncio.Future[Outcome]:
+        endpoint = plan.recipient.identity
+        originator = job.data.originator.identity
+        assert plan.forward is not None  # noqa: S101  (no failure, so a forward exists)
+        if endpoint.is_service:
+            payload = self._payload(job, plan.forward)
+            return self.services.deliver(endpoint, job.data, payload, job.parts, self)
+        decision = self.access.lookup(str(endpoint), str(originator), CORE_DATA)
+        if decision is None:
+            decision = await self.access.check(str(endpoint), str(originator), CORE_DATA)
+        if not decision.allowed:
+            return _done(Outcome(int(decision.code), decision.text or "access denied"))
+        payload = self._payload(job, plan.forward)
+        held = self.local.get(endpoint)
+        if held is not None:
+            self.metrics.deliveries.labels(route="local").inc()
+            return held[0].deliver(payload)
+        address = await self._locate(endpoint)
+        if address is None:
+            return _done(UNKNOWN_ENDPOINT)
+        self.metrics.deliveries.labels(route="pod").inc()
+        return _chain(
+            self.peers.deliver(address, endpoint, originator, payload),
+            lambda outcome: self._retry_elsewhere(endpoint, originator, payload, address, outcome),
+        )
+
+    async def _retry_elsewhere(
+        self,
+        endpoint: Endpoint,
+        originator: Endpoint,
+        payload: bytes,
+        address: str,
+        outcome: Outcome,
+    ) -> Outcome:
+        """A cached location was stale (the pod no longer holds the endpoint): ask again."""
+        if outcome.code != ApexReplyCode.ACTION_NOT_TAKEN or outcome.text != NOT_HERE:
+            return outcome
+        self._locations.pop(endpoint, None)
+        fresh = await self._locate(endpoint)
+        if fresh is None:
+            return UNKNOWN_ENDPOINT
+        if fresh == address:
+            return outcome
+        return await self.peers.deliver(fresh, endpoint, originator, payload)
+
+    async def _locate(self, endpoint: Endpoint) -> str | None:
+        now = self.clock()
+        cached = self._locations.get(endpoint)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        found = await self.attachments.locate(str(endpoint))
+        if found is None or not found[1] or found[0] == self.attachments.pod_id:
+            self._locations.pop(endpoint, None)
+            return None
+        if len(self._locations) > 100_000:
+            self._locations.clear()
+        self._locations[endpoint] = (now + LOCATION_TTL_SECONDS, found[1])
+        return found[1]
+
+    def _payload(self, job: Job, forward: Data) -> bytes:
+        """The BEEP payload carrying ``forward``: the received bytes when unchanged."""
+        if forward == job.data:
+            return job.raw
+        if not job.parts:
+            return beep_xml(forward.to_xml())
+        return build_payload(forward, job.parts, boundary=secrets.token_hex(16))
+
+    async def _conclude(
+        self,
+        job: Job,
+        outcomes: dict[Endpoint, asyncio.Future[Outcome]],
+        reports: tuple[PendingReport, ...],
+    ) -> None:
+        results: dict[Endpoint, Outcome] = {}
+        for endpoint, future in outcomes.items():
+            try:
+                results[endpoint] = await future
+            except Exception as exc:  # noqa: BLE001  (a route failed without an outcome)
+                _log.warning("delivery to %s failed: %s", endpoint, exc)
+                results[endpoint] = Outcome(ApexReplyCode.ACTION_ABORTED, "local error")
+        for endpoint, outcome in results.items():
+            self.metrics.outcomes.labels(
+                result="delivered" if outcome.ok else str(outcome.code)
+            ).inc()
+            if not outcome.ok:
+                _log.info(
+                    "data from %s to %s not delivered: %s %s",
+                    job.data.originator.identity,
+                    endpoint,
+                    outcome.code,
+                    outcome.text,
+                )
+        for report in (*reports, *self._forwarding_failures(job, results, reports)):
+            response = status_response(
+                report,
+                (
+                    (
+                        endpoint,
+                        Reply(
+                            code=code_of(results[endpoint].code),
+                            trans_id=None,
+                            text=results[endpoint].text if not results[endpoint].ok else "",
+                        ),
+                    )
+                    for endpoint in report.recipients
+                ),
+            )
+            await self.services.report(
+                next(iter(self.domains))
+                if report.originator.domain not in self.domains
+                else report.originator.domain,
+                report.originator,
+                response,
+            )
+
+    def _forwarding_failures(
+        self, job: Job, results: dict[Endpoint, Outcome], reports: tuple[PendingReport, ...]
+    ) -> tuple[PendingReport, ...]:
+        """statusRequests that did not apply here but whose forwarding failed here: the
+        originator would otherwise never learn the fate of those recipients."""
+        covered = {(r.trans_id, e) for r in reports for e in r.recipients}
+        owed: dict[int, list[Endpoint]] = {}
+        for plan in job.plan.recipients:
+            endpoint = plan.recipient.identity
+            if plan.final or results.get(endpoint, DELIVERED).ok:
+                continue
+            for option in (*job.data.options, *plan.recipient.options):
+                if option.internal == STATUS_REQUEST and (option.trans_id, endpoint) not in covered:
+                    owed.setdefault(option.trans_id, []).append(endpoint)
+        return tuple(
+            PendingReport(
+                trans_id=trans_id,
+                originator=job.data.originator.identity,
+                recipients=tuple(endpoints),
+            )
+            for trans_id, endpoints in owed.items()
+        )
+
+    async def close(self) -> None:
+        """Wait for background conclusions (bounded by the caller's shutdown grace)."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+
+#: Text of the 550 a pod answers when asked to deliver to an endpoint it does not hold.
+NOT_HERE: Final = "endpoint not attached to this relay pod"
+
+
+def peer_endpoint(channel: ApexChannel, domain: str) -> Endpoint | None:
+    """The BEEP peer's authenticated identity as an endpoint (RFC 3340 section 3.2).
+
+    A SASL identity without a domain is taken as a local part of ``domain``.
+    """
+    identity = channel.conn.session.peer_identity
+    if not identity:
+        return None
+    text = identity if "@" in identity else f"{identity}@{domain}"
+    try:
+        return Endpoint.parse(text)
+    except ValueError:
+        return None
+
+
+def _done(outcome: Outcome) -> asyncio.Future[Outcome]:
+    future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+    future.set_result(outcome)
+    return future
+
+
+def _chain(
+    first: asyncio.Future[Outcome], then: Callable[[Outcome], Awaitable[Outcome]]
+) -> asyncio.Future[Outcome]:
+    async def run() -> Outcome:
+        return await then(await first)
+
+    return asyncio.ensure_future(run())

@@ -1,0 +1,131 @@
+"""The relay's gRPC servicer: deliveries from other pods, data from services, terminate.
+
+``Deliver``/``DeliverStream`` send a ready-made payload to an endpoint attached to this
+pod (the caller built it; nothing is re-parsed here). ``Submit`` is how the domain's
+APEX services originate data (RFC 3340 section 6). ``TerminateAttachment`` ends an
+attachment this pod holds with a relay-initiated terminate (section 4.4.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.content import parse_payload
+from apexmesh.apex.data import Data
+from apexmesh.apex.elements import parse_message
+from apexmesh.apex.endpoint import Endpoint, EndpointError
+from apexmesh.apex.errors import ApexError
+from apexmesh.contracts.common.v1 import common_pb2
+from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from services.relay.outcomes import Outcome
+from services.relay.router import NOT_HERE, Router
+
+
+def _status(outcome: Outcome) -> common_pb2.ApexStatus:
+    return common_pb2.ApexStatus(code=outcome.code, text=outcome.text)
+
+
+class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
+    """gRPC face of one relay pod."""
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+
+    def _deliver(self, request: relay_pb2.DeliverRequest) -> asyncio.Future[Outcome] | Outcome:
+        try:
+            endpoint = Endpoint.parse(request.recipient)
+        except EndpointError as exc:
+            return Outcome(ApexReplyCode.PARAMETER_INVALID, str(exc))
+        held = self._router.local.get(endpoint)
+        if held is None:
+            return Outcome(ApexReplyCode.ACTION_NOT_TAKEN, NOT_HERE)
+        self._router.metrics.deliveries.labels(route="from-pod").inc()
+        return held[0].deliver(request.payload)
+
+    async def Deliver(  # noqa: N802  (gRPC method name)
+        self, request: relay_pb2.DeliverRequest, context: grpc.aio.ServicerContext
+    ) -> relay_pb2.DeliverResponse:
+        result = self._deliver(request)
+        outcome = result if isinstance(result, Outcome) else await result
+        return relay_pb2.DeliverResponse(status=_status(outcome), id=request.id)
+
+    async def DeliverStream(  # noqa: N802
+        self,
+        request_iterator: AsyncIterator[relay_pb2.DeliverRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[relay_pb2.DeliverResponse]:
+        answers: asyncio.Queue[relay_pb2.DeliverResponse | None] = asyncio.Queue()
+        pending: set[asyncio.Future[Outcome]] = set()
+
+        async def read() -> None:
+            async for request in request_iterator:
+                result = self._deliver(request)
+                if isinstance(result, Outcome):
+                    answers.put_nowait(
+                        relay_pb2.DeliverResponse(status=_status(result), id=request.id)
+                    )
+                    continue
+                request_id = request.id
+
+                def done(future: asyncio.Future[Outcome], request_id: int = request_id) -> None:
+                    pending.discard(future)
+                    outcome = future.result()
+                    answers.put_nowait(
+                        relay_pb2.DeliverResponse(status=_status(outcome), id=request_id)
+                    )
+
+                pending.add(result)
+                result.add_done_callback(done)
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            answers.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield answer
+        finally:
+            reader.cancel()
+
+    async def Submit(  # noqa: N802
+        self, request: relay_pb2.SubmitRequest, context: grpc.aio.ServicerContext
+    ) -> relay_pb2.SubmitResponse:
+        try:
+            payload = parse_payload(request.payload)
+            element = parse_message(payload.control)
+        except ApexError as exc:
+            return relay_pb2.SubmitResponse(status=_status(Outcome(int(exc.code), str(exc))))
+        if not isinstance(element, Data):
+            return relay_pb2.SubmitResponse(
+                status=_status(
+                    Outcome(ApexReplyCode.PARAMETER_SYNTAX_ERROR, "Submit carries one data element")
+                )
+            )
+        if str(element.originator.identity) != request.originator:
+            return relay_pb2.SubmitResponse(
+                status=_status(
+                    Outcome(ApexReplyCode.NOT_AUTHORIZED, "originator differs from the submitter")
+                )
+            )
+        error = self._router.originate(element, payload, request.payload)
+        if error is not None:
+            return relay_pb2.SubmitResponse(status=_status(Outcome(int(error.code), error.text)))
+        return relay_pb2.SubmitResponse(status=_status(Outcome(ApexReplyCode.SUCCESS)))
+
+    async def TerminateAttachment(  # noqa: N802
+        self, request: relay_pb2.TerminateAttachmentRequest, context: grpc.aio.ServicerContext
+    ) -> relay_pb2.TerminateAttachmentResponse:
+        try:
+            endpoint = Endpoint.parse(request.endpoint)
+        except EndpointError:
+            return relay_pb2.TerminateAttachmentResponse(terminated=False)
+        held = self._router.local.get(endpoint)
+        if held is None:
+            return relay_pb2.TerminateAttachmentResponse(terminated=False)
+        channel, attachment = held
+        await channel.terminate(attachment, request.code or ApexReplyCode.SUCCESS, request.text)
+        return relay_pb2.TerminateAttachmentResponse(terminated=True)

@@ -1,0 +1,164 @@
+"""Settings of the relay, read once from environment variables.
+
+- ``APEXMESH_DOMAINS`` (required): administrative domains this relay serves.
+- ``APEXMESH_RELAY_POD_ID`` (hostname-pid): this pod's id in the attachment table.
+- ``APEXMESH_RELAY_EDGE_HOST`` / ``_PORT`` (``127.0.0.1`` / ``10288``): apex-edge BEEP.
+- ``APEXMESH_RELAY_MESH_HOST`` / ``_PORT`` (``127.0.0.1`` / ``10289``): apex-mesh BEEP.
+- ``APEXMESH_RELAY_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7401``): pod-to-pod gRPC.
+- ``APEXMESH_RELAY_ADVERTISE_HOST`` (the gRPC host): address other pods dial.
+- ``APEXMESH_RELAY_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8401``): health, metrics.
+- ``APEXMESH_REDIS_URL``, ``APEXMESH_REDIS_PREFIX``: as for every service.
+- ``APEXMESH_ACCESS_ADDRESS`` (required): gRPC address of the access service.
+- ``APEXMESH_REPORT_ADDRESS``: gRPC address of the report service (statusRequest).
+- ``APEXMESH_RELAY_SERVICES``: ``name=host:port`` list of other well-known endpoint
+  services (presence, pubsub ...), reached with the WellKnownEndpoint contract.
+- ``APEXMESH_RELAY_ROUTES``: ``domain=host:port`` static apex-mesh routes, used when DNS
+  has no ``_apex-mesh._tcp.DOMAIN`` SRV record.
+- ``APEXMESH_RELAY_TRUSTED``: domains whose relays may bind without authenticating as
+  that domain (RFC 3340 section 4.5.2 "trusted" intermediaries).
+- ``APEXMESH_RELAY_TLS_CERT`` / ``_KEY``: PEM files for TLS tuning; ``_TLS_CA``: CA
+  bundle used to verify relays of other domains.
+- ``APEXMESH_RELAY_SASL_FILE``: ``identity:password`` lines for SASL (mount a Secret).
+- ``APEXMESH_RELAY_LEASE_MS`` (``10000``): attachment lease; renewed every third.
+- ``APEXMESH_RELAY_MAX_MESSAGE`` (``4194304``): largest BEEP message accepted.
+- ``APEXMESH_DEV`` (``0``): ``1`` allows plaintext, unauthenticated attach and binds.
+
+Outside a development run the relay refuses to start without TLS and SASL credentials:
+an edge that accepts anonymous attaches over plaintext is an open relay.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from apexmesh.apex.endpoint import EndpointError, normalize_domain
+from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
+from apexmesh.ops.settings import (
+    DEV_FLAG,
+    SettingsError,
+    check_redis_url,
+    env_flag,
+    env_float,
+    env_int,
+    env_list,
+)
+
+
+def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in env_list(env, name):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise SettingsError(f"{name}: {item!r} is not name=host:port")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def _read_credentials(path: Path) -> dict[str, str]:
+    credentials: dict[str, str] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        identity, sep, password = line.partition(":")
+        if not sep or not identity or not password:
+            raise SettingsError(f"{path}:{number}: expected identity:password")
+        credentials[identity.strip()] = password
+    return credentials
+
+
+@dataclass(frozen=True, slots=True)
+class RelaySettings:
+    domains: tuple[str, ...]
+    pod_id: str
+    edge_host: str
+    edge_port: int
+    mesh_host: str
+    mesh_port: int
+    grpc_host: str
+    grpc_port: int
+    advertise_host: str
+    http_host: str
+    http_port: int
+    redis_url: str
+    redis_prefix: str
+    access_address: str
+    report_address: str | None
+    services: dict[str, str]
+    routes: dict[str, str]
+    trusted: tuple[str, ...]
+    tls_cert: Path | None
+    tls_key: Path | None
+    tls_ca: Path | None
+    credentials: dict[str, str]
+    lease_ms: int
+    max_message: int
+    shutdown_grace: float
+    dev: bool
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RelaySettings:
+        """Read and validate; raise :class:`SettingsError` naming the variable."""
+        env = os.environ if env is None else env
+        dev = env_flag(env, DEV_FLAG)
+        try:
+            domains = tuple(normalize_domain(d) for d in env_list(env, "APEXMESH_DOMAINS"))
+            routes = {
+                normalize_domain(k): v for k, v in _pairs(env, "APEXMESH_RELAY_ROUTES").items()
+            }
+            trusted = tuple(normalize_domain(d) for d in env_list(env, "APEXMESH_RELAY_TRUSTED"))
+        except EndpointError as exc:
+            raise SettingsError(str(exc)) from None
+        if not domains:
+            raise SettingsError("APEXMESH_DOMAINS must name at least one domain")
+        access = env.get("APEXMESH_ACCESS_ADDRESS", "")
+        if not access:
+            raise SettingsError("APEXMESH_ACCESS_ADDRESS is required (gRPC host:port)")
+        cert = env.get("APEXMESH_RELAY_TLS_CERT") or None
+        key = env.get("APEXMESH_RELAY_TLS_KEY") or None
+        if (cert is None) != (key is None):
+            raise SettingsError("APEXMESH_RELAY_TLS_CERT and _TLS_KEY go together")
+        sasl_file = env.get("APEXMESH_RELAY_SASL_FILE") or None
+        credentials = _read_credentials(Path(sasl_file)) if sasl_file else {}
+        if not dev and (cert is None or not credentials):
+            raise SettingsError(
+                "the relay needs APEXMESH_RELAY_TLS_CERT/_KEY and APEXMESH_RELAY_SASL_FILE; "
+                "set APEXMESH_DEV=1 for a development run without them"
+            )
+        grpc_host = env.get("APEXMESH_RELAY_GRPC_HOST", "127.0.0.1")
+        ca = env.get("APEXMESH_RELAY_TLS_CA") or None
+        return cls(
+            domains=domains,
+            pod_id=env.get("APEXMESH_RELAY_POD_ID") or f"{socket.gethostname()}-{os.getpid()}",
+            edge_host=env.get("APEXMESH_RELAY_EDGE_HOST", "127.0.0.1"),
+            edge_port=env_int(env, "APEXMESH_RELAY_EDGE_PORT", 10288),
+            mesh_host=env.get("APEXMESH_RELAY_MESH_HOST", "127.0.0.1"),
+            mesh_port=env_int(env, "APEXMESH_RELAY_MESH_PORT", 10289),
+            grpc_host=grpc_host,
+            grpc_port=env_int(env, "APEXMESH_RELAY_GRPC_PORT", 7401),
+            advertise_host=env.get("APEXMESH_RELAY_ADVERTISE_HOST") or grpc_host,
+            http_host=env.get("APEXMESH_RELAY_HTTP_HOST", "127.0.0.1"),
+            http_port=env_int(env, "APEXMESH_RELAY_HTTP_PORT", 8401),
+            redis_url=check_redis_url(
+                env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
+            ),
+            redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
+            access_address=access,
+            report_address=env.get("APEXMESH_REPORT_ADDRESS") or None,
+            services=_pairs(env, "APEXMESH_RELAY_SERVICES"),
+            routes=routes,
+            trusted=trusted,
+            tls_cert=None if cert is None else Path(cert),
+            tls_key=None if key is None else Path(key),
+            tls_ca=None if ca is None else Path(ca),
+            credentials=credentials,
+            lease_ms=env_int(env, "APEXMESH_RELAY_LEASE_MS", 10_000, low=100, high=600_000),
+            max_message=env_int(
+                env, "APEXMESH_RELAY_MAX_MESSAGE", MAX_MESSAGE_OCTETS, low=4096, high=1 << 30
+            ),
+            shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
+            dev=dev,
+        )
