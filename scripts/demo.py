@@ -1,142 +1,139 @@
-"""The README's run command: a BEEP echo listener and a client on loopback.
+"""The README's run command: the whole mesh on this machine, and a short demo.
 
-The client tunes the session to TLS (certificates made for this run only), authenticates
-with SASL SCRAM-SHA-256 (a password made for this run only), starts an echo channel,
-exchanges messages (one of them 1 MiB, sent through 4096-octet windows) and releases the
-session, printing each step. Nothing here is a stub: it is the same BEEP core and asyncio
-adapter the tests and services use.
+Starts redis-server, two relay pods for example.com, one for rubble.com, and an access
+and a report service per domain, each its own process (apexmesh.ops.localmesh), waits
+until all are ready, then: fred@example.com (on relay pod 1) sends to barney@example.com
+(attached to pod 2) and to wilma@rubble.com (across domains), each with statusRequest,
+and to dino@example.com, who is not attached. Every endpoint tunes TLS and
+authenticates with SASL SCRAM-SHA-256. It prints what arrives and the reports that come
+back, then keeps the mesh running until interrupted (or exits with --exit-after-demo).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import secrets
+import contextlib
+import signal
 import ssl
 import sys
-import time
+import tempfile
+from pathlib import Path
 
-import trustme
+from apexmesh.client import ApexClient, XmlContent, connect_endpoint
+from apexmesh.ops.localmesh import LocalMesh, Relay
 
-from apexmesh.aio import (
-    AcceptChannel,
-    BeepConnection,
-    Channel,
-    ConnectionClosedError,
-    connect,
-    listen,
-)
-from apexmesh.beep import events as ev
-from apexmesh.beep.mime import build_entity, split_entity
-from apexmesh.beep.sasl import SaslClientExchange, SaslServerExchange, StaticCredentials
-from apexmesh.beep.session import SessionConfig
-
-ECHO = "http://apex-mesh.dev/beep/echo"
-#: The listener narrates the first messages only; the pipelined burst is summarised.
-QUIET_AFTER = 4
+TIMEOUT = 10.0
 
 
 def say(who: str, text: str) -> None:
-    print(f"{who:>9} | {text}", flush=True)
+    print(f"{who:>18} | {text}", flush=True)
 
 
-async def serve_echo(channel: Channel) -> None:
-    while True:
-        try:
-            incoming = await channel.receive()
-        except ConnectionClosedError:
-            return
-        if incoming.msgno < QUIET_AFTER:
-            say(
-                "listener",
-                f"MSG {incoming.msgno} on channel {channel.number}: "
-                f"{len(incoming.payload)} octets, echoing",
-            )
-        incoming.reply(incoming.payload)
-
-
-async def on_start(conn: BeepConnection, request: ev.ChannelStartRequested) -> AcceptChannel:
-    who = conn.session.peer_identity or "anonymous"
-    say(
-        "listener",
-        f"start channel {request.channel} for {who}: {[p.uri for p in request.profiles]}",
+async def endpoint(mesh: LocalMesh, relay: Relay, name: str, context: ssl.SSLContext) -> ApexClient:
+    return await connect_endpoint(
+        "127.0.0.1",
+        relay.edge_port,
+        ssl_context=context,
+        server_hostname="localhost",
+        sasl=("SCRAM-SHA-256", name, mesh.passwords[name]),
     )
-    return AcceptChannel(profile=ECHO, content="echo ready", serve=serve_echo)
 
 
-async def main() -> int:
-    password = secrets.token_urlsafe(16)
-    credentials = StaticCredentials({"fred": password})
-    ca = trustme.CA()
-    server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("localhost").configure_cert(server_ssl)
-    client_ssl = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-    ca.configure_trust(client_ssl)
+async def demo(mesh: LocalMesh) -> None:
+    context = ssl.create_default_context(cafile=str(mesh.ca_file))
+    pod1, pod2 = mesh.relay("example.com", 0), mesh.relay("example.com", 1)
+    rubble = mesh.relay("rubble.com", 0)
+    clients = []
+    try:
+        fred_client = await endpoint(mesh, pod1, "fred@example.com", context)
+        barney_client = await endpoint(mesh, pod2, "barney@example.com", context)
+        wilma_client = await endpoint(mesh, rubble, "wilma@rubble.com", context)
+        clients += [fred_client, barney_client, wilma_client]
+        fred = await fred_client.attach("fred@example.com")
+        say("fred@example.com", f"attached to {pod1.name} (TLS + SCRAM-SHA-256)")
+        barney = await barney_client.attach("barney@example.com")
+        say("barney@example.com", f"attached to {pod2.name}")
+        wilma = await wilma_client.attach("wilma@rubble.com")
+        say("wilma@rubble.com", f"attached to {rubble.name}")
 
-    def sasl_server(mechanism: str, tls_active: bool) -> SaslServerExchange:
-        return SaslServerExchange(
-            mechanism, credentials, tls_active=tls_active, realm="localhost", host="localhost"
+        result = await fred.send(
+            ["barney@example.com", "wilma@rubble.com"],
+            b"yabba dabba doo",
+            content_type="text/plain",
+            status_request=True,
         )
-
-    def config() -> SessionConfig:
-        return SessionConfig(
-            profiles=(ECHO,),
-            tls_available=True,
-            sasl_mechanisms=("SCRAM-SHA-256", "DIGEST-MD5"),
-            sasl_server=sasl_server,
+        say(
+            "fred@example.com",
+            "sent 'yabba dabba doo' to barney@example.com and "
+            "wilma@rubble.com with statusRequest: relay said ok",
         )
+        for who, attachment in (("barney@example.com", barney), ("wilma@rubble.com", wilma)):
+            data = await asyncio.wait_for(attachment.receive(), TIMEOUT)
+            say(who, f"received {data.content!r} ({data.content_type}) from {data.originator}")
+        reports = await result.reports(2, timeout=TIMEOUT)
+        for report in reports:
+            for destination in report.destinations:
+                say(
+                    "fred@example.com",
+                    f"statusResponse transID {report.trans_id}: "
+                    f"{destination.identity} -> {int(destination.reply.code)}",
+                )
 
-    server = await listen("127.0.0.1", 0, config, ssl_context=server_ssl, on_start=on_start)
-    port = server.sockets[0].getsockname()[1]
-    say("listener", f"BEEP listening on 127.0.0.1:{port}")
+        missing = await fred.send(
+            "dino@example.com", XmlContent(b"<note>anyone home?</note>"), status_request=True
+        )
+        say("fred@example.com", "sent a note to dino@example.com, who is not attached")
+        for report in await missing.reports(1, timeout=TIMEOUT):
+            for destination in report.destinations:
+                reply = destination.reply
+                say(
+                    "fred@example.com",
+                    f"statusResponse: {destination.identity} -> {int(reply.code)} {reply.text}",
+                )
+    finally:
+        for client in clients:
+            with contextlib.suppress(Exception):
+                await client.close()
 
-    conn = await connect("127.0.0.1", port, ssl_context=client_ssl, server_hostname="localhost")
-    say("client", f"greeting offers {list(conn.greeting.result().profiles)}")
-    await conn.start_tls()
-    if conn.transport is None:
-        raise RuntimeError("connection lost during TLS tuning")
-    cipher = conn.transport.get_extra_info("cipher")
-    say(
-        "client",
-        f"TLS tuned: {cipher[1]} {cipher[0]}; new greeting offers "
-        f"{list(conn.greeting.result().profiles)}",
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="Run the apex-mesh locally with a demo.")
+    parser.add_argument(
+        "--exit-after-demo",
+        action="store_true",
+        help="stop the mesh after the demo instead of waiting for Ctrl-C",
     )
-    exchange = SaslClientExchange(
-        "SCRAM-SHA-256", authcid="fred", password=password, host="localhost"
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where logs, certificates and Redis data go (default: a temp dir)",
     )
-    await conn.authenticate("SCRAM-SHA-256", exchange)
-    say("client", "authenticated as fred with SASL SCRAM-SHA-256")
-    channel = await conn.open_channel(ECHO)
-    say("client", f"channel {channel.number} started, listener said {channel.reply_content!r}")
-    for text in ("yabba", "dabba", "doo"):
-        reply = await channel.request(build_entity(text.encode(), "text/plain"))
-        say("client", f"sent {text!r}, got {reply.kind} {split_entity(reply.payload).body!r}")
-    big = build_entity(secrets.token_bytes(1 << 20))
-    started = time.perf_counter()
-    reply = await channel.request(big)
-    elapsed = time.perf_counter() - started
-    say(
-        "client",
-        f"1 MiB echoed intact: {reply.payload == big} in {elapsed * 1000:.1f} ms "
-        "(4096-octet windows, SEQ flow control)",
-    )
-    count = 2000
-    started = time.perf_counter()
-    replies = await asyncio.gather(*(channel.send(build_entity(b"x" * 256)) for _ in range(count)))
-    elapsed = time.perf_counter() - started
-    say(
-        "client",
-        f"{count} pipelined 256-octet MSG/RPY exchanges: "
-        f"{count / elapsed:,.0f} per second, all ok: {all(r.ok for r in replies)}",
-    )
-    await channel.close()
-    say("client", f"channel {channel.number} closed")
-    await conn.close()
-    closed = conn.closed.result()
-    say("client", f"session released ({type(closed).__name__}, code {getattr(closed, 'code', '')})")
-    server.close()
-    await server.wait_closed()
-    return 0
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="apex-mesh-"))
+    mesh = LocalMesh(workdir)
+    say("mesh", f"starting redis-server and services; logs in {workdir}")
+    try:
+        await mesh.start()
+        for child in mesh.children:
+            ports = {k: v for k, v in child.info.items() if k.endswith("_port")}
+            say("mesh", f"{child.name} ready {ports}")
+        await demo(mesh)
+        if not args.exit_after_demo:
+            say("mesh", "running; press Ctrl-C to stop")
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+    finally:
+        say("mesh", "stopping")
+        await mesh.stop()
+        codes = mesh.exit_codes()
+        say("mesh", f"stopped; exit codes {codes}")
+    return 0 if all(code == 0 for code in mesh.exit_codes().values()) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(asyncio.run(main(sys.argv[1:])))

@@ -201,6 +201,7 @@ class BeepConnection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)  # noqa: S101  (TCP streams only)
         self.transport = transport
         self.peer_address = transport.get_extra_info("peername")
+        self.session.touch(self.loop.time())
         self._dispatch(self.session.pending_events())
         self._transmit()
 

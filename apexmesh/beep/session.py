@@ -315,6 +315,11 @@ class Session:
             self._terminate(ReplyCode.SERVICE_NOT_AVAILABLE, "connection closed by peer")
         return self._take_events()
 
+    def touch(self, now: float) -> None:
+        """Record activity at ``now`` without data: the adapter calls it when the
+        transport opens, so the idle timer counts from the connection, not from 0."""
+        self._last_activity = now
+
     def get_timer(self) -> float | None:
         """When :meth:`handle_timer` should next be called, or None."""
         if self.state is State.CLOSED:

@@ -23,7 +23,7 @@ from apexmesh.aio import (
 from apexmesh.beep import events as ev
 from apexmesh.beep.mime import build_entity, split_entity
 from apexmesh.beep.sasl import SaslClientExchange, SaslServerExchange, StaticCredentials
-from apexmesh.beep.session import SessionConfig
+from apexmesh.beep.session import Role, SessionConfig
 
 pytestmark = pytest.mark.integration
 
@@ -229,3 +229,25 @@ async def test_garbage_closes_that_session_and_listener_serves_others(
     channel = await conn.open_channel(ECHO)
     assert (await channel.request(build_entity(b"still here"))).kind == "RPY"
     await conn.close()
+
+
+async def test_idle_timer_counts_from_the_connection() -> None:
+    """A session with an idle limit must not be released at once: the timer starts when
+    the connection opens (the event loop's clock is far from zero), before any octet."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    srv = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    _, conn = await loop.create_connection(
+        lambda: BeepConnection(Role.INITIATOR, SessionConfig(idle_seconds=30.0)), "127.0.0.1", port
+    )
+    timer = conn.session.get_timer()
+    assert timer is not None
+    assert timer > loop.time() + 20
+    conn.abort()
+    srv.close()
+    await srv.wait_closed()

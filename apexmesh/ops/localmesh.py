@@ -1,0 +1,337 @@
+"""The whole mesh on one machine, every service its own process (the README's run command).
+
+Two administrative domains, each deployed as it would be in a cluster: example.com with
+two relay pods, rubble.com with one, and per domain an access and a report service; one
+redis-server (password-protected, per-domain key prefixes) holds their state. Nothing runs
+in development mode: the relays tune TLS with certificates made for this run (trustme)
+and authenticate endpoints and peer relays with SASL, with passwords made for this run.
+
+Start order follows the dependencies: redis-server, the access services, then relays and
+report services together (their addresses are fixed up front from free ports). Each child
+prints a JSON "listening" line; the mesh then waits for every ``/readyz``. Stop is the
+reverse: SIGTERM to each, a grace period, SIGKILL for stragglers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+
+#: Seconds a child gets to print its listening line and report ready.
+READY_TIMEOUT_SECONDS: Final = 30.0
+#: Seconds a child gets to exit after SIGTERM before it is killed.
+STOP_GRACE_SECONDS: Final = 10.0
+
+DOMAINS: Final = ("example.com", "rubble.com")
+#: Relay pods per domain.
+RELAY_PODS: Final = {"example.com": 2, "rubble.com": 1}
+#: Endpoints that get SASL credentials (the demo's cast).
+ENDPOINTS: Final = (
+    "fred@example.com",
+    "barney@example.com",
+    "dino@example.com",
+    "wilma@rubble.com",
+    "pebbles@rubble.com",
+)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Child:
+    """One service process."""
+
+    name: str
+    module: str
+    env: dict[str, str]
+    log: Path
+    process: asyncio.subprocess.Process | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Relay:
+    """Where a relay pod listens."""
+
+    name: str
+    domain: str
+    edge_port: int
+    mesh_port: int
+    grpc_port: int
+    http_port: int
+
+
+class LocalMesh:
+    """Start, observe and stop the local mesh. See the module docstring."""
+
+    def __init__(self, workdir: Path, *, python: str = sys.executable) -> None:
+        self.workdir = workdir
+        self.python = python
+        self.children: list[Child] = []
+        self.relays: list[Relay] = []
+        self.passwords = {endpoint: secrets.token_urlsafe(18) for endpoint in ENDPOINTS}
+        self.ca_file = workdir / "ca.pem"
+        self._redis: asyncio.subprocess.Process | None = None
+        self._redis_password = secrets.token_urlsafe(24)
+        self.redis_port = 0
+
+    # ------------------------------------------------------------ preparation
+
+    def _write_files(self) -> dict[str, Path]:
+        import trustme  # a development dependency: certificates for this run only
+
+        ca = trustme.CA()
+        cert = ca.issue_cert("localhost", "127.0.0.1", *DOMAINS)
+        ca.cert_pem.write_to_path(str(self.ca_file))
+        cert_file = self.workdir / "relay-cert.pem"
+        key_file = self.workdir / "relay-key.pem"
+        cert.cert_chain_pems[0].write_to_path(str(cert_file))
+        cert.private_key_pem.write_to_path(str(key_file))
+        relay_passwords = {domain: secrets.token_urlsafe(18) for domain in DOMAINS}
+        credentials = self.workdir / "sasl-credentials"
+        lines = [
+            f"{who}:{password}"
+            for who, password in (*self.passwords.items(), *relay_passwords.items())
+        ]
+        credentials.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        credentials.chmod(0o600)
+        seeds = {}
+        for domain in DOMAINS:
+            seed = self.workdir / f"access-{domain}.xml"
+            # Every endpoint of the cast accepts data from anyone; everything else keeps
+            # RFC 3341's defaults (the owner and this domain's services only).
+            entries = "".join(
+                f"<access owner='{endpoint}' actor='*@*' actions='core:data' />"
+                for endpoint in ENDPOINTS
+                if endpoint.endswith("@" + domain)
+            )
+            seed.write_text(f"<access-entries>{entries}</access-entries>", encoding="utf-8")
+            seeds[domain] = seed
+        return {
+            "cert": cert_file,
+            "key": key_file,
+            "credentials": credentials,
+            **{f"seed:{d}": p for d, p in seeds.items()},
+        }
+
+    def _plan(self, files: dict[str, Path]) -> None:
+        redis_url = f"redis://:{self._redis_password}@127.0.0.1:{self.redis_port}/0"
+        common = {
+            "APEXMESH_REDIS_URL": redis_url,
+            "APEXMESH_SHUTDOWN_GRACE": "2",
+            "PYTHONUNBUFFERED": "1",
+        }
+        ports = {domain: (free_port(), free_port()) for domain in DOMAINS}  # access, report
+        for domain in DOMAINS:
+            for index in range(RELAY_PODS[domain]):
+                self.relays.append(
+                    Relay(
+                        f"relay-{domain}-{index + 1}",
+                        domain,
+                        free_port(),
+                        free_port(),
+                        free_port(),
+                        free_port(),
+                    )
+                )
+        for domain in DOMAINS:
+            access_grpc, report_grpc = ports[domain]
+            prefix = {"APEXMESH_REDIS_PREFIX": domain.split(".")[0]}
+            self.children.append(
+                self._child(
+                    f"access-{domain}",
+                    "services.access",
+                    {
+                        **common,
+                        **prefix,
+                        "APEXMESH_DOMAINS": domain,
+                        "APEXMESH_ACCESS_GRPC_PORT": str(access_grpc),
+                        "APEXMESH_ACCESS_HTTP_PORT": str(free_port()),
+                        "APEXMESH_ACCESS_SEED_FILE": str(files[f"seed:{domain}"]),
+                    },
+                )
+            )
+            relays = [r for r in self.relays if r.domain == domain]
+            self.children.append(
+                self._child(
+                    f"report-{domain}",
+                    "services.report",
+                    {
+                        **common,
+                        "APEXMESH_REPORT_DOMAINS": domain,
+                        "APEXMESH_REPORT_GRPC_PORT": str(report_grpc),
+                        "APEXMESH_REPORT_HTTP_PORT": str(free_port()),
+                        "APEXMESH_RELAY_ADDRESSES": ",".join(
+                            f"127.0.0.1:{r.grpc_port}" for r in relays
+                        ),
+                    },
+                )
+            )
+            routes = ",".join(
+                f"{other}=127.0.0.1:{next(r for r in self.relays if r.domain == other).mesh_port}"
+                for other in DOMAINS
+                if other != domain
+            )
+            for relay in relays:
+                self.children.append(
+                    self._child(
+                        relay.name,
+                        "services.relay",
+                        {
+                            **common,
+                            **prefix,
+                            "APEXMESH_DOMAINS": domain,
+                            "APEXMESH_RELAY_POD_ID": relay.name,
+                            "APEXMESH_RELAY_EDGE_PORT": str(relay.edge_port),
+                            "APEXMESH_RELAY_MESH_PORT": str(relay.mesh_port),
+                            "APEXMESH_RELAY_GRPC_PORT": str(relay.grpc_port),
+                            "APEXMESH_RELAY_HTTP_PORT": str(relay.http_port),
+                            "APEXMESH_ACCESS_ADDRESS": f"127.0.0.1:{access_grpc}",
+                            "APEXMESH_REPORT_ADDRESS": f"127.0.0.1:{report_grpc}",
+                            "APEXMESH_RELAY_ROUTES": routes,
+                            "APEXMESH_RELAY_TLS_CERT": str(files["cert"]),
+                            "APEXMESH_RELAY_TLS_KEY": str(files["key"]),
+                            "APEXMESH_RELAY_TLS_CA": str(self.ca_file),
+                            "APEXMESH_RELAY_SASL_FILE": str(files["credentials"]),
+                        },
+                    )
+                )
+
+    def _child(self, name: str, module: str, env: dict[str, str]) -> Child:
+        return Child(name, module, env, self.workdir / f"{name}.log")
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start everything and wait until every service is ready."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        await self._start_redis()
+        files = self._write_files()
+        self._plan(files)
+        access = [c for c in self.children if c.module == "services.access"]
+        others = [c for c in self.children if c.module != "services.access"]
+        await asyncio.gather(*(self._start_child(c) for c in access))
+        await asyncio.gather(*(self._start_child(c) for c in others))
+        await asyncio.gather(*(self._await_ready(c) for c in self.children))
+
+    async def _start_redis(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (scripts/install installs it)")
+        self.redis_port = free_port()
+        data = self.workdir / "redis"
+        data.mkdir(exist_ok=True)
+        self._redis = await asyncio.create_subprocess_exec(
+            binary,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.redis_port),
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--dir",
+            str(data),
+            "--requirepass",
+            self._redis_password,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", self.redis_port)
+            except OSError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise RuntimeError("redis-server did not start") from None
+                await asyncio.sleep(0.05)
+                continue
+            writer.write(f"AUTH {self._redis_password}\r\nPING\r\n".encode())
+            answer = await reader.read(64)
+            writer.close()
+            await writer.wait_closed()
+            if b"PONG" in answer:
+                return
+
+    async def _start_child(self, child: Child) -> None:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("APEXMESH_")}
+        env.update(child.env)
+        log = child.log.open("ab")
+        try:
+            child.process = await asyncio.create_subprocess_exec(
+                self.python,
+                "-m",
+                child.module,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        finally:
+            log.close()
+
+    async def _await_ready(self, child: Child) -> None:
+        if child.process is None or child.process.stdout is None:
+            raise RuntimeError(f"{child.name} was not started")
+        try:
+            line = await asyncio.wait_for(child.process.stdout.readline(), READY_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise RuntimeError(f"{child.name} printed no listening line; see {child.log}") from None
+        if not line:
+            tail = child.log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{child.name} exited at start:\n{tail}")
+        child.info = json.loads(line)
+        url = f"http://127.0.0.1:{child.info['http_port']}/readyz"
+        deadline = asyncio.get_running_loop().time() + READY_TIMEOUT_SECONDS
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(url)).status_code == 200:
+                        return
+                if asyncio.get_running_loop().time() > deadline:
+                    raise RuntimeError(f"{child.name} never became ready; see {child.log}")
+                await asyncio.sleep(0.1)
+
+    async def stop(self) -> None:
+        """SIGTERM every child (relays first), then stop redis-server."""
+        order = sorted(self.children, key=lambda c: c.module != "services.relay")
+        for child in order:
+            if child.process is not None and child.process.returncode is None:
+                child.process.send_signal(signal.SIGTERM)
+        for child in order:
+            if child.process is None:
+                continue
+            try:
+                await asyncio.wait_for(child.process.wait(), STOP_GRACE_SECONDS)
+            except TimeoutError:
+                child.process.kill()
+                await child.process.wait()
+        if self._redis is not None and self._redis.returncode is None:
+            self._redis.terminate()
+            await self._redis.wait()
+
+    def exit_codes(self) -> dict[str, int | None]:
+        """Exit code of every child (None while running)."""
+        return {c.name: None if c.process is None else c.process.returncode for c in self.children}
+
+    def relay(self, domain: str, index: int = 0) -> Relay:
+        """The index-th relay pod of ``domain``."""
+        return [r for r in self.relays if r.domain == domain][index]

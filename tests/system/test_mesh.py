@@ -1,0 +1,37 @@
+"""The README's run command as a test: every service its own process, TLS and SASL on,
+two domains, the demo's exchanges and reports, and a clean stop of every process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.system
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_run_command_demo(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "scripts/demo.py", "--exit-after-demo", "--workdir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    out = completed.stdout
+    assert completed.returncode == 0, out + completed.stderr
+    for line in (
+        "barney@example.com | received b'yabba dabba doo' (text/plain) from fred@example.com",
+        "wilma@rubble.com | received b'yabba dabba doo' (text/plain) from fred@example.com",
+        ": barney@example.com -> 250",
+        ": wilma@rubble.com -> 250",
+        "dino@example.com -> 550 unknown endpoint identity",
+    ):
+        assert line in out, out
+    assert "relay-example.com-2 ready" in out
+    assert "'relay-rubble.com-1': 0" in out
