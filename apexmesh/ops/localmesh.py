@@ -81,9 +81,11 @@ class Relay:
 class LocalMesh:
     """Start, observe and stop the local mesh. See the module docstring."""
 
-    def __init__(self, workdir: Path, *, python: str = sys.executable) -> None:
+    def __init__(self, workdir: Path, *, python: str = sys.executable, dev: bool = False) -> None:
         self.workdir = workdir
         self.python = python
+        #: A development run: plaintext BEEP, no SASL, anonymous attach (benchmarks only).
+        self.dev = dev
         self.children: list[Child] = []
         self.relays: list[Relay] = []
         self.passwords = {endpoint: secrets.token_urlsafe(18) for endpoint in ENDPOINTS}
@@ -138,6 +140,15 @@ class LocalMesh:
             "APEXMESH_SHUTDOWN_GRACE": "2",
             "PYTHONUNBUFFERED": "1",
         }
+        security = {
+            "APEXMESH_RELAY_TLS_CERT": str(files["cert"]),
+            "APEXMESH_RELAY_TLS_KEY": str(files["key"]),
+            "APEXMESH_RELAY_TLS_CA": str(self.ca_file),
+            "APEXMESH_RELAY_SASL_FILE": str(files["credentials"]),
+        }
+        if self.dev:
+            common["APEXMESH_DEV"] = "1"
+            security = {}
         ports = {domain: (free_port(), free_port()) for domain in DOMAINS}  # access, report
         for domain in DOMAINS:
             for index in range(RELAY_PODS[domain]):
@@ -206,10 +217,7 @@ class LocalMesh:
                             "APEXMESH_ACCESS_ADDRESS": f"127.0.0.1:{access_grpc}",
                             "APEXMESH_REPORT_ADDRESS": f"127.0.0.1:{report_grpc}",
                             "APEXMESH_RELAY_ROUTES": routes,
-                            "APEXMESH_RELAY_TLS_CERT": str(files["cert"]),
-                            "APEXMESH_RELAY_TLS_KEY": str(files["key"]),
-                            "APEXMESH_RELAY_TLS_CA": str(self.ca_file),
-                            "APEXMESH_RELAY_SASL_FILE": str(files["credentials"]),
+                            **security,
                         },
                     )
                 )
