@@ -121,94 +121,118 @@ class Mesh:
         )
 
 
+#: Attempts at starting the mesh: a port picked free a moment before may have been taken
+#: meanwhile (as an ephemeral port of some connection); the whole mesh is then restarted.
+START_ATTEMPTS: Final = 4
+
+App = AccessApp | RelayApp | ReportApp
+
+
+async def stop_all(apps: list[App]) -> None:
+    """Relays first (they call the others), each group stopped concurrently."""
+    await asyncio.gather(*(app.stop() for app in apps if isinstance(app, RelayApp)))
+    await asyncio.gather(*(app.stop() for app in apps if not isinstance(app, RelayApp)))
+    apps.clear()
+
+
 @contextlib.asynccontextmanager
 async def running_mesh(
     redis_server: RedisServer, keys: Keys, tmp_path: Path, *, lease_ms: int = 10_000
 ) -> AsyncIterator[Mesh]:
-    """Start the whole mesh; stop every app on exit (relays first)."""
+    """Start the whole mesh; stop every app on exit."""
     common = base_env(redis_server, keys)
     seed = tmp_path / "access-seed.xml"
     seed.write_bytes(SEED)
     sasl = tmp_path / "relay-sasl"
     sasl.write_text(SASL_USERS, encoding="utf-8")
     common["APEXMESH_RELAY_SASL_FILE"] = str(sasl)
-    started: list[AccessApp | RelayApp | ReportApp] = []
+    started: list[App] = []
     try:
-        access = AccessApp(
-            AccessSettings.from_env(
+        for attempt in range(START_ATTEMPTS):
+            try:
+                mesh = await _start(common, seed, lease_ms, started)
+                break
+            except OSError:
+                await stop_all(started)
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+        yield mesh
+    finally:
+        await stop_all(started)
+
+
+async def _start(common: dict[str, str], seed: Path, lease_ms: int, started: list[App]) -> Mesh:
+    access = AccessApp(
+        AccessSettings.from_env(
+            {
+                **common,
+                "APEXMESH_DOMAINS": "example.com,rubble.com",
+                "APEXMESH_ACCESS_GRPC_PORT": "0",
+                "APEXMESH_ACCESS_HTTP_PORT": "0",
+                "APEXMESH_ACCESS_SEED_FILE": str(seed),
+                "APEXMESH_ACCESS_RESYNC_SECONDS": "0.2",
+            }
+        )
+    )
+    started.append(access)
+    await access.start()
+    mesh_ports = {"example.com": free_port(), "rubble.com": free_port()}
+    report_ports = {"example.com": free_port(), "rubble.com": free_port()}
+    pods: dict[str, RelayApp] = {}
+    for pod_id, domain, mesh_port, other in (
+        ("example-a", "example.com", mesh_ports["example.com"], "rubble.com"),
+        ("example-b", "example.com", 0, "rubble.com"),
+        ("rubble-a", "rubble.com", mesh_ports["rubble.com"], "example.com"),
+    ):
+        relay = RelayApp(
+            RelaySettings.from_env(
+                relay_env(
+                    common,
+                    domain=domain,
+                    pod_id=pod_id,
+                    mesh_port=mesh_port,
+                    access_port=access.grpc_port,
+                    report_port=report_ports[domain],
+                    routes={other: mesh_ports[other]},
+                    lease_ms=lease_ms,
+                )
+            )
+        )
+        started.append(relay)
+        await relay.start()
+        pods[pod_id] = relay
+    reports: dict[str, ReportApp] = {}
+    for domain, relays in (
+        ("example.com", (pods["example-a"], pods["example-b"])),
+        ("rubble.com", (pods["rubble-a"],)),
+    ):
+        report = ReportApp(
+            ReportSettings.from_env(
                 {
                     **common,
-                    "APEXMESH_DOMAINS": "example.com,rubble.com",
-                    "APEXMESH_ACCESS_GRPC_PORT": "0",
-                    "APEXMESH_ACCESS_HTTP_PORT": "0",
-                    "APEXMESH_ACCESS_SEED_FILE": str(seed),
-                    "APEXMESH_ACCESS_RESYNC_SECONDS": "0.2",
+                    "APEXMESH_REPORT_DOMAINS": domain,
+                    "APEXMESH_RELAY_ADDRESSES": ",".join(
+                        f"127.0.0.1:{r.grpc_port}" for r in relays
+                    ),
+                    "APEXMESH_REPORT_GRPC_PORT": str(report_ports[domain]),
+                    "APEXMESH_REPORT_HTTP_PORT": "0",
                 }
             )
         )
-        await access.start()
-        started.append(access)
-        mesh_ports = {"example.com": free_port(), "rubble.com": free_port()}
-        report_ports = {"example.com": free_port(), "rubble.com": free_port()}
-        pods: dict[str, RelayApp] = {}
-        for pod_id, domain, mesh_port, other in (
-            ("example-a", "example.com", mesh_ports["example.com"], "rubble.com"),
-            ("example-b", "example.com", 0, "rubble.com"),
-            ("rubble-a", "rubble.com", mesh_ports["rubble.com"], "example.com"),
-        ):
-            relay = RelayApp(
-                RelaySettings.from_env(
-                    relay_env(
-                        common,
-                        domain=domain,
-                        pod_id=pod_id,
-                        mesh_port=mesh_port,
-                        access_port=access.grpc_port,
-                        report_port=report_ports[domain],
-                        routes={other: mesh_ports[other]},
-                        lease_ms=lease_ms,
-                    )
-                )
-            )
-            await relay.start()
-            started.append(relay)
-            pods[pod_id] = relay
-        reports: dict[str, ReportApp] = {}
-        for domain, relays in (
-            ("example.com", (pods["example-a"], pods["example-b"])),
-            ("rubble.com", (pods["rubble-a"],)),
-        ):
-            report = ReportApp(
-                ReportSettings.from_env(
-                    {
-                        **common,
-                        "APEXMESH_REPORT_DOMAINS": domain,
-                        "APEXMESH_RELAY_ADDRESSES": ",".join(
-                            f"127.0.0.1:{r.grpc_port}" for r in relays
-                        ),
-                        "APEXMESH_REPORT_GRPC_PORT": str(report_ports[domain]),
-                        "APEXMESH_REPORT_HTTP_PORT": "0",
-                    }
-                )
-            )
-            await report.start()
-            started.append(report)
-            reports[domain] = report
-        yield Mesh(
-            env=common,
-            access=access,
-            a=pods["example-a"],
-            b=pods["example-b"],
-            rubble=pods["rubble-a"],
-            report_example=reports["example.com"],
-            report_rubble=reports["rubble.com"],
-            mesh_ports=mesh_ports,
-            report_ports=report_ports,
-        )
-    finally:
-        # Relays first (they call the others), each group stopped concurrently.
-        await asyncio.gather(*(app.stop() for app in started if isinstance(app, RelayApp)))
-        await asyncio.gather(*(app.stop() for app in started if not isinstance(app, RelayApp)))
+        started.append(report)
+        await report.start()
+        reports[domain] = report
+    return Mesh(
+        env=common,
+        access=access,
+        a=pods["example-a"],
+        b=pods["example-b"],
+        rubble=pods["rubble-a"],
+        report_example=reports["example.com"],
+        report_rubble=reports["rubble.com"],
+        mesh_ports=mesh_ports,
+        report_ports=report_ports,
+    )
 
 
 @contextlib.asynccontextmanager
