@@ -21,6 +21,7 @@ invalid", RFC 3340 section 10) so that any handler can answer with it directly.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -103,7 +104,15 @@ class Endpoint:
 
     @classmethod
     def parse(cls, text: str) -> Endpoint:
-        """Parse ``text`` as an RFC 3340 section 2.2 ``entity``; raise :class:`EndpointError`."""
+        """Parse ``text`` as an RFC 3340 section 2.2 ``entity``; raise :class:`EndpointError`.
+
+        Results are cached: every data element names endpoints, mostly the same few, and
+        an :class:`Endpoint` is immutable.
+        """
+        return _parse_endpoint(text)
+
+    @classmethod
+    def _parse(cls, text: str) -> Endpoint:
         if len(text.encode("utf-8", "surrogatepass")) > MAX_ENDPOINT_OCTETS:
             raise EndpointError("endpoint identity too long")
         local, at, domain = text.rpartition("@")
@@ -142,6 +151,11 @@ class Endpoint:
 
     def __str__(self) -> str:
         return f"{self.local}@{self.domain}"
+
+
+@functools.lru_cache(maxsize=65536)
+def _parse_endpoint(text: str) -> Endpoint:
+    return Endpoint._parse(text)
 
 
 def well_known(service: str, domain: str) -> Endpoint:

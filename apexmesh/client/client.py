@@ -459,6 +459,12 @@ class ApexClient:
                 await self._reader
 
 
+#: Receive window an endpoint advertises (RFC 3081 3.1.3 lets it exceed the default 4096
+#: octets): data from the relay arrives back to back, and a 4096-octet window would cost a
+#: SEQ round trip every few messages.
+DEFAULT_RECEIVE_WINDOW_OCTETS: Final = 256 * 1024
+
+
 async def connect_endpoint(
     host: str,
     port: int,
@@ -481,7 +487,7 @@ async def connect_endpoint(
     conn = await connect(
         host,
         port,
-        config,
+        config or SessionConfig(receive_window_octets=DEFAULT_RECEIVE_WINDOW_OCTETS),
         ssl_context=ssl_context,
         server_hostname=server_hostname,
         timeout=timeout,

@@ -223,7 +223,7 @@ class Router:
                 originator.domain in self.trusted
             )
         if not allowed:
-            self.metrics.data.labels(result="refused").inc()
+            self.metrics.count(self.metrics.data, "refused")
             return Error(code=ApexReplyCode.NOT_AUTHORIZED, text="access denied")
         dispatcher = self._dispatchers.get(id(channel))
         if dispatcher is None:
@@ -250,9 +250,9 @@ class Router:
         try:
             plan = plan_data(data, self.options, is_final=self.is_final)
         except ApexError as exc:
-            self.metrics.data.labels(result="refused").inc()
+            self.metrics.count(self.metrics.data, "refused")
             return Error.from_exception(exc)
-        self.metrics.data.labels(result="accepted").inc()
+        self.metrics.count(self.metrics.data, "accepted")
         dispatcher.submit(Job(data, plan, tuple(payload.parts.values()), raw))
         return None
 
@@ -299,12 +299,12 @@ class Router:
         payload = self._payload(job, plan.forward)
         held = self.local.get(endpoint)
         if held is not None:
-            self.metrics.deliveries.labels(route="local").inc()
+            self.metrics.count(self.metrics.deliveries, "local")
             return held[0].deliver(payload)
         address = await self._locate(endpoint)
         if address is None:
             return _done(UNKNOWN_ENDPOINT)
-        self.metrics.deliveries.labels(route="pod").inc()
+        self.metrics.count(self.metrics.deliveries, "pod")
         return _chain(
             self.peers.deliver(address, endpoint, originator, payload),
             lambda outcome: self._retry_elsewhere(endpoint, originator, payload, address, outcome),

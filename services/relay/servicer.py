@@ -43,7 +43,7 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         held = self._router.local.get(endpoint)
         if held is None:
             return Outcome(ApexReplyCode.ACTION_NOT_TAKEN, NOT_HERE)
-        self._router.metrics.deliveries.labels(route="from-pod").inc()
+        self._router.metrics.count(self._router.metrics.deliveries, "from-pod")
         return held[0].deliver(request.payload)
 
     async def Deliver(  # noqa: N802  (gRPC method name)
