@@ -9,9 +9,16 @@ element's ``content`` attribute is a URI-reference to the content:
 * ``cid:2@example.com`` (RFC 2392) names a MIME part of the same payload;
 * ``#Content`` names the ``data-content`` element of the same ``data`` (its ``Name``).
 
-MIME is parsed with the standard library's :mod:`email` package, never by hand; bodies
-come back octet for octet (BEEP is 8bit-clean and section 4.1 asks for no transformative
-Content-Transfer-Encoding; base64 and quoted-printable parts are decoded anyway).
+The payload is split here, strictly and without the :mod:`email` package's per-line
+feed parser (which costs milliseconds a payload): the top-level Content-Type parameters
+are read by a small parser (anything unusual, RFC 2231 continuations for instance, falls
+back to :class:`email.message.Message`), the body is cut on the delimiter lines of RFC
+2046 section 5.1.1 (CRLF ``--boundary``, the close delimiter ending in ``--``, transport
+padding allowed after either, preamble and epilogue ignored), and each part's header
+block goes through a strict line parser (CRLF line ends, folded lines, names
+case-insensitive). Bodies come back octet for octet (BEEP is 8bit-clean and section 4.1
+asks for no transformative Content-Transfer-Encoding; base64, quoted-printable and
+uuencoded parts are decoded anyway, by the standard library).
 
 RFC 3340 names no reply code for a reference that resolves to nothing; 550 "requested
 action not taken" is used, as the RFC does for other unknown references (section 4.4.3,
@@ -24,12 +31,13 @@ from __future__ import annotations
 
 import email.errors
 import email.policy
+import email.utils
+import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from email.message import Message
-from email.parser import BytesParser
-from typing import Final
+from typing import Final, NoReturn
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
@@ -44,9 +52,6 @@ from apexmesh.beep.mime import BEEP_XML, split_entity
 MAX_MIME_PARTS: Final = 64
 
 MULTIPART_RELATED: Final = "multipart/related"
-
-_POLICY: Final = email.policy.HTTP
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MimePart:
@@ -89,26 +94,37 @@ def parse_payload(payload: bytes) -> Payload:
     if entity.content_type != MULTIPART_RELATED:
         _dtd.fail(f"APEX payloads are {BEEP_XML} or {MULTIPART_RELATED}, not {entity.content_type}")
     try:
-        message = BytesParser(policy=_POLICY).parsebytes(payload)
-        return _related(message)
+        return _related(entity.headers, entity.body)
     except (email.errors.MessageError, LookupError, UnicodeError) as exc:
         raise ApexError(ApexReplyCode.GENERAL_SYNTAX_ERROR, f"malformed MIME: {exc}") from None
 
 
-def _related(message: Message) -> Payload:
-    if message.defects:
-        raise ApexError(ApexReplyCode.GENERAL_SYNTAX_ERROR, f"malformed MIME: {message.defects}")
-    subparts = message.get_payload()
-    if not isinstance(subparts, list) or not subparts:
-        raise ApexError(ApexReplyCode.GENERAL_SYNTAX_ERROR, "multipart/related without parts")
-    if len(subparts) > MAX_MIME_PARTS:
+def _broken(reason: str) -> NoReturn:
+    raise ApexError(ApexReplyCode.GENERAL_SYNTAX_ERROR, f"malformed MIME: {reason}")
+
+
+def _related(headers: Mapping[str, str], body: bytes) -> Payload:
+    for name, value in headers.items():
+        if _HEADER_NAME.fullmatch(name) is None or "\r" in value or "\n" in value:
+            _broken(f"bad header line {name!r}")
+    encoding = headers.get("content-transfer-encoding")
+    if encoding is not None and encoding.strip().lower() not in _IDENTITY_ENCODINGS:
+        _broken(f"a multipart cannot have Content-Transfer-Encoding {encoding!r}")
+    params = _params(headers["content-type"])
+    boundary = params.get("boundary")
+    if not isinstance(boundary, str) or not boundary:
+        _broken("multipart/related without a boundary")
+    spans = _split(body, b"--" + boundary.encode("latin-1"))
+    if not spans:
+        _broken("multipart/related without parts")
+    if len(spans) > MAX_MIME_PARTS:
         _dtd.fail(f"more than {MAX_MIME_PARTS} MIME parts", ApexReplyCode.TRANSACTION_FAILED)
-    kind = message.get_param("type")
+    kind = params.get("type")
     if isinstance(kind, str) and kind.lower() != BEEP_XML:
         _dtd.fail(f"multipart/related type must be {BEEP_XML}")
-    start = message.get_param("start")
+    start = params.get("start")
     start_id = _content_id(start) if isinstance(start, str) else None
-    parts = [_part(sub) for sub in subparts if isinstance(sub, Message)]
+    parts = [_part(body, begin, end) for begin, end in spans]
     if start_id is None:
         root = parts[0]  # RFC 2387 section 3.2: the first part is the root by default
     else:
@@ -128,21 +144,173 @@ def _related(message: Message) -> Payload:
     return Payload(control=root.body, parts=by_id)
 
 
-def _part(message: Message) -> MimePart:
-    if message.defects:
-        raise ApexError(
-            ApexReplyCode.GENERAL_SYNTAX_ERROR, f"malformed MIME part: {message.defects}"
-        )
-    if message.is_multipart():
+#: A header field name (RFC 5322 section 3.6.8): printable US-ASCII except the colon.
+_HEADER_NAME: Final = re.compile(r"[!-9;-~]+")
+#: One ``; name=value`` parameter, value an RFC 2045 token or a quoted-string without
+#: quoted-pairs; RFC 2231 (``name*=``) and quoted-pairs take the slow path.
+_PARAM: Final = re.compile(
+    r'[ \t]*;[ \t]*([-!#$%&\'+.0-9A-Z^_`a-z{|}~]+)[ \t]*=[ \t]*'
+    r'("[^"\\\r\n]*"|[-!#$%&\'*+.0-9A-Z^_`a-z{|}~]+)'
+)
+_IDENTITY_ENCODINGS: Final = frozenset({"7bit", "8bit", "binary"})
+#: The encodings :meth:`email.message.Message.get_payload` decodes.
+_DECODED_ENCODINGS: Final = frozenset(
+    {"quoted-printable", "base64", "x-uuencode", "uuencode", "uue", "x-uue"}
+)
+_MESSAGE_PARAMS: Final = ("boundary", "start", "type")
+
+
+def _params(content_type: str) -> dict[str, object]:
+    """The boundary, start and type parameters as :class:`email.message.Message` reads
+    them (first occurrence wins, quotes removed, boundary right-stripped)."""
+    params: dict[str, object] = {}
+    pos = content_type.find(";")
+    while pos >= 0:
+        match = _PARAM.match(content_type, pos)
+        if match is None:
+            rest = content_type[pos:]
+            if "*" in rest.partition("=")[0] or "\\" in rest:
+                return _slow_params(content_type)
+            if rest.strip(" \t;"):
+                _broken(f"bad Content-Type parameter {rest[:80]!r}")
+            break
+        params.setdefault(match.group(1).lower(), email.utils.unquote(match.group(2)))
+        pos = match.end()
+    boundary = params.get("boundary")
+    if isinstance(boundary, str):
+        params["boundary"] = boundary.rstrip()
+    return params
+
+
+def _slow_params(content_type: str) -> dict[str, object]:
+    message = Message()
+    message["Content-Type"] = content_type
+    params: dict[str, object] = {name: message.get_param(name) for name in _MESSAGE_PARAMS}
+    params["boundary"] = message.get_boundary()
+    return params
+
+
+def _split(body: bytes, dash_boundary: bytes) -> list[tuple[int, int]]:
+    """The (start, end) offsets of the body parts of a multipart ``body`` (RFC 2046
+    section 5.1.1); an empty list when the first delimiter is the close delimiter."""
+    delimiter = b"\r\n" + dash_boundary
+    skip = len(delimiter)
+    find = body.find
+    after = _after_delimiter(body, len(dash_boundary)) if body.startswith(dash_boundary) else None
+    search = 0
+    while after is None:  # the first delimiter: at the very start or after the preamble
+        at = find(delimiter, search)
+        if at < 0:
+            _broken("no multipart delimiter")
+        after = _after_delimiter(body, at + skip)
+        search = at + 1
+    spans: list[tuple[int, int]] = []
+    closed, begin = after
+    while not closed:
+        search = begin
+        while True:
+            at = find(delimiter, search)
+            if at < 0:
+                _broken("no multipart close delimiter")
+            after = _after_delimiter(body, at + skip)
+            if after is not None:
+                break
+            search = at + 1
+        spans.append((begin, at))
+        closed, begin = after
+    return spans
+
+
+def _after_delimiter(body: bytes, pos: int) -> tuple[bool, int] | None:
+    """After ``--boundary`` at ``pos``: (close delimiter?, offset past its line), or None
+    when this is no delimiter (``--boundaryX``, or text after the padding)."""
+    closed = body.startswith(b"--", pos)
+    if closed:
+        pos += 2
+    end = len(body)
+    while pos < end and body[pos] in b" \t":  # transport padding
+        pos += 1
+    if body.startswith(b"\r\n", pos):
+        return closed, pos + 2
+    if closed and pos == end:
+        return closed, pos
+    return None
+
+
+def _part(body: bytes, begin: int, end: int) -> MimePart:
+    if body.startswith(b"\r\n", begin):
+        header_end, body_begin = begin, begin + 2
+    else:
+        blank = body.find(b"\r\n\r\n", begin, end)
+        if blank >= 0:
+            header_end, body_begin = blank, blank + 4
+        elif body.endswith(b"\r\n", begin, end):  # headers, then the delimiter's CRLF
+            header_end, body_begin = end - 2, end
+        else:
+            header_end = body_begin = end
+    headers = _part_headers(body[begin:header_end])
+    content_type = content_id = encoding = None
+    for name, value in headers:
+        lower = name.lower()
+        if lower == "content-type":
+            content_type = value if content_type is None else content_type
+        elif lower == "content-id":
+            content_id = value if content_id is None else content_id
+        elif lower == "content-transfer-encoding":
+            encoding = value if encoding is None else encoding
+    media = "text/plain"
+    if content_type is not None:
+        media = content_type.split(";", 1)[0].strip().lower()
+        if media.count("/") != 1:
+            media = "text/plain"
+    if media.startswith(("multipart/", "message/")):
         raise ApexError(ApexReplyCode.PARAMETER_NOT_IMPLEMENTED, "nested multipart parts")
-    body = message.get_payload(decode=True)
-    raw_id = message.get("Content-ID")
+    octets = body[body_begin:end]
+    if encoding is not None and encoding.lower() in _DECODED_ENCODINGS:
+        octets = _decode(octets, encoding)
     return MimePart(
-        content_id=None if raw_id is None else _content_id(str(raw_id)),
-        content_type=message.get_content_type(),
-        headers=tuple((str(name), str(value)) for name, value in message.items()),
-        body=body if isinstance(body, bytes) else b"",
+        content_id=None if content_id is None else _content_id(content_id),
+        content_type=media,
+        headers=headers,
+        body=octets,
     )
+
+
+def _part_headers(block: bytes) -> tuple[tuple[str, str], ...]:
+    """A part's header block (without its final CRLF) as (name, value) pairs, folded
+    lines unfolded; 500 for a line that is neither a field nor a continuation."""
+    if not block:
+        return ()
+    headers: list[list[str]] = []
+    for line in block.decode("utf-8", "replace").split("\r\n"):
+        if "\r" in line or "\n" in line:
+            _broken("bare CR or LF in a part's headers")
+        if line[:1] in (" ", "\t"):
+            if not headers:
+                _broken("a part's first header line is a continuation")
+            headers[-1][1] += line
+            continue
+        name, colon, value = line.partition(":")
+        if not colon or _HEADER_NAME.fullmatch(name) is None:
+            _broken(f"bad header line {line[:80]!r}")
+        headers.append([name, value])
+    return tuple((name, _header_value(name, value.strip(" \t"))) for name, value in headers)
+
+
+def _header_value(name: str, value: str) -> str:
+    """RFC 2047 encoded-words decoded, as :data:`email.policy.HTTP` presents them."""
+    if "=?" not in value:
+        return value
+    return str(email.policy.HTTP.header_factory(name, value))
+
+
+def _decode(octets: bytes, encoding: str) -> bytes:
+    """Remove a Content-Transfer-Encoding exactly as :mod:`email` does."""
+    message = Message()
+    message["Content-Transfer-Encoding"] = encoding
+    message.set_payload(octets.decode("ascii", "surrogateescape"))
+    decoded = message.get_payload(decode=True)
+    return decoded if isinstance(decoded, bytes) else b""
 
 
 def _content_id(value: str) -> str:
