@@ -54,13 +54,21 @@ async def throughput(sender: Attachment, receiver: Attachment, count: int) -> fl
         for _ in range(count):
             await receiver.receive()
 
+    window = asyncio.Semaphore(DEPTH)
+
+    async def one() -> None:
+        try:
+            await sender.send(target, content)
+        finally:
+            window.release()
+
     started = time.perf_counter()
     receiving = asyncio.ensure_future(drain())
-    sent = 0
-    while sent < count:
-        batch = min(DEPTH, count - sent)
-        await asyncio.gather(*(sender.send(target, content) for _ in range(batch)))
-        sent += batch
+    sends = []
+    for _ in range(count):
+        await window.acquire()  # a sliding window of DEPTH operations in flight
+        sends.append(asyncio.ensure_future(one()))
+    await asyncio.gather(*sends)
     await asyncio.wait_for(receiving, 60)
     return count / (time.perf_counter() - started)
 
