@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import email.errors
 import email.policy
-import email.utils
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -52,6 +51,7 @@ from apexmesh.beep.mime import BEEP_XML, split_entity
 MAX_MIME_PARTS: Final = 64
 
 MULTIPART_RELATED: Final = "multipart/related"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MimePart:
@@ -83,7 +83,8 @@ def parse_payload(payload: bytes) -> Payload:
     Raises :class:`ApexError`: 500 when the MIME structure is broken, 501 when it is
     well-formed but not what section 4.1 describes (another media type, no start part,
     a start part that is not application/beep+xml, duplicate Content-IDs), 504 for a
-    nested multipart part, 554 above :data:`MAX_MIME_PARTS`.
+    nested multipart (or message/*) part, 554 above :data:`MAX_MIME_PARTS`. Lines end in
+    CRLF: a bare CR or LF is body data, never the end of a header line or a delimiter.
     """
     try:
         entity = split_entity(payload)
@@ -149,7 +150,7 @@ _HEADER_NAME: Final = re.compile(r"[!-9;-~]+")
 #: One ``; name=value`` parameter, value an RFC 2045 token or a quoted-string without
 #: quoted-pairs; RFC 2231 (``name*=``) and quoted-pairs take the slow path.
 _PARAM: Final = re.compile(
-    r'[ \t]*;[ \t]*([-!#$%&\'+.0-9A-Z^_`a-z{|}~]+)[ \t]*=[ \t]*'
+    r"[ \t]*;[ \t]*([-!#$%&\'+.0-9A-Z^_`a-z{|}~]+)[ \t]*=[ \t]*"
     r'("[^"\\\r\n]*"|[-!#$%&\'*+.0-9A-Z^_`a-z{|}~]+)'
 )
 _IDENTITY_ENCODINGS: Final = frozenset({"7bit", "8bit", "binary"})
@@ -174,7 +175,9 @@ def _params(content_type: str) -> dict[str, object]:
             if rest.strip(" \t;"):
                 _broken(f"bad Content-Type parameter {rest[:80]!r}")
             break
-        params.setdefault(match.group(1).lower(), email.utils.unquote(match.group(2)))
+        name, value = match.groups()
+        # What email.utils.unquote does to the values the pattern admits.
+        params.setdefault(name.lower(), value[1:-1] if value[0] == '"' else value)
         pos = match.end()
     boundary = params.get("boundary")
     if isinstance(boundary, str):
@@ -264,7 +267,8 @@ def _part(body: bytes, begin: int, end: int) -> MimePart:
         if media.count("/") != 1:
             media = "text/plain"
     if media.startswith(("multipart/", "message/")):
-        raise ApexError(ApexReplyCode.PARAMETER_NOT_IMPLEMENTED, "nested multipart parts")
+        # email parses message/* bodies as nested entities too (is_multipart()).
+        raise ApexError(ApexReplyCode.PARAMETER_NOT_IMPLEMENTED, f"nested {media} part")
     octets = body[body_begin:end]
     if encoding is not None and encoding.lower() in _DECODED_ENCODINGS:
         octets = _decode(octets, encoding)
@@ -281,27 +285,32 @@ def _part_headers(block: bytes) -> tuple[tuple[str, str], ...]:
     lines unfolded; 500 for a line that is neither a field nor a continuation."""
     if not block:
         return ()
-    headers: list[list[str]] = []
-    for line in block.decode("utf-8", "replace").split("\r\n"):
-        if "\r" in line or "\n" in line:
-            _broken("bare CR or LF in a part's headers")
+    text = block.decode("utf-8", "replace")
+    lines = text.split("\r\n")
+    crlfs = len(lines) - 1
+    if text.count("\r") != crlfs or text.count("\n") != crlfs:
+        _broken("bare CR or LF in a part's headers")
+    fields: list[tuple[str, str]] = []
+    for line in lines:
         if line[:1] in (" ", "\t"):
-            if not headers:
+            if not fields:
                 _broken("a part's first header line is a continuation")
-            headers[-1][1] += line
+            name, value = fields[-1]
+            fields[-1] = (name, value + line)
             continue
         name, colon, value = line.partition(":")
         if not colon or _HEADER_NAME.fullmatch(name) is None:
             _broken(f"bad header line {line[:80]!r}")
-        headers.append([name, value])
-    return tuple((name, _header_value(name, value.strip(" \t"))) for name, value in headers)
+        fields.append((name, value))
+    return tuple(
+        (name, _header_value(name, value) if "=?" in value else value.strip(" \t"))
+        for name, value in fields
+    )
 
 
 def _header_value(name: str, value: str) -> str:
     """RFC 2047 encoded-words decoded, as :data:`email.policy.HTTP` presents them."""
-    if "=?" not in value:
-        return value
-    return str(email.policy.HTTP.header_factory(name, value))
+    return str(email.policy.HTTP.header_factory(name, value.strip(" \t")))
 
 
 def _decode(octets: bytes, encoding: str) -> bytes:
