@@ -24,6 +24,9 @@ from services.relay.outcomes import Outcome
 
 _log = logging.getLogger(__name__)
 
+#: Deliveries sent in one stream message at most (what is queued at once, up to this).
+MAX_BATCH = 256
+
 UNAVAILABLE = Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "relay pod not available")
 
 
@@ -51,20 +54,28 @@ class _Stream:
         )
         return future
 
-    async def _outgoing(self) -> AsyncIterator[relay_pb2.DeliverRequest]:
+    async def _outgoing(self) -> AsyncIterator[relay_pb2.DeliverBatch]:
         while True:
             request = await self._requests.get()
             if request is None:
                 return
-            yield request
+            batch = [request]
+            while len(batch) < MAX_BATCH and not self._requests.empty():
+                queued = self._requests.get_nowait()
+                if queued is None:
+                    yield relay_pb2.DeliverBatch(requests=batch)
+                    return
+                batch.append(queued)
+            yield relay_pb2.DeliverBatch(requests=batch)
 
     async def _run(self) -> None:
         try:
             call = self._stub.DeliverStream(self._outgoing())
-            async for response in call:
-                future = self._pending.pop(response.id, None)
-                if future is not None and not future.done():
-                    future.set_result(Outcome(response.status.code, response.status.text))
+            async for outcomes in call:
+                for response in outcomes.responses:
+                    future = self._pending.pop(response.id, None)
+                    if future is not None and not future.done():
+                        future.set_result(Outcome(response.status.code, response.status.text))
         except grpc.aio.AioRpcError as exc:
             _log.warning("delivery stream to %s broke: %s", self.address, exc.code())
         finally:

@@ -55,39 +55,50 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
 
     async def DeliverStream(  # noqa: N802
         self,
-        request_iterator: AsyncIterator[relay_pb2.DeliverRequest],
+        request_iterator: AsyncIterator[relay_pb2.DeliverBatch],
         context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[relay_pb2.DeliverResponse]:
+    ) -> AsyncIterator[relay_pb2.DeliverOutcomes]:
         answers: asyncio.Queue[relay_pb2.DeliverResponse | None] = asyncio.Queue()
         pending: set[asyncio.Future[Outcome]] = set()
 
+        def answer(request_id: int, outcome: Outcome) -> None:
+            answers.put_nowait(relay_pb2.DeliverResponse(status=_status(outcome), id=request_id))
+
         async def read() -> None:
-            async for request in request_iterator:
-                result = self._deliver(request)
-                if isinstance(result, Outcome):
-                    answers.put_nowait(
-                        relay_pb2.DeliverResponse(status=_status(result), id=request.id)
-                    )
-                    continue
-                request_id = request.id
+            async for batch in request_iterator:
+                for request in batch.requests:
+                    result = self._deliver(request)
+                    if isinstance(result, Outcome):
+                        answer(request.id, result)
+                        continue
 
-                def done(future: asyncio.Future[Outcome], request_id: int = request_id) -> None:
-                    pending.discard(future)
-                    outcome = future.result()
-                    answers.put_nowait(
-                        relay_pb2.DeliverResponse(status=_status(outcome), id=request_id)
-                    )
+                    def done(future: asyncio.Future[Outcome], request_id: int = request.id) -> None:
+                        pending.discard(future)
+                        answer(request_id, future.result())
 
-                pending.add(result)
-                result.add_done_callback(done)
+                    pending.add(result)
+                    result.add_done_callback(done)
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             answers.put_nowait(None)
 
         reader = asyncio.ensure_future(read())
         try:
-            while (answer := await answers.get()) is not None:
-                yield answer
+            while True:
+                first = await answers.get()
+                if first is None:
+                    return
+                batch = [first]
+                finished = False
+                while not answers.empty():
+                    item = answers.get_nowait()
+                    if item is None:
+                        finished = True
+                        break
+                    batch.append(item)
+                yield relay_pb2.DeliverOutcomes(responses=batch)
+                if finished:
+                    return
         finally:
             reader.cancel()
 

@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from apexmesh.contracts.common.v1 import common_pb2 as apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'apexmesh/contracts/relay/v1/relay.proto\x12\x1b\x61pexmesh.contracts.relay.v1\x1a)apexmesh/contracts/common/v1/common.proto\"T\n\x0e\x44\x65liverRequest\x12\x11\n\trecipient\x18\x01 \x01(\t\x12\x12\n\noriginator\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\n\n\x02id\x18\x04 \x01(\x04\"W\n\x0f\x44\x65liverResponse\x12\x38\n\x06status\x18\x01 \x01(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus\x12\n\n\x02id\x18\x02 \x01(\x04\"4\n\rSubmitRequest\x12\x12\n\noriginator\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"J\n\x0eSubmitResponse\x12\x38\n\x06status\x18\x01 \x01(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus\"J\n\x1aTerminateAttachmentRequest\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\"1\n\x1bTerminateAttachmentResponse\x12\x12\n\nterminated\x18\x01 \x01(\x08\x32\xd2\x03\n\x0cRelayService\x12\x64\n\x07\x44\x65liver\x12+.apexmesh.contracts.relay.v1.DeliverRequest\x1a,.apexmesh.contracts.relay.v1.DeliverResponse\x12n\n\rDeliverStream\x12+.apexmesh.contracts.relay.v1.DeliverRequest\x1a,.apexmesh.contracts.relay.v1.DeliverResponse(\x01\x30\x01\x12\x61\n\x06Submit\x12*.apexmesh.contracts.relay.v1.SubmitRequest\x1a+.apexmesh.contracts.relay.v1.SubmitResponse\x12\x88\x01\n\x13TerminateAttachment\x12\x37.apexmesh.contracts.relay.v1.TerminateAttachmentRequest\x1a\x38.apexmesh.contracts.relay.v1.TerminateAttachmentResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'apexmesh/contracts/relay/v1/relay.proto\x12\x1b\x61pexmesh.contracts.relay.v1\x1a)apexmesh/contracts/common/v1/common.proto\"T\n\x0e\x44\x65liverRequest\x12\x11\n\trecipient\x18\x01 \x01(\t\x12\x12\n\noriginator\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\n\n\x02id\x18\x04 \x01(\x04\"W\n\x0f\x44\x65liverResponse\x12\x38\n\x06status\x18\x01 \x01(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus\x12\n\n\x02id\x18\x02 \x01(\x04\"M\n\x0c\x44\x65liverBatch\x12=\n\x08requests\x18\x01 \x03(\x0b\x32+.apexmesh.contracts.relay.v1.DeliverRequest\"R\n\x0f\x44\x65liverOutcomes\x12?\n\tresponses\x18\x01 \x03(\x0b\x32,.apexmesh.contracts.relay.v1.DeliverResponse\"4\n\rSubmitRequest\x12\x12\n\noriginator\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"J\n\x0eSubmitResponse\x12\x38\n\x06status\x18\x01 \x01(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus\"J\n\x1aTerminateAttachmentRequest\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\"1\n\x1bTerminateAttachmentResponse\x12\x12\n\nterminated\x18\x01 \x01(\x08\x32\xd0\x03\n\x0cRelayService\x12\x64\n\x07\x44\x65liver\x12+.apexmesh.contracts.relay.v1.DeliverRequest\x1a,.apexmesh.contracts.relay.v1.DeliverResponse\x12l\n\rDeliverStream\x12).apexmesh.contracts.relay.v1.DeliverBatch\x1a,.apexmesh.contracts.relay.v1.DeliverOutcomes(\x01\x30\x01\x12\x61\n\x06Submit\x12*.apexmesh.contracts.relay.v1.SubmitRequest\x1a+.apexmesh.contracts.relay.v1.SubmitResponse\x12\x88\x01\n\x13TerminateAttachment\x12\x37.apexmesh.contracts.relay.v1.TerminateAttachmentRequest\x1a\x38.apexmesh.contracts.relay.v1.TerminateAttachmentResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,14 +37,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DELIVERREQUEST']._serialized_end=199
   _globals['_DELIVERRESPONSE']._serialized_start=201
   _globals['_DELIVERRESPONSE']._serialized_end=288
-  _globals['_SUBMITREQUEST']._serialized_start=290
-  _globals['_SUBMITREQUEST']._serialized_end=342
-  _globals['_SUBMITRESPONSE']._serialized_start=344
-  _globals['_SUBMITRESPONSE']._serialized_end=418
-  _globals['_TERMINATEATTACHMENTREQUEST']._serialized_start=420
-  _globals['_TERMINATEATTACHMENTREQUEST']._serialized_end=494
-  _globals['_TERMINATEATTACHMENTRESPONSE']._serialized_start=496
-  _globals['_TERMINATEATTACHMENTRESPONSE']._serialized_end=545
-  _globals['_RELAYSERVICE']._serialized_start=548
-  _globals['_RELAYSERVICE']._serialized_end=1014
+  _globals['_DELIVERBATCH']._serialized_start=290
+  _globals['_DELIVERBATCH']._serialized_end=367
+  _globals['_DELIVEROUTCOMES']._serialized_start=369
+  _globals['_DELIVEROUTCOMES']._serialized_end=451
+  _globals['_SUBMITREQUEST']._serialized_start=453
+  _globals['_SUBMITREQUEST']._serialized_end=505
+  _globals['_SUBMITRESPONSE']._serialized_start=507
+  _globals['_SUBMITRESPONSE']._serialized_end=581
+  _globals['_TERMINATEATTACHMENTREQUEST']._serialized_start=583
+  _globals['_TERMINATEATTACHMENTREQUEST']._serialized_end=657
+  _globals['_TERMINATEATTACHMENTRESPONSE']._serialized_start=659
+  _globals['_TERMINATEATTACHMENTRESPONSE']._serialized_end=708
+  _globals['_RELAYSERVICE']._serialized_start=711
+  _globals['_RELAYSERVICE']._serialized_end=1175
 # @@protoc_insertion_point(module_scope)

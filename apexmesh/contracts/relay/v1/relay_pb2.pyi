@@ -7,8 +7,10 @@ data originated by APEX services, and relay-initiated terminate of an attachment
 """
 
 from apexmesh.contracts.common.v1 import common_pb2 as _common_pb2
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -74,6 +76,46 @@ class DeliverResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeliverResponse: _TypeAlias = DeliverResponse  # noqa: Y015
+
+@_typing.final
+class DeliverBatch(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeliverRequest]: ...
+    def __init__(
+        self,
+        *,
+        requests: _abc.Iterable[Global___DeliverRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeliverBatch: _TypeAlias = DeliverBatch  # noqa: Y015
+
+@_typing.final
+class DeliverOutcomes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeliverResponse]: ...
+    def __init__(
+        self,
+        *,
+        responses: _abc.Iterable[Global___DeliverResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeliverOutcomes: _TypeAlias = DeliverOutcomes  # noqa: Y015
 
 @_typing.final
 class SubmitRequest(_message.Message):

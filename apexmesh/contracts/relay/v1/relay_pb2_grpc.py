@@ -43,8 +43,8 @@ class RelayServiceStub:
                 _registered_method=True)
         self.DeliverStream = channel.stream_stream(
                 '/apexmesh.contracts.relay.v1.RelayService/DeliverStream',
-                request_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverRequest.SerializeToString,
-                response_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverResponse.FromString,
+                request_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverBatch.SerializeToString,
+                response_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverOutcomes.FromString,
                 _registered_method=True)
         self.Submit = channel.unary_unary(
                 '/apexmesh.contracts.relay.v1.RelayService/Submit',
@@ -74,7 +74,9 @@ class RelayServiceServicer:
 
     def DeliverStream(self, request_iterator, context):
         """The same as a long-lived stream between two pods: deliveries keep their order and
-        cost no per-call setup; each response carries the id of its request.
+        cost no per-call setup. Requests and responses travel in batches (everything ready
+        at once goes in one message, so a busy pair of pods pays gRPC's per-message cost
+        once per batch); each response carries the id of its request.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -105,8 +107,8 @@ def add_RelayServiceServicer_to_server(servicer, server):
             ),
             'DeliverStream': grpc.stream_stream_rpc_method_handler(
                     servicer.DeliverStream,
-                    request_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverRequest.FromString,
-                    response_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverResponse.SerializeToString,
+                    request_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverBatch.FromString,
+                    response_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverOutcomes.SerializeToString,
             ),
             'Submit': grpc.unary_unary_rpc_method_handler(
                     servicer.Submit,
@@ -172,8 +174,8 @@ class RelayService:
             request_iterator,
             target,
             '/apexmesh.contracts.relay.v1.RelayService/DeliverStream',
-            apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverRequest.SerializeToString,
-            apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverResponse.FromString,
+            apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverBatch.SerializeToString,
+            apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DeliverOutcomes.FromString,
             options,
             channel_credentials,
             insecure,

@@ -42,9 +42,11 @@ class RelayServiceStub:
     calling pod; this pod sends it on the endpoint's APEX channel without re-parsing it
     and returns the endpoint's answer (250 for ok, the error's code otherwise).
     """
-    DeliverStream: _grpc.StreamStreamMultiCallable[_relay_pb2.DeliverRequest, _relay_pb2.DeliverResponse]
+    DeliverStream: _grpc.StreamStreamMultiCallable[_relay_pb2.DeliverBatch, _relay_pb2.DeliverOutcomes]
     """The same as a long-lived stream between two pods: deliveries keep their order and
-    cost no per-call setup; each response carries the id of its request.
+    cost no per-call setup. Requests and responses travel in batches (everything ready
+    at once goes in one message, so a busy pair of pods pays gRPC's per-message cost
+    once per batch); each response carries the id of its request.
     """
     Submit: _grpc.UnaryUnaryMultiCallable[_relay_pb2.SubmitRequest, _relay_pb2.SubmitResponse]
     """Originate data as a well-known endpoint of this pod's domain (RFC 3340 section 6):
@@ -64,9 +66,11 @@ class RelayServiceAsyncStub(RelayServiceStub):
     calling pod; this pod sends it on the endpoint's APEX channel without re-parsing it
     and returns the endpoint's answer (250 for ok, the error's code otherwise).
     """
-    DeliverStream: _aio.StreamStreamMultiCallable[_relay_pb2.DeliverRequest, _relay_pb2.DeliverResponse]  # type: ignore[assignment]
+    DeliverStream: _aio.StreamStreamMultiCallable[_relay_pb2.DeliverBatch, _relay_pb2.DeliverOutcomes]  # type: ignore[assignment]
     """The same as a long-lived stream between two pods: deliveries keep their order and
-    cost no per-call setup; each response carries the id of its request.
+    cost no per-call setup. Requests and responses travel in batches (everything ready
+    at once goes in one message, so a busy pair of pods pays gRPC's per-message cost
+    once per batch); each response carries the id of its request.
     """
     Submit: _aio.UnaryUnaryMultiCallable[_relay_pb2.SubmitRequest, _relay_pb2.SubmitResponse]  # type: ignore[assignment]
     """Originate data as a well-known endpoint of this pod's domain (RFC 3340 section 6):
@@ -93,11 +97,13 @@ class RelayServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def DeliverStream(
         self,
-        request_iterator: _MaybeAsyncIterator[_relay_pb2.DeliverRequest],
+        request_iterator: _MaybeAsyncIterator[_relay_pb2.DeliverBatch],
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_relay_pb2.DeliverResponse], _abc.AsyncIterator[_relay_pb2.DeliverResponse]]:
+    ) -> _typing.Union[_abc.Iterator[_relay_pb2.DeliverOutcomes], _abc.AsyncIterator[_relay_pb2.DeliverOutcomes]]:
         """The same as a long-lived stream between two pods: deliveries keep their order and
-        cost no per-call setup; each response carries the id of its request.
+        cost no per-call setup. Requests and responses travel in batches (everything ready
+        at once goes in one message, so a busy pair of pods pays gRPC's per-message cost
+        once per batch); each response carries the id of its request.
         """
 
     @_abc_1.abstractmethod
