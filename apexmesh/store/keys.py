@@ -66,5 +66,22 @@ class Keys:
         as its attachments; absent once the pod stops renewing."""
         return f"{self.prefix}:relay:pod:{pod_id}:address"
 
+    def presence_entries(self) -> str:
+        """HASH of presence entries (RFC 3343 section 3). Field: the publisher endpoint;
+        value: its ``presence`` element as XML text. Written only by
+        ``apexmesh.store.presence`` (one MULTI per operation, with the operations)."""
+        return f"{self.prefix}:presence:entries"
+
+    def presence_operations(self) -> str:
+        """HASH of in-progress subscribe and watch operations (RFC 3343 sections 4.2,
+        4.3). Field: ``"<originator> <transID>"``; value: JSON with kind, subject,
+        duration and the expiry (RFC 3339). Written by ``apexmesh.store.presence``."""
+        return f"{self.prefix}:presence:operations"
+
+    def presence_attached(self) -> str:
+        """SET of endpoints the presence service shows attached (relay reports), checked
+        against :meth:`attachment` so a lapsed lease is seen as a detach."""
+        return f"{self.prefix}:presence:attached"
+
 
 __all__ = ["DEFAULT_PREFIX", "Keys"]

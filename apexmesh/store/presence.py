@@ -1,0 +1,132 @@
+"""Redis repository of the presence service (RFC 3343 section 4: "persistent storage").
+
+Presence entries, in-progress operations and the mesh-attached set are loaded once at
+start into a :class:`~apexmesh.apex.presence_core.PresenceCore` and written back after
+every change, all of one change in one MULTI/EXEC, before the service sends anything:
+what a subscriber was told is never lost by a restart. Keys are named in
+:mod:`apexmesh.store.keys`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+
+from redis.asyncio import Redis
+
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.presence import check_timestamp, format_time, parse_presence
+from apexmesh.apex.presence_core import Changes, InProgress, PresenceCore
+from apexmesh.store.keys import Keys
+
+_log = logging.getLogger(__name__)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _field(originator: Endpoint, trans_id: int) -> str:
+    return f"{originator} {trans_id}"
+
+
+def _encode(op: InProgress) -> str:
+    return json.dumps(
+        {
+            "kind": op.kind,
+            "subject": str(op.subject),
+            "duration": op.duration,
+            "expires": format_time(op.expires),
+        }
+    )
+
+
+def _decode(field: str, value: str) -> InProgress:
+    originator, _, trans_id = field.rpartition(" ")
+    data = json.loads(value)
+    kind = data["kind"]
+    if kind not in ("subscribe", "watch"):
+        raise ValueError(f"bad kind {kind!r}")
+    return InProgress(
+        kind="subscribe" if kind == "subscribe" else "watch",
+        originator=Endpoint.parse(originator),
+        subject=Endpoint.parse(str(data["subject"])),
+        trans_id=int(trans_id),
+        duration=int(data["duration"]),
+        expires=check_timestamp(str(data["expires"]), "expires"),
+    )
+
+
+class PresenceStore:
+    """Loads and saves the presence state of one deployment."""
+
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        self._redis = redis
+        self._keys = keys
+
+    async def load(self, domains: Iterable[str]) -> PresenceCore:
+        """The core with everything stored; unreadable records are logged and skipped."""
+        raw_entries = await self._redis.hgetall(self._keys.presence_entries())
+        raw_ops = await self._redis.hgetall(self._keys.presence_operations())
+        raw_attached = await self._redis.smembers(self._keys.presence_attached())
+        entries = []
+        for field, value in raw_entries.items():
+            try:
+                entries.append(parse_presence(value))
+            except ApexError as exc:
+                _log.warning("skipping stored presence entry %r: %s", field[:128], exc)
+        operations = []
+        for field, value in raw_ops.items():
+            try:
+                operations.append(_decode(_text(field), _text(value)))
+            except (ValueError, KeyError, ApexError) as exc:
+                _log.warning("skipping stored operation %r: %s", field[:128], exc)
+        attached = []
+        for member in raw_attached:
+            try:
+                attached.append(Endpoint.parse(_text(member)))
+            except ValueError as exc:
+                _log.warning("skipping stored attached endpoint: %s", exc)
+        return PresenceCore(domains, entries=entries, operations=operations, attached=attached)
+
+    async def save(self, core: PresenceCore, changes: Changes) -> None:
+        """Write what ``changes`` names, as the core now has it, in one transaction."""
+        if not changes:
+            return
+        keys = self._keys
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for subject in changes.entries:
+                entry = core.entries.get(subject)
+                if entry is None:
+                    pipe.hdel(keys.presence_entries(), str(subject))
+                else:
+                    pipe.hset(keys.presence_entries(), str(subject), entry.to_xml())
+            for originator, trans_id in changes.operations:
+                op = core.operations.get((originator, trans_id))
+                name = _field(originator, trans_id)
+                if op is None:
+                    pipe.hdel(keys.presence_operations(), name)
+                else:
+                    pipe.hset(keys.presence_operations(), name, _encode(op))
+            for endpoint in changes.attached:
+                if endpoint in core.attached:
+                    pipe.sadd(keys.presence_attached(), str(endpoint))
+                else:
+                    pipe.srem(keys.presence_attached(), str(endpoint))
+            await pipe.execute()
+
+    async def lapsed(self, endpoints: Iterable[Endpoint]) -> list[Endpoint]:
+        """Those of ``endpoints`` whose attachment key is gone (lease lapsed, pod died)."""
+        listed = list(endpoints)
+        if not listed:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for endpoint in listed:
+                pipe.exists(self._keys.attachment(str(endpoint)))
+            found = await pipe.execute()
+        return [endpoint for endpoint, exists in zip(listed, found, strict=True) if not exists]
+
+
+__all__ = ["PresenceStore"]

@@ -1,0 +1,116 @@
+"""Settings of the presence service, read once from environment variables.
+
+- ``APEXMESH_PRESENCE_DOMAINS`` (required): domains whose ``apex=presence`` this is.
+- ``APEXMESH_REDIS_URL`` (``redis://127.0.0.1:6379/0``): TLS or a password unless dev.
+- ``APEXMESH_REDIS_PREFIX`` (``apexmesh``): prefix of every key (``store/keys.py``).
+- ``APEXMESH_ACCESS_ADDRESS`` (required): gRPC address of the access service (tokens
+  ``presence:subscribe``, ``presence:watch``, ``presence:publish``).
+- ``APEXMESH_RELAY_ADDRESSES``: relay gRPC addresses replies are submitted through.
+- ``APEXMESH_RELAY_TIMEOUT_SECONDS`` (``2.0``): deadline of one Submit or access call.
+- ``APEXMESH_PRESENCE_TICK_SECONDS`` (``0.25``): longest sleep of the timer loop (ends
+  durations, checks attachment leases).
+- ``APEXMESH_PRESENCE_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7413``; 0 = any port).
+- ``APEXMESH_PRESENCE_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8413``): admin HTTP.
+- ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``), ``APEXMESH_DEV`` (``0``).
+
+Wildcard binds are refused unless ``APEXMESH_DEV=1`` (the rule of apexmesh/ops/settings.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from apexmesh.apex.endpoint import EndpointError, normalize_domain
+from apexmesh.ops.settings import (
+    DEV_FLAG,
+    SettingsError,
+    check_redis_url,
+    env_flag,
+    env_float,
+    env_int,
+    env_list,
+)
+
+#: Bind hosts that listen on every interface.
+WILDCARD_HOSTS: Final = frozenset({"", "*", "0.0.0.0", "::", "[::]"})  # noqa: S104
+
+
+def _bind(env: Mapping[str, str], name: str, *, dev: bool) -> str:
+    host = env.get(name, "127.0.0.1")
+    if host.strip() in WILDCARD_HOSTS and not dev:
+        raise SettingsError(f"{name}={host!r} binds every interface; set {DEV_FLAG}=1 for dev")
+    return host
+
+
+def _address(name: str, text: str) -> str:
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise SettingsError(f"{name}: {text!r} is not host:port")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class PresenceSettings:
+    domains: tuple[str, ...]
+    redis_url: str
+    redis_prefix: str
+    access_address: str
+    relay_addresses: tuple[str, ...]
+    relay_timeout: float
+    tick_seconds: float
+    grpc_host: str
+    grpc_port: int
+    http_host: str
+    http_port: int
+    shutdown_grace: float
+    dev: bool
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> PresenceSettings:
+        """Read and validate; raise :class:`SettingsError` with the variable's name."""
+        env = os.environ if env is None else env
+        dev = env_flag(env, DEV_FLAG)
+        try:
+            domains = tuple(
+                dict.fromkeys(
+                    normalize_domain(d) for d in env_list(env, "APEXMESH_PRESENCE_DOMAINS")
+                )
+            )
+        except EndpointError as exc:
+            raise SettingsError(f"APEXMESH_PRESENCE_DOMAINS: {exc}") from None
+        if not domains:
+            raise SettingsError("APEXMESH_PRESENCE_DOMAINS must name at least one domain")
+        access = env.get("APEXMESH_ACCESS_ADDRESS", "")
+        if not access:
+            raise SettingsError("APEXMESH_ACCESS_ADDRESS is required")
+        tick = env_float(env, "APEXMESH_PRESENCE_TICK_SECONDS", 0.25)
+        if not 0 < tick <= 60:
+            raise SettingsError("APEXMESH_PRESENCE_TICK_SECONDS must be in (0, 60]")
+        return cls(
+            domains=domains,
+            redis_url=check_redis_url(
+                env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
+            ),
+            redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
+            access_address=_address("APEXMESH_ACCESS_ADDRESS", access),
+            relay_addresses=tuple(
+                dict.fromkeys(
+                    _address("APEXMESH_RELAY_ADDRESSES", text)
+                    for text in env_list(env, "APEXMESH_RELAY_ADDRESSES")
+                )
+            ),
+            relay_timeout=env_float(env, "APEXMESH_RELAY_TIMEOUT_SECONDS", 2.0),
+            tick_seconds=tick,
+            grpc_host=_bind(env, "APEXMESH_PRESENCE_GRPC_HOST", dev=dev),
+            grpc_port=env_int(env, "APEXMESH_PRESENCE_GRPC_PORT", 7413),
+            http_host=_bind(env, "APEXMESH_PRESENCE_HTTP_HOST", dev=dev),
+            http_port=env_int(env, "APEXMESH_PRESENCE_HTTP_PORT", 8413),
+            shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
+            dev=dev,
+        )
+
+
+__all__ = ["PresenceSettings"]
