@@ -35,6 +35,7 @@ from services.relay.http import create_http_app
 from services.relay.mesh import MeshPool
 from services.relay.metrics import RelayMetrics
 from services.relay.peers import PeerDelivery
+from services.relay.presence_hook import PresenceHook
 from services.relay.router import Router
 from services.relay.servicer import RelayServicer
 from services.relay.settings import RelaySettings
@@ -89,6 +90,12 @@ class RelayApp:
             allow_anonymous=settings.dev,
             clock=time.monotonic,
         )
+        self.presence_hook = (
+            None
+            if settings.presence_address is None
+            else PresenceHook(settings.presence_address, settings.pod_id)
+        )
+        self.router.presence = self.presence_hook
         self._credentials = StaticCredentials(settings.credentials)
         self.http = HttpServer(
             create_http_app(self.registry, self.redis, self.checker, lambda: bool(self._listeners))
@@ -235,4 +242,6 @@ class RelayApp:
             await channel.close()
         if self._report_channel is not None:
             await self._report_channel.close()
+        if self.presence_hook is not None:
+            await self.presence_hook.aclose()
         await self.redis.aclose()

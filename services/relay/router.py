@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from services.relay.mesh import MeshPool
     from services.relay.metrics import RelayMetrics
     from services.relay.peers import PeerDelivery
+    from services.relay.presence_hook import PresenceHook
     from services.relay.wellknown import WellKnownServices
 
 _log = logging.getLogger(__name__)
@@ -137,6 +138,8 @@ class Router:
         self._service_dispatcher = Dispatcher(self)
         self._dispatchers: dict[int, Dispatcher] = {}
         self._background: set[asyncio.Task[None]] = set()
+        #: Tells apex=presence about attachments (optional, services/relay/presence_hook.py).
+        self.presence: PresenceHook | None = None
 
     # ------------------------------------------------------------ attach, bind, terminate
 
@@ -188,6 +191,8 @@ class Router:
         self.local[endpoint] = (channel, Attachment(trans_id, endpoint))
         self._locations.pop(endpoint, None)
         self.metrics.attachments.inc()
+        if self.presence is not None:
+            self.presence.attached(endpoint)
 
     def bind(self, channel: ApexChannel, bind: Bind) -> None:
         """Step 2 of 4.4.2: who may serve as a relay of ``bind.relay`` (537)."""
@@ -206,6 +211,8 @@ class Router:
             del self.local[association.endpoint]
             self.metrics.attachments.dec()
             await self.attachments.release(str(association.endpoint))
+            if self.presence is not None:
+                self.presence.detached(association.endpoint)
 
     # ------------------------------------------------------------ data, steps 1 to 3
 

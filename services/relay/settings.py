@@ -10,6 +10,8 @@
 - ``APEXMESH_REDIS_URL``, ``APEXMESH_REDIS_PREFIX``: as for every service.
 - ``APEXMESH_ACCESS_ADDRESS`` (required): gRPC address of the access service.
 - ``APEXMESH_REPORT_ADDRESS``: gRPC address of the report service (statusRequest).
+- ``APEXMESH_PRESENCE_ADDRESS``: gRPC address of the presence service, told about
+  attachments (optional; services/relay/presence_hook.py).
 - ``APEXMESH_RELAY_SERVICES``: ``name=host:port`` list of other well-known endpoint
   services (presence, pubsub ...), reached with the WellKnownEndpoint contract.
 - ``APEXMESH_RELAY_ROUTES``: ``domain=host:port`` static apex-mesh routes, used when DNS
@@ -87,6 +89,7 @@ class RelaySettings:
     redis_prefix: str
     access_address: str
     report_address: str | None
+    presence_address: str | None
     services: dict[str, str]
     routes: dict[str, str]
     trusted: tuple[str, ...]
@@ -148,6 +151,7 @@ class RelaySettings:
             redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
             access_address=access,
             report_address=env.get("APEXMESH_REPORT_ADDRESS") or None,
+            presence_address=env.get("APEXMESH_PRESENCE_ADDRESS") or None,
             services=_pairs(env, "APEXMESH_RELAY_SERVICES"),
             routes=routes,
             trusted=trusted,

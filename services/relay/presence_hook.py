@@ -1,0 +1,74 @@
+"""Optional: tell the presence service (RFC 3343) when an endpoint attaches or detaches.
+
+RFC 3343 section 3 makes each domain "responsible for maintaining a presence entry for
+each of its endpoints"; the mesh keeps one tuple per attached endpoint
+(``apex:ENDPOINT``, docs/presence.md). Enabled by ``APEXMESH_PRESENCE_ADDRESS``. Calls
+are fire-and-forget background tasks, in order per endpoint, so an attach or terminate
+never waits on presence; a failed call is logged (the presence service also sees
+lapsed leases by itself, so a lost detach is repaired within the lease time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
+
+_log = logging.getLogger(__name__)
+
+
+class PresenceHook:
+    """Reports attachments of this pod to the presence service."""
+
+    def __init__(self, address: str, pod_id: str, *, timeout: float = 2.0) -> None:
+        self._channel = grpc.aio.insecure_channel(address)
+        self._stub = presence_pb2_grpc.PresenceServiceStub(self._channel)
+        self._pod_id = pod_id
+        self._timeout = timeout
+        self._tail: dict[Endpoint, asyncio.Task[None]] = {}
+
+    def attached(self, endpoint: Endpoint) -> None:
+        self._queue(endpoint, attached=True)
+
+    def detached(self, endpoint: Endpoint) -> None:
+        self._queue(endpoint, attached=False)
+
+    def _queue(self, endpoint: Endpoint, *, attached: bool) -> None:
+        previous = self._tail.get(endpoint)
+        task = asyncio.create_task(self._call(previous, endpoint, attached=attached))
+        self._tail[endpoint] = task
+        task.add_done_callback(lambda done: self._done(endpoint, done))
+
+    def _done(self, endpoint: Endpoint, task: asyncio.Task[None]) -> None:
+        if self._tail.get(endpoint) is task:
+            del self._tail[endpoint]
+
+    async def _call(
+        self, previous: asyncio.Task[None] | None, endpoint: Endpoint, *, attached: bool
+    ) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        event = presence_pb2.EndpointEvent(endpoint=str(endpoint), pod_id=self._pod_id)
+        call = self._stub.EndpointAttached if attached else self._stub.EndpointDetached
+        try:
+            response = await call(event, timeout=self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            _log.warning("presence: %s %s: %s", endpoint, attached, exc.code())
+            return
+        if response.status.code != 250:
+            _log.info("presence refused %s: %s", endpoint, response.status.text)
+
+    async def aclose(self) -> None:
+        pending = list(self._tail.values())
+        if pending:
+            await asyncio.wait(pending, timeout=self._timeout)
+        for task in pending:
+            task.cancel()
+        await self._channel.close()
+
+
+__all__ = ["PresenceHook"]
