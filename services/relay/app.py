@@ -201,6 +201,17 @@ class RelayApp:
                 continue
             if renewed < len(self.router.local):
                 await self._drop_lost_attachments()
+            try:
+                await self._release_closed_channels()
+            except Exception:  # noqa: BLE001  (Redis errors of every kind: keep renewing)
+                _log.exception("cannot release the attachments of closed channels")
+
+    async def _release_closed_channels(self) -> None:
+        """Attachments made over an APEX channel the peer closed (keeping its session) are
+        released (RFC 3340 section 4.4.1: an attachment lives on its BEEP channel)."""
+        for channel in {channel for channel, _ in self.router.local.values()}:
+            if channel.closed_by_peer:
+                await channel.release()
 
     async def _drop_lost_attachments(self) -> None:
         """Attachments whose lease lapsed (Redis restarted, pod paused) may now belong to

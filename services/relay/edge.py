@@ -106,6 +106,17 @@ class ApexChannel:
             await self.release()
             self.router.forget(self)
 
+    @property
+    def closed_by_peer(self) -> bool:
+        """True once the BEEP channel is closed while the session goes on.
+
+        A peer may close its APEX channel and keep the session (RFC 3080 section
+        2.3.1.3); the channel's receiver is not woken for that, so the relay's lease loop
+        asks here and releases the attachments made over the channel.
+        """
+        channel = self.channel
+        return channel is not None and channel.number not in self.conn.session.channels
+
     async def release(self) -> None:
         """The channel is gone: release every attachment made over it."""
         if self._closed:
@@ -192,12 +203,12 @@ class ApexChannel:
         loop = asyncio.get_running_loop()
         result: asyncio.Future[Outcome] = loop.create_future()
         channel = self.channel
-        if channel is None or self._closed:
+        if channel is None or self._closed or self.closed_by_peer:
             result.set_result(Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached"))
             return result
         try:
             reply = channel.send(payload)
-        except ConnectionClosedError:
+        except BeepError:  # the session ended, or the channel closed meanwhile
             result.set_result(Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached"))
             return result
 
@@ -217,10 +228,16 @@ class ApexChannel:
         self.associations.remove(attachment)
         await self.router.detached(self, attachment)
         channel = self.channel
-        if channel is None or self._closed:
+        if channel is None or self._closed or self.closed_by_peer:
             return
-        element = Terminate(trans_id=attachment.trans_id, code=code_of(code), text=text)
-        with contextlib.suppress(ConnectionClosedError):
+        # Any three-digit code is carried as given (e.g. 556 of attachOverride); the
+        # terminate element's code is %XYZ;, not only the codes of section 10.
+        element = Terminate(
+            trans_id=attachment.trans_id,
+            code=code if 200 <= code <= 599 else code_of(code),
+            text=text,
+        )
+        with contextlib.suppress(BeepError):  # session ended, or channel closed meanwhile
             await channel.request(beep_xml(element.to_xml()))
 
 
