@@ -43,6 +43,7 @@ from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
 from apexmesh.apex.report import PendingReport, pending_reports, status_response
 from apexmesh.beep.mime import beep_xml
 from services.relay.outcomes import DELIVERED, Outcome, code_of
+from services.relay.peers import UNAVAILABLE as POD_UNAVAILABLE
 
 if TYPE_CHECKING:
     from apexmesh.store.access_cache import CachedAccessChecker
@@ -325,8 +326,10 @@ class Router:
         address: str,
         outcome: Outcome,
     ) -> Outcome:
-        """A cached location was stale (the pod no longer holds the endpoint): ask again."""
-        if outcome.code != ApexReplyCode.ACTION_NOT_TAKEN or outcome.text != NOT_HERE:
+        """A cached location was stale (the pod no longer holds the endpoint, or it is gone
+        and its endpoints re-attached elsewhere): ask again."""
+        moved = outcome.code == ApexReplyCode.ACTION_NOT_TAKEN and outcome.text == NOT_HERE
+        if not moved and outcome != POD_UNAVAILABLE:
             return outcome
         self._locations.pop(endpoint, None)
         fresh = await self._locate(endpoint)
