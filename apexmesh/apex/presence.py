@@ -400,8 +400,6 @@ def notify_from(element: Element) -> Notify:
     )
 
 
-
-
 def parse_operation(body: bytes | str) -> Operation:
     """Parse an operation sent to the service (``subscribe``, ``watch``, ``publish`` or
     ``terminate``); raise :class:`ApexError` (500, 501, 553, 554), with the transID

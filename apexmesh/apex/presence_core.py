@@ -91,6 +91,18 @@ class InProgress:
         return (self.originator, self.trans_id)
 
 
+@dataclass(frozen=True, slots=True)
+class EntryMeta:
+    """Who wrote what in one presence entry."""
+
+    #: The lastUpdate the service gave the last publish by an application; None when no
+    #: application has published (section 4.4 step 5 then has nothing to compare with).
+    app_version: str | None = None
+    #: Destinations of the tuples the mesh keeps (attachments, services' tuples): a
+    #: publish by the application leaves them in place.
+    mesh: frozenset[str] = frozenset()
+
+
 @dataclass(slots=True)
 class Changes:
     """What changed since the last :meth:`PresenceCore.take_changes`."""
@@ -119,11 +131,13 @@ class PresenceCore:
         domains: Iterable[str],
         *,
         entries: Iterable[Presence] = (),
+        meta: dict[Endpoint, EntryMeta] | None = None,
         operations: Iterable[InProgress] = (),
         attached: Iterable[Endpoint] = (),
     ) -> None:
         self.domains = frozenset(domains)
         self.entries: dict[Endpoint, Presence] = {p.publisher: p for p in entries}
+        self.meta: dict[Endpoint, EntryMeta] = dict(meta or {})
         self.operations: dict[tuple[Endpoint, int], InProgress] = {op.key: op for op in operations}
         #: Endpoints the mesh shows attached (relay reports; checked for lapsed leases).
         self.attached: set[Endpoint] = set(attached)
@@ -145,11 +159,13 @@ class PresenceCore:
             self._changes.operations.add(key)
         return op
 
-    def _set_entry(self, subject: Endpoint, entry: Presence | None) -> None:
+    def _set_entry(self, subject: Endpoint, entry: Presence | None, meta: EntryMeta) -> None:
         if entry is None:
             self.entries.pop(subject, None)
+            self.meta.pop(subject, None)
         else:
             self.entries[subject] = entry
+            self.meta[subject] = meta
         self._changes.entries.add(subject)
 
     def of_kind(self, kind: Kind, subject: Endpoint) -> list[InProgress]:
@@ -297,16 +313,32 @@ class PresenceCore:
         ]
 
     def publish(self, originator: Endpoint, op: Publish, now: datetime) -> list[Outbound]:
-        """Steps 5-6 of section 4.4 (the caller did steps 1-4)."""
+        """Steps 5-6 of section 4.4 (the caller did steps 1-4).
+
+        Step 5 compares ``lastUpdate`` with the entry subscribers were last sent, or with
+        the one the application's own last publish got (the mesh may have updated its
+        tuples since); before any application publish there is nothing to compare.
+        The mesh's tuples stay in the entry (docs/presence.md).
+        """
         current = self.entries.get(op.publisher)
-        if current is not None and not same_instant(current.last_update, op.presence.last_update):
+        meta = self.meta.get(op.publisher, EntryMeta())
+        wanted = op.presence.last_update
+        if (
+            current is not None
+            and meta.app_version is not None
+            and not same_instant(current.last_update, wanted)
+            and not same_instant(meta.app_version, wanted)
+        ):
             _dtd.fail(
                 "lastUpdate differs from the entry's: retrieve the entry first",
                 ApexReplyCode.TRANSACTION_IN_PROGRESS,
                 trans_id=op.trans_id,
             )
-        entry = dataclasses.replace(op.presence, last_update=self._stamp(op.publisher, now))
-        self._set_entry(op.publisher, entry)
+        kept = [] if current is None else [t for t in current.tuples if t.destination in meta.mesh]
+        own = [t for t in op.presence.tuples if t.destination not in meta.mesh]
+        stamp = self._stamp(op.publisher, now)
+        entry = dataclasses.replace(op.presence, last_update=stamp, tuples=(*own, *kept))
+        self._set_entry(op.publisher, entry, dataclasses.replace(meta, app_version=stamp))
         out = [Outbound(originator, Reply(code=250, trans_id=op.trans_id).to_xml())]
         return out + self._changed(op.publisher, now)
 
@@ -344,10 +376,11 @@ class PresenceCore:
     def set_tuples(
         self, publisher: Endpoint, tuples: Iterable[PresenceTuple], now: datetime
     ) -> list[Outbound]:
-        """Add or replace tuples (by destination); subscribers get the new entry."""
+        """Add or replace the mesh's tuples (by destination); subscribers get the entry."""
         self.check_subject(publisher)
         new = {item.destination: item for item in tuples}
         current = self.entries.get(publisher)
+        meta = self.meta.get(publisher, EntryMeta())
         kept = [] if current is None else [t for t in current.tuples if t.destination not in new]
         entry = Presence(
             publisher=publisher,
@@ -355,7 +388,7 @@ class PresenceCore:
             publisher_info="" if current is None else current.publisher_info,
             tuples=(*kept, *new.values()),
         )
-        self._set_entry(publisher, entry)
+        self._set_entry(publisher, entry, dataclasses.replace(meta, mesh=meta.mesh | set(new)))
         return self._changed(publisher, now)
 
     def remove_tuples(
@@ -367,12 +400,14 @@ class PresenceCore:
         gone = set(destinations)
         if current is None or not any(t.destination in gone for t in current.tuples):
             return []
+        meta = self.meta.get(publisher, EntryMeta())
+        meta = dataclasses.replace(meta, mesh=meta.mesh - gone)
         kept = tuple(t for t in current.tuples if t.destination not in gone)
         if not kept:
-            self._set_entry(publisher, None)
+            self._set_entry(publisher, None, meta)
             return []
         entry = dataclasses.replace(current, tuples=kept, last_update=self._stamp(publisher, now))
-        self._set_entry(publisher, entry)
+        self._set_entry(publisher, entry, meta)
         return self._changed(publisher, now)
 
     def endpoint_attached(self, endpoint: Endpoint, now: datetime) -> list[Outbound]:
@@ -407,6 +442,7 @@ __all__ = [
     "FOREVER",
     "PUBLISHER_MISMATCH",
     "Changes",
+    "EntryMeta",
     "InProgress",
     "Kind",
     "Outbound",

@@ -11,6 +11,7 @@ The report service has its own copy with report metrics (services/report/service
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -55,12 +56,22 @@ class RelaySubmitter:
     def addresses(self) -> tuple[str, ...]:
         return tuple(address for address, _ in self._stubs)
 
-    async def submit(self, originator: str, payload: bytes) -> SubmitOutcome:
-        """Submit ``payload`` as ``originator``; never raises for relay trouble."""
+    async def submit(
+        self, originator: str, payload: bytes, *, key: str | None = None
+    ) -> SubmitOutcome:
+        """Submit ``payload`` as ``originator``; never raises for relay trouble.
+
+        With ``key`` (e.g. the recipient) the same relay is tried first for every
+        submission with that key, so data to one recipient keeps its order (two pods may
+        otherwise deliver a later element first); without, the start is round-robin.
+        """
         count = len(self._stubs)
         if count == 0:
             return SubmitOutcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay configured")
-        start, self._next = self._next, (self._next + 1) % count
+        if key is None:
+            start, self._next = self._next, (self._next + 1) % count
+        else:
+            start = zlib.crc32(key.encode("utf-8", "surrogatepass")) % count
         request = relay_pb2.SubmitRequest(originator=originator, payload=payload)
         for step in range(count):
             address, stub = self._stubs[(start + step) % count]

@@ -72,6 +72,11 @@ class Keys:
         ``apexmesh.store.presence`` (one MULTI per operation, with the operations)."""
         return f"{self.prefix}:presence:entries"
 
+    def presence_meta(self) -> str:
+        """HASH beside :meth:`presence_entries`: per publisher, JSON with the lastUpdate of
+        the application's last publish and the destinations of the mesh's own tuples."""
+        return f"{self.prefix}:presence:meta"
+
     def presence_operations(self) -> str:
         """HASH of in-progress subscribe and watch operations (RFC 3343 sections 4.2,
         4.3). Field: ``"<originator> <transID>"``; value: JSON with kind, subject,

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.presence import check_timestamp, format_time, parse_presence
-from apexmesh.apex.presence_core import Changes, InProgress, PresenceCore
+from apexmesh.apex.presence_core import Changes, EntryMeta, InProgress, PresenceCore
 from apexmesh.store.keys import Keys
 
 _log = logging.getLogger(__name__)
@@ -71,6 +71,18 @@ class PresenceStore:
         raw_entries = await self._redis.hgetall(self._keys.presence_entries())
         raw_ops = await self._redis.hgetall(self._keys.presence_operations())
         raw_attached = await self._redis.smembers(self._keys.presence_attached())
+        raw_meta = await self._redis.hgetall(self._keys.presence_meta())
+        meta: dict[Endpoint, EntryMeta] = {}
+        for field, value in raw_meta.items():
+            try:
+                data = json.loads(_text(value))
+                version = data.get("app_version")
+                meta[Endpoint.parse(_text(field))] = EntryMeta(
+                    app_version=None if version is None else str(version),
+                    mesh=frozenset(str(d) for d in data.get("mesh", [])),
+                )
+            except (ValueError, AttributeError) as exc:
+                _log.warning("skipping stored presence meta: %s", exc)
         entries = []
         for field, value in raw_entries.items():
             try:
@@ -89,7 +101,9 @@ class PresenceStore:
                 attached.append(Endpoint.parse(_text(member)))
             except ValueError as exc:
                 _log.warning("skipping stored attached endpoint: %s", exc)
-        return PresenceCore(domains, entries=entries, operations=operations, attached=attached)
+        return PresenceCore(
+            domains, entries=entries, meta=meta, operations=operations, attached=attached
+        )
 
     async def save(self, core: PresenceCore, changes: Changes) -> None:
         """Write what ``changes`` names, as the core now has it, in one transaction."""
@@ -99,10 +113,14 @@ class PresenceStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             for subject in changes.entries:
                 entry = core.entries.get(subject)
-                if entry is None:
+                meta = core.meta.get(subject)
+                if entry is None or meta is None:
                     pipe.hdel(keys.presence_entries(), str(subject))
+                    pipe.hdel(keys.presence_meta(), str(subject))
                 else:
                     pipe.hset(keys.presence_entries(), str(subject), entry.to_xml())
+                    record = {"app_version": meta.app_version, "mesh": sorted(meta.mesh)}
+                    pipe.hset(keys.presence_meta(), str(subject), json.dumps(record))
             for originator, trans_id in changes.operations:
                 op = core.operations.get((originator, trans_id))
                 name = _field(originator, trans_id)

@@ -119,7 +119,7 @@ class PresenceService:
             domain = item.recipient.domain if item.recipient.domain in self.core.domains else None
             origin_domain = domain or min(self.core.domains)
             originator, payload = outbound_payload(origin_domain, item)
-            outcome = await self._relays.submit(originator, payload)
+            outcome = await self._relays.submit(originator, payload, key=str(item.recipient))
             self._metrics.sent.labels(str(outcome.code)).inc()
             if outcome.code != ApexReplyCode.SUCCESS:
                 _log.info("to %s: relay answered %d %s", item.recipient, outcome.code, outcome.text)
