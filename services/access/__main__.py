@@ -1,67 +1,31 @@
 """``python -m services.access``: run the access service until SIGTERM or SIGINT.
 
-On start it prints one JSON line on stdout, ``{"event": "listening", ...}``, with the
-ports actually bound (port 0 settings pick free ports), which is how tests and scripts
-find a service they started. Exit codes: 0 after a graceful stop, 2 for bad settings or
-a bad seed file, 1 when a dependency is unreachable at start.
+Prints ``{"event": "listening", "service": "access", "grpc_port", "http_port"}``; exit
+codes as for every service (``apexmesh/ops/runner.py``), and 2 for a bad seed file.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
-import signal
 import sys
 
-from redis.exceptions import RedisError
-
 from apexmesh.apex.access import AccessError
-from apexmesh.ops.settings import SettingsError
+from apexmesh.ops.runner import run_service
 from services.access.app import AccessApp
 from services.access.settings import AccessSettings
 
-_log = logging.getLogger("services.access")
 
-
-async def run(settings: AccessSettings) -> int:
-    app = AccessApp(settings)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        try:
-            await app.start()
-        except (AccessError, OSError) as exc:
-            _log.error("cannot start: %s", exc)
-            return 2 if isinstance(exc, AccessError) else 1
-        except RedisError as exc:
-            _log.error("cannot reach redis: %s", exc)
-            return 1
-        line = {
-            "event": "listening",
-            "service": "access",
-            "grpc_port": app.grpc_port,
-            "http_port": app.http_port,
-        }
-        sys.stdout.write(json.dumps(line) + "\n")
-        sys.stdout.flush()
-        await stop.wait()
-        _log.info("stopping")
-        return 0
-    finally:
-        await app.stop()
+def _announce(app: AccessApp) -> dict[str, object]:
+    return {"grpc_port": app.grpc_port, "http_port": app.http_port}
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        settings = AccessSettings.from_env()
-    except SettingsError as exc:
-        _log.error("bad settings: %s", exc)
-        return 2
-    return asyncio.run(run(settings))
+    return run_service(
+        "access",
+        AccessSettings.from_env,
+        AccessApp,
+        _announce,
+        fatal=(AccessError,),
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,88 @@
+"""The process life of every service: settings, start, the listening line, SIGTERM, stop.
+
+Each ``services/<name>/__main__.py`` hands :func:`run_service` its settings loader, its
+composition root and what to announce; the shape is the same for all of them:
+
+* settings are read once; bad settings exit with 2 before anything starts;
+* the app starts; an unreachable dependency or a port that cannot be bound exits with 1,
+  and errors the service declares fatal (a bad seed file) exit with 2;
+* one JSON line ``{"event": "listening", "service": NAME, ...ports}`` goes to stdout,
+  which is how tests and scripts find a service started with port 0;
+* SIGTERM or SIGINT stops the app gracefully (its ``stop``), exit code 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeVar
+
+from redis.exceptions import RedisError
+
+from apexmesh.ops.settings import SettingsError
+
+_S = TypeVar("_S")
+_A = TypeVar("_A", bound="ServiceApp")
+
+
+class ServiceApp(Protocol):
+    """What a service's composition root offers the runner."""
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+def run_service(
+    name: str,
+    load_settings: Callable[[], _S],
+    build: Callable[[_S], _A],
+    announce: Callable[[_A], Mapping[str, object]],
+    *,
+    fatal: tuple[type[Exception], ...] = (),
+) -> int:
+    """Run one service process until SIGTERM or SIGINT; return its exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    log = logging.getLogger(f"services.{name}")
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        log.error("bad settings: %s", exc)  # noqa: TRY400  (expected: no traceback)
+        return 2
+    return asyncio.run(_run(name, settings, build, announce, fatal, log))
+
+
+async def _run(
+    name: str,
+    settings: _S,
+    build: Callable[[_S], _A],
+    announce: Callable[[_A], Mapping[str, object]],
+    fatal: tuple[type[Exception], ...],
+    log: logging.Logger,
+) -> int:
+    # Built inside the running loop: grpc.aio channels and Redis clients bind to it.
+    app = build(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        try:
+            await app.start()
+        except fatal as exc:
+            log.error("cannot start: %s", exc)  # noqa: TRY400  (expected: no traceback)
+            return 2
+        except (OSError, RedisError) as exc:
+            log.error("cannot start: %s", exc)  # noqa: TRY400  (expected: no traceback)
+            return 1
+        line = {"event": "listening", "service": name, **announce(app)}
+        sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
+        await stop.wait()
+        log.info("stopping")
+        return 0
+    finally:
+        await app.stop()
