@@ -152,7 +152,7 @@ async def running_mesh(
             try:
                 mesh = await _start(common, seed, lease_ms, started)
                 break
-            except OSError:
+            except (OSError, RuntimeError):  # grpc raises RuntimeError for a taken port
                 await stop_all(started)
                 if attempt == START_ATTEMPTS - 1:
                     raise
