@@ -99,6 +99,8 @@ class PresenceApp:
                 await service.check_leases()
             except (RedisError, OSError) as exc:
                 _log.warning("timer loop: %s", exc)
+            except Exception:  # noqa: BLE001 - the loop must outlive one bad round
+                _log.exception("timer loop")
             timer = service.core.get_timer()
             delay = tick
             if timer is not None:

@@ -20,9 +20,13 @@ def publish(publisher: str = "fred@example.com", *, inner: str | None = None, **
     entry_publisher = kw.get("entry_publisher", publisher)
     last = kw.get("last", "2000-05-14T13:02:00-08:00")
     tid = kw.get("tid", "1")
-    tuples = inner if inner is not None else (
-        "<tuple destination='mailto:fred@flintstone.com' "
-        "availableUntil='2525-12-31T23:59:59-08:00' />"
+    tuples = (
+        inner
+        if inner is not None
+        else (
+            "<tuple destination='mailto:fred@flintstone.com' "
+            "availableUntil='2525-12-31T23:59:59-08:00' />"
+        )
     )
     return (
         f"<publish publisher='{publisher}' transID='{tid}' timeStamp='2000-05-14T13:30:00Z'>"
