@@ -1,12 +1,13 @@
 """The README's run command: the whole mesh on this machine, and a short demo.
 
 Starts redis-server, two relay pods for example.com, one for rubble.com, and an access
-and a report service per domain, each its own process (apexmesh.ops.localmesh), waits
+a report and a presence service per domain, each its own process (apexmesh.ops.localmesh), waits
 until all are ready, then: fred@example.com (on relay pod 1) sends to barney@example.com
 (attached to pod 2) and to wilma@rubble.com (across domains), each with statusRequest,
 and to dino@example.com, who is not attached. Every endpoint tunes TLS and
 authenticates with SASL SCRAM-SHA-256. It prints what arrives and the reports that come
-back, then keeps the mesh running until interrupted (or exits with --exit-after-demo).
+back; barney then subscribes to fred's presence (RFC 3343) and sees fred leave and
+attach again. It then keeps the mesh running until interrupted (or exits with --exit-after-demo).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from apexmesh.apex.presence import Publish, check_timestamp
 from apexmesh.client import ApexClient, XmlContent, connect_endpoint
+from apexmesh.client.presence import PresenceClient
 from apexmesh.ops.localmesh import LocalMesh, Relay
 
 TIMEOUT = 10.0
@@ -38,6 +41,18 @@ async def endpoint(mesh: LocalMesh, relay: Relay, name: str, context: ssl.SSLCon
         server_hostname="localhost",
         sasl=("SCRAM-SHA-256", name, mesh.passwords[name]),
     )
+
+
+async def fred_state(presence: PresenceClient) -> str:
+    """Wait for the next publish about fred and say whether fred is attached."""
+    while True:
+        message = await asyncio.wait_for(presence.next_message(), TIMEOUT)
+        if isinstance(message, Publish):
+            for item in message.presence.tuples:
+                if item.destination == "apex:fred@example.com":
+                    stamp = check_timestamp(message.time_stamp, "timeStamp")
+                    attached = item.available_at(stamp)
+                    return "fred@example.com " + ("attached" if attached else "left")
 
 
 async def demo(mesh: LocalMesh) -> None:
@@ -91,6 +106,22 @@ async def demo(mesh: LocalMesh) -> None:
                     "fred@example.com",
                     f"statusResponse: {destination.identity} -> {int(reply.code)} {reply.text}",
                 )
+
+        # Presence (RFC 3343): barney subscribes to fred's presence entry and sees the
+        # mesh's own tuple for fred change as fred leaves and comes back.
+        presence = PresenceClient(barney)
+        subscription = await presence.subscribe("fred@example.com", duration=60)
+        say("barney@example.com", "subscribed to fred@example.com's presence")
+        say("barney@example.com", f"presence: {await fred_state(presence)}")
+        await fred.terminate()
+        say("fred@example.com", "terminated its attachment")
+        say("barney@example.com", f"presence: {await fred_state(presence)}")
+        fred = await fred_client.attach("fred@example.com")
+        say("fred@example.com", f"attached again to {pod1.name}")
+        say("barney@example.com", f"presence: {await fred_state(presence)}")
+        await presence.terminate(subscription)
+        answer = await asyncio.wait_for(presence.next_message(), TIMEOUT)
+        say("barney@example.com", f"ended the subscription: {answer.to_xml().decode()}")
     finally:
         for client in clients:
             with contextlib.suppress(Exception):

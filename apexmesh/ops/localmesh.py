@@ -1,7 +1,8 @@
 """The whole mesh on one machine, every service its own process (the README's run command).
 
 Two administrative domains, each deployed as it would be in a cluster: example.com with
-two relay pods, rubble.com with one, and per domain an access and a report service; one
+two relay pods, rubble.com with one, and per domain an access, a report and a presence
+service (the relays tell presence about attachments, docs/presence.md); one
 redis-server (password-protected, per-domain key prefixes) holds their state. Nothing runs
 in development mode: the relays tune TLS with certificates made for this run (trustme)
 and authenticate endpoints and peer relays with SASL, with passwords made for this run.
@@ -117,12 +118,18 @@ class LocalMesh:
         seeds = {}
         for domain in DOMAINS:
             seed = self.workdir / f"access-{domain}.xml"
-            # Every endpoint of the cast accepts data from anyone; everything else keeps
-            # RFC 3341's defaults (the owner and this domain's services only).
-            entries = "".join(
-                f"<access owner='{endpoint}' actor='*@*' actions='core:data' />"
-                for endpoint in ENDPOINTS
-                if endpoint.endswith("@" + domain)
+            # Every endpoint of the cast accepts data from anyone and lets anyone
+            # subscribe to its presence (RFC 3343); anyone may send data to apex=presence;
+            # everything else keeps RFC 3341's defaults (the owner and this domain's
+            # services only).
+            entries = (
+                "".join(
+                    f"<access owner='{endpoint}' actor='*@*' "
+                    "actions='core:data presence:subscribe' />"
+                    for endpoint in ENDPOINTS
+                    if endpoint.endswith("@" + domain)
+                )
+                + f"<access owner='apex=presence@{domain}' actor='*@*' actions='core:data' />"
             )
             seed.write_text(f"<access-entries>{entries}</access-entries>", encoding="utf-8")
             seeds[domain] = seed
@@ -149,7 +156,8 @@ class LocalMesh:
         if self.dev:
             common["APEXMESH_DEV"] = "1"
             security = {}
-        ports = {domain: (free_port(), free_port()) for domain in DOMAINS}  # access, report
+        # access, report, presence gRPC ports
+        ports = {domain: (free_port(), free_port(), free_port()) for domain in DOMAINS}
         for domain in DOMAINS:
             for index in range(RELAY_PODS[domain]):
                 self.relays.append(
@@ -163,7 +171,7 @@ class LocalMesh:
                     )
                 )
         for domain in DOMAINS:
-            access_grpc, report_grpc = ports[domain]
+            access_grpc, report_grpc, presence_grpc = ports[domain]
             prefix = {"APEXMESH_REDIS_PREFIX": domain.split(".")[0]}
             self.children.append(
                 self._child(
@@ -195,6 +203,23 @@ class LocalMesh:
                     },
                 )
             )
+            self.children.append(
+                self._child(
+                    f"presence-{domain}",
+                    "services.presence",
+                    {
+                        **common,
+                        **prefix,
+                        "APEXMESH_PRESENCE_DOMAINS": domain,
+                        "APEXMESH_ACCESS_ADDRESS": f"127.0.0.1:{access_grpc}",
+                        "APEXMESH_PRESENCE_GRPC_PORT": str(presence_grpc),
+                        "APEXMESH_PRESENCE_HTTP_PORT": str(free_port()),
+                        "APEXMESH_RELAY_ADDRESSES": ",".join(
+                            f"127.0.0.1:{r.grpc_port}" for r in relays
+                        ),
+                    },
+                )
+            )
             routes = ",".join(
                 f"{other}=127.0.0.1:{next(r for r in self.relays if r.domain == other).mesh_port}"
                 for other in DOMAINS
@@ -216,6 +241,8 @@ class LocalMesh:
                             "APEXMESH_RELAY_HTTP_PORT": str(relay.http_port),
                             "APEXMESH_ACCESS_ADDRESS": f"127.0.0.1:{access_grpc}",
                             "APEXMESH_REPORT_ADDRESS": f"127.0.0.1:{report_grpc}",
+                            "APEXMESH_RELAY_SERVICES": f"presence=127.0.0.1:{presence_grpc}",
+                            "APEXMESH_PRESENCE_ADDRESS": f"127.0.0.1:{presence_grpc}",
                             "APEXMESH_RELAY_ROUTES": routes,
                             **security,
                         },

@@ -31,7 +31,11 @@ def test_run_command_demo(tmp_path: Path) -> None:
         ": barney@example.com -> 250",
         ": wilma@rubble.com -> 250",
         "dino@example.com -> 550 unknown endpoint identity",
+        "barney@example.com | presence: fred@example.com attached",
+        "barney@example.com | presence: fred@example.com left",
+        "ended the subscription: <reply code='250' transID='1' />",
     ):
         assert line in out, out
     assert "relay-example.com-2 ready" in out
+    assert "presence-example.com ready" in out
     assert "'relay-rubble.com-1': 0" in out
