@@ -413,6 +413,7 @@ class PresenceCore:
     def endpoint_attached(self, endpoint: Endpoint, now: datetime) -> list[Outbound]:
         """A relay reports an attachment: the endpoint's ``apex:`` tuple, available until
         further notice."""
+        self.check_subject(endpoint.base)
         self.attached.add(endpoint)
         self._changes.attached.add(endpoint)
         tuple_ = PresenceTuple(destination=attach_destination(endpoint), available_until=FOREVER)

@@ -159,17 +159,22 @@ class PresenceService:
                 await self._authorize(op.publisher, originator, _TOKENS[type(op)], op.trans_id)
             async with self._lock:
                 now = self._clock()
-                if isinstance(op, Subscribe):
-                    out = self.core.subscribe(originator, op, now)
-                elif isinstance(op, Watch):
-                    out = self.core.watch(originator, op, now)
-                elif isinstance(op, Publish):
-                    out = self.core.publish(originator, op, now)
-                else:
-                    out = self.core.terminate(originator, op)
+                try:
+                    if isinstance(op, Subscribe):
+                        out = self.core.subscribe(originator, op, now)
+                    elif isinstance(op, Watch):
+                        out = self.core.watch(originator, op, now)
+                    elif isinstance(op, Publish):
+                        out = self.core.publish(originator, op, now)
+                    else:
+                        out = self.core.terminate(originator, op)
+                except ApexError:
+                    # Step 4 (the previous subscribe or watch silently terminated) comes
+                    # before step 5's 555: what changed is saved even on refusal.
+                    await self._store.save(self.core, self.core.take_changes())
+                    raise
                 await self._commit_and_send(out)
         except ApexError as exc:
-            self.core.take_changes()  # a refused operation changed nothing
             await self.send([Outbound(originator, error_reply(exc).to_xml())])
             self._metrics.operations.labels(name, str(int(exc.code))).inc()
             return int(exc.code)
@@ -202,7 +207,7 @@ class PresenceService:
             try:
                 out = change(self._clock())
             except ApexError:
-                self.core.take_changes()
+                await self._store.save(self.core, self.core.take_changes())
                 raise
             await self._commit_and_send(out)
 

@@ -55,7 +55,7 @@ class PresenceHook:
         event = presence_pb2.EndpointEvent(endpoint=str(endpoint), pod_id=self._pod_id)
         call = self._stub.EndpointAttached if attached else self._stub.EndpointDetached
         try:
-            response = await call(event, timeout=self._timeout)
+            response = await call(event, timeout=self._timeout, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
             _log.warning("presence: %s %s: %s", endpoint, attached, exc.code())
             return

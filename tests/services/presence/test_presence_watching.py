@@ -128,7 +128,7 @@ async def test_restart_keeps_subscriptions_and_entries(
                     # The subscription survived: fred leaving is published to barney
                     # with the old transID, and the entry still holds fred's tuple.
                     await fred.terminate()
-                    async with asyncio.timeout(5.0):
+                    async with asyncio.timeout(10.0):
                         seen = await barney.next_message()
                     assert isinstance(seen, Publish)
                     assert seen.trans_id == 10
