@@ -314,3 +314,19 @@ def test_remove_tuples_removes_the_entry_with_its_last_tuple() -> None:
 
 def test_presence_parses_back() -> None:
     assert parse_presence(entry().to_xml()) == entry()
+
+
+def test_a_duration_that_ended_while_down_ends_at_the_first_timer() -> None:
+    from apexmesh.apex.presence_core import InProgress
+
+    op = InProgress(
+        kind="subscribe",
+        originator=WILMA,
+        subject=FRED,
+        trans_id=5,
+        duration=10,
+        expires=T0 + timedelta(seconds=10),
+    )
+    core = PresenceCore(["example.com"], operations=[op])
+    assert core.get_timer() == op.expires
+    assert contents(core.handle_timer(T0 + timedelta(hours=1))) == [(WILMA, Terminate(trans_id=5))]
