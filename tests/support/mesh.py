@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +60,7 @@ def base_env(redis_server: RedisServer, keys: Keys) -> dict[str, str]:
         "APEXMESH_DEV": "1",
         "APEXMESH_REDIS_URL": redis_server.url,
         "APEXMESH_REDIS_PREFIX": keys.prefix,
-        "APEXMESH_SHUTDOWN_GRACE": "0.5",
+        "APEXMESH_SHUTDOWN_GRACE": "0.2",
     }
 
 
@@ -135,6 +136,24 @@ async def stop_all(apps: list[App]) -> None:
     apps.clear()
 
 
+#: Seconds the mesh may take to stop before the harness shows what every task awaits.
+STOP_STALL_SECONDS: Final = 10.0
+
+
+async def stop_watched(apps: list[App]) -> None:
+    """Stop every app. A stop that stalls is a bug to see, not to hide: after
+    :data:`STOP_STALL_SECONDS` the stack of every task goes to stderr (shown with the
+    failing test), then the stop is awaited still."""
+    stopping = asyncio.ensure_future(stop_all(apps))
+    done, _ = await asyncio.wait({stopping}, timeout=STOP_STALL_SECONDS)
+    if not done:
+        print(f"mesh stop stalled for {STOP_STALL_SECONDS}s; tasks:", file=sys.stderr)
+        for task in asyncio.all_tasks():
+            print(task, file=sys.stderr)
+            task.print_stack(file=sys.stderr)
+    await stopping
+
+
 @contextlib.asynccontextmanager
 async def running_mesh(
     redis_server: RedisServer, keys: Keys, tmp_path: Path, *, lease_ms: int = 10_000
@@ -158,7 +177,7 @@ async def running_mesh(
                     raise
         yield mesh
     finally:
-        await stop_all(started)
+        await stop_watched(started)
 
 
 async def _start(common: dict[str, str], seed: Path, lease_ms: int, started: list[App]) -> Mesh:
@@ -170,7 +189,6 @@ async def _start(common: dict[str, str], seed: Path, lease_ms: int, started: lis
                 "APEXMESH_ACCESS_GRPC_PORT": "0",
                 "APEXMESH_ACCESS_HTTP_PORT": "0",
                 "APEXMESH_ACCESS_SEED_FILE": str(seed),
-                "APEXMESH_ACCESS_RESYNC_SECONDS": "0.2",
             }
         )
     )
