@@ -290,15 +290,24 @@ class BeepConnection(asyncio.Protocol):
         self.call(lambda s: s.start_sasl(mechanism, exchange, self.server_hostname))
         return await self._auth
 
-    async def close(self, code: int = ReplyCode.SUCCESS) -> None:
-        """Release the session (RFC 3080 section 2.4), then close the connection."""
-        if self._end is None and self.session.state is State.OPEN:
-            self._release = self.loop.create_future()
-            self.call(lambda s: s.close(code))
-            with contextlib.suppress(BeepError):
-                await self._release
-        self.abort()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+    async def close(self, code: int = ReplyCode.SUCCESS, *, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        """Release the session (RFC 3080 section 2.4), then close the connection.
+
+        Bounded: a peer that does not answer the release within ``timeout`` seconds, or
+        channel tasks that do not finish within it, do not keep the connection open.
+        """
+        try:
+            if self._end is None and self.session.state is State.OPEN:
+                self._release = self.loop.create_future()
+                self.call(lambda s: s.close(code))
+                with contextlib.suppress(BeepError, TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._release), timeout)
+        finally:
+            self.abort()
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
 
     def abort(self) -> None:
         """Close the transport now."""

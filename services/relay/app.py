@@ -232,12 +232,13 @@ class RelayApp:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lease_task
-        for conn in list(self._connections):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), 2.0)
+        connections = list(self._connections)
+        await asyncio.gather(*(conn.close(timeout=2.0) for conn in connections),
+                             return_exceptions=True)
         for server in self._listeners:
+            # wait_closed waits for every accepted connection; all were closed above.
             with contextlib.suppress(Exception):
-                await server.wait_closed()
+                await asyncio.wait_for(server.wait_closed(), 2.0)
         self._listeners.clear()
         with contextlib.suppress(Exception):
             await self.attachments.release_all()
