@@ -150,7 +150,8 @@ async def stop_watched(apps: list[App]) -> None:
         print(f"mesh stop stalled for {STOP_STALL_SECONDS}s; tasks:", file=sys.stderr)
         for task in asyncio.all_tasks():
             print(task, file=sys.stderr)
-            task.print_stack(file=sys.stderr)
+            with contextlib.suppress(TypeError):  # a Cython frame (grpc) has no line
+                task.print_stack(file=sys.stderr)
     await stopping
 
 
