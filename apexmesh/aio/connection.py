@@ -108,6 +108,8 @@ class Channel:
     _pending: dict[int, asyncio.Future[Reply]] = field(default_factory=dict)
     _answers: dict[int, list[bytes]] = field(default_factory=dict)
     _closed: asyncio.Future[None] | None = None
+    #: True once the channel was closed (by either peer).
+    ended: bool = False
 
     def send(self, payload: bytes) -> asyncio.Future[Reply]:
         """Send a MSG; the future resolves with its complete reply."""
@@ -121,9 +123,11 @@ class Channel:
         return await self.send(payload)
 
     async def receive(self) -> Incoming:
-        """Wait for the next MSG from the peer."""
+        """Wait for the next MSG from the peer; raise once the channel or session ended."""
         while not self._incoming:
             self.conn.raise_if_closed()
+            if self.ended:
+                raise ConnectionClosedError(f"channel {self.number} closed")
             self._incoming_ready.clear()
             await self._incoming_ready.wait()
         item = self._incoming.popleft()
@@ -443,6 +447,7 @@ class BeepConnection(asyncio.Protocol):
     def _on_channel_closed(self, event: ev.ChannelClosed) -> None:
         channel = self._channels.pop(event.channel, None)
         if channel is not None:
+            channel.ended = True
             channel._incoming_ready.set()
             if channel._closed is not None and not channel._closed.done():
                 channel._closed.set_result(None)

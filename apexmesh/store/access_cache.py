@@ -55,6 +55,10 @@ class DecisionSource(Protocol):
         ...
 
 
+#: Seconds closing the change subscription may take before it is abandoned.
+PUBSUB_CLOSE_SECONDS: Final = 1.0
+
+
 class CachedAccessChecker:
     """Local decision cache kept correct by the version counter and change channel."""
 
@@ -92,8 +96,8 @@ class CachedAccessChecker:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(task, PUBSUB_CLOSE_SECONDS)
         self._invalidate_all()
         self._synced = False
 
@@ -228,7 +232,10 @@ class CachedAccessChecker:
                 await asyncio.sleep(backoff)  # reconnect backoff, not a readiness wait
                 backoff = min(backoff * 2, 2.0)
             finally:
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                # Bounded: closing a subscription interrupted by cancellation can wait on
+                # a connection that will never answer, and shutdown must not hang on it.
+                with contextlib.suppress(RedisError, OSError, TimeoutError):
+                    await asyncio.wait_for(pubsub.aclose(), PUBSUB_CLOSE_SECONDS)  # type: ignore[no-untyped-call]
 
 
 __all__ = ["CachedAccessChecker", "CheckKey", "DecisionSource"]

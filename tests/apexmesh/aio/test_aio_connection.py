@@ -235,9 +235,10 @@ async def test_idle_timer_counts_from_the_connection() -> None:
     """A session with an idle limit must not be released at once: the timer starts when
     the connection opens (the event loop's clock is far from zero), before any octet."""
 
+    writers: list[asyncio.StreamWriter] = []
+
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read()
-        writer.close()
+        writers.append(writer)
 
     srv = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = srv.sockets[0].getsockname()[1]
@@ -249,5 +250,26 @@ async def test_idle_timer_counts_from_the_connection() -> None:
     assert timer is not None
     assert timer > loop.time() + 20
     conn.abort()
+    for _ in range(1000):  # let the server's handler see the connection (no sleeping)
+        if writers:
+            break
+        await asyncio.sleep(0)
+    for writer in writers:
+        writer.close()
+        await writer.wait_closed()
     srv.close()
     await srv.wait_closed()
+
+
+async def test_receive_ends_when_the_peer_closes_the_channel(
+    server: tuple[int, list[BeepConnection]],
+) -> None:
+    port, conns = server
+    conn = await connect("127.0.0.1", port)
+    channel = await conn.open_channel(ECHO)
+    assert (await channel.request(build_entity(b"before"))).kind == "RPY"
+    served = conns[-1]._channels[channel.number]  # the listener's side of the channel
+    await channel.close()
+    with pytest.raises(ConnectionClosedError):
+        await asyncio.wait_for(served.receive(), 5)
+    await conn.close()
