@@ -5,7 +5,7 @@ a complete BEEP payload through any relay pod of its domain: round-robin start, 
 to the next address only on gRPC UNAVAILABLE (the call reached no relay, so another
 cannot duplicate the data). Any other failure is 451 and not retried; 421 when no relay
 could be reached. Upstream error text is logged, never echoed (STYLE.md 3.3, habit 5).
-The report service has its own copy with report metrics (services/report/servicer.py).
+An ``observe(address, outcome)`` callback lets a service count calls per relay.
 """
 
 from __future__ import annotations
@@ -26,12 +26,19 @@ _log = logging.getLogger(__name__)
 ChannelFactory = Callable[[str], grpc.aio.Channel]
 
 
+#: Sees every relay call: (address, "answered" | "unavailable" | "failed").
+CallObserver = Callable[[str, str], None]
+
+
 @dataclass(frozen=True, slots=True)
 class SubmitOutcome:
     """The relay's answer (or 421/451 when none came)."""
 
     code: int
     text: str
+    #: "relay" when a relay answered, "unavailable" when none could be reached,
+    #: "aborted" when a call failed in a way that leaves its outcome unknown.
+    source: str = "relay"
 
 
 class RelaySubmitter:
@@ -43,7 +50,9 @@ class RelaySubmitter:
         *,
         timeout: float,
         channel_factory: ChannelFactory = grpc.aio.insecure_channel,
+        observe: CallObserver | None = None,
     ) -> None:
+        self._observe = observe
         self._channels = [(address, channel_factory(address)) for address in addresses]
         self._stubs = [
             (address, relay_pb2_grpc.RelayServiceStub(channel))
@@ -67,7 +76,9 @@ class RelaySubmitter:
         """
         count = len(self._stubs)
         if count == 0:
-            return SubmitOutcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay configured")
+            return SubmitOutcome(
+                ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay address configured", "unavailable"
+            )
         if key is None:
             start, self._next = self._next, (self._next + 1) % count
         else:
@@ -79,12 +90,29 @@ class RelaySubmitter:
                 response = await stub.Submit(request, timeout=self._timeout)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    self._seen(address, "unavailable")
                     _log.warning("relay %s unavailable, trying the next one", address)
                     continue
+                self._seen(address, "failed")
                 _log.warning("relay %s: Submit failed: %s %s", address, exc.code(), exc.details())
-                return SubmitOutcome(ApexReplyCode.ACTION_ABORTED, "relay call failed")
-            return SubmitOutcome(response.status.code, response.status.text)
-        return SubmitOutcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay reachable")
+                return SubmitOutcome(
+                    ApexReplyCode.ACTION_ABORTED, "relay call failed; outcome unknown", "aborted"
+                )
+            self._seen(address, "answered")
+            code, text = response.status.code, response.status.text
+            if not 200 <= code <= 599:
+                _log.warning("relay %s answered no valid reply code (%d)", address, code)
+                return SubmitOutcome(
+                    ApexReplyCode.ACTION_ABORTED, "relay answered no valid reply code", "aborted"
+                )
+            return SubmitOutcome(code, text)
+        return SubmitOutcome(
+            ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay reachable", "unavailable"
+        )
+
+    def _seen(self, address: str, outcome: str) -> None:
+        if self._observe is not None:
+            self._observe(address, outcome)
 
     async def aclose(self) -> None:
         channels, self._channels, self._stubs = self._channels, [], []
@@ -92,4 +120,4 @@ class RelaySubmitter:
             await channel.close()
 
 
-__all__ = ["ChannelFactory", "RelaySubmitter", "SubmitOutcome"]
+__all__ = ["CallObserver", "ChannelFactory", "RelaySubmitter", "SubmitOutcome"]

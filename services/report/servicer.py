@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -48,8 +48,8 @@ from apexmesh.apex.report import (
 from apexmesh.beep.mime import beep_xml
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
-from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
+from apexmesh.rpc.relay import ChannelFactory, RelaySubmitter
 
 _log = logging.getLogger(__name__)
 
@@ -206,16 +206,10 @@ class SubmitOutcome:
     result: str
 
 
-#: Builds an insecure or secure grpc.aio channel for a target (tests may pass their own).
-ChannelFactory = Callable[[str], grpc.aio.Channel]
-
-
 class RelayPool:
-    """Submit through the configured relays: round-robin start, failover on UNAVAILABLE.
-
-    Channels are created here and closed by :meth:`aclose`; grpc connects lazily and
-    reconnects by itself, so no relay is probed per request.
-    """
+    """Submit through the configured relays (the shared :class:`RelaySubmitter`: round-robin
+    start, failover on UNAVAILABLE), counting each relay call in the report metrics and
+    naming each outcome for ``apexmesh_report_responses_total``."""
 
     def __init__(
         self,
@@ -225,18 +219,14 @@ class RelayPool:
         metrics: ReportMetrics | None = None,
         channel_factory: ChannelFactory = grpc.aio.insecure_channel,
     ) -> None:
-        self._channels = [(address, channel_factory(address)) for address in addresses]
-        self._stubs = [
-            (address, relay_pb2_grpc.RelayServiceStub(channel))
-            for address, channel in self._channels
-        ]
-        self._timeout = timeout
         self._metrics = metrics
-        self._next = 0
+        self._submitter = RelaySubmitter(
+            addresses, timeout=timeout, channel_factory=channel_factory, observe=self._count
+        )
 
     @property
     def addresses(self) -> tuple[str, ...]:
-        return tuple(address for address, _ in self._stubs)
+        return self._submitter.addresses
 
     def _count(self, address: str, outcome: str) -> None:
         if self._metrics is not None:
@@ -244,44 +234,17 @@ class RelayPool:
 
     async def submit(self, originator: str, payload: bytes) -> SubmitOutcome:
         """Submit ``payload`` as ``originator``; never raises for relay trouble."""
-        count = len(self._stubs)
-        if count == 0:
-            return SubmitOutcome(
-                ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay address configured", "unavailable"
-            )
-        start, self._next = self._next, (self._next + 1) % count
-        request = relay_pb2.SubmitRequest(originator=originator, payload=payload)
-        for step in range(count):
-            address, stub = self._stubs[(start + step) % count]
-            try:
-                response = await stub.Submit(request, timeout=self._timeout)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                    self._count(address, "unavailable")
-                    _log.warning("relay %s unavailable, trying the next one", address)
-                    continue
-                self._count(address, "failed")
-                _log.warning("relay %s: Submit failed: %s %s", address, exc.code(), exc.details())
-                return SubmitOutcome(
-                    ApexReplyCode.ACTION_ABORTED, "relay call failed; outcome unknown", "aborted"
-                )
-            self._count(address, "answered")
-            code, text = response.status.code, response.status.text
-            if not 200 <= code <= 599:
-                _log.warning("relay %s answered no valid reply code (%d)", address, code)
-                return SubmitOutcome(
-                    ApexReplyCode.ACTION_ABORTED, "relay answered no valid reply code", "aborted"
-                )
-            result = "submitted" if code == ApexReplyCode.SUCCESS else "relay_refused"
-            return SubmitOutcome(code, text, result)
-        return SubmitOutcome(
-            ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay reachable", "unavailable"
-        )
+        outcome = await self._submitter.submit(originator, payload)
+        if outcome.source != "relay":
+            result = outcome.source
+        elif outcome.code == ApexReplyCode.SUCCESS:
+            result = "submitted"
+        else:
+            result = "relay_refused"
+        return SubmitOutcome(outcome.code, outcome.text, result)
 
     async def aclose(self) -> None:
-        channels, self._channels, self._stubs = self._channels, [], []
-        for _, channel in channels:
-            await channel.close()
+        await self._submitter.aclose()
 
 
 # --------------------------------------------------------------------------- servicers
