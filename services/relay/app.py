@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from apexmesh.aio import BeepConnection, listen
-from apexmesh.apex.options import OptionRegistry
+from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
+from apexmesh.apex.party import PARTY_OPTIONS
 from apexmesh.beep.sasl import SaslServerExchange, StaticCredentials
 from apexmesh.beep.session import SessionConfig
 from apexmesh.beep.tuning import SaslServer
@@ -79,7 +80,7 @@ class RelayApp:
         self.peers = PeerDelivery()
         self.router = Router(
             domains=settings.domains,
-            options=OptionRegistry(),
+            options=OptionRegistry(internal=frozenset({STATUS_REQUEST, *PARTY_OPTIONS})),
             access=self.checker,
             attachments=self.attachments,
             peers=self.peers,

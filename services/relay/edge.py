@@ -32,6 +32,7 @@ from apexmesh.apex.data import Data
 from apexmesh.apex.elements import Attach, Bind, Error, Ok, Terminate, parse_message
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import select_local_options
+from apexmesh.apex.party import overrides
 from apexmesh.beep import events as ev
 from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.errors import BeepError
@@ -175,9 +176,14 @@ class ApexChannel:
             if isinstance(element, Attach):
                 self._require(Mode.EDGE, "attach")
                 await self.router.attach(self, element)
-                select_local_options(element.options, self.router.options)
+                selection = select_local_options(element.options, self.router.options)
                 association: Attachment | Binding = Attachment(element.trans_id, element.endpoint)
-                await self.router.claim(self, element.endpoint, element.trans_id)
+                await self.router.claim(
+                    self,
+                    element.endpoint,
+                    element.trans_id,
+                    override=overrides(selection.process),
+                )
             else:
                 self._require(Mode.MESH, "bind")
                 self.router.bind(self, element)
@@ -223,8 +229,15 @@ class ApexChannel:
         reply.add_done_callback(done)
         return result
 
-    async def terminate(self, attachment: Attachment, code: int, text: str) -> None:
-        """Relay-initiated terminate of one attachment (4.4.3)."""
+    async def terminate(
+        self, attachment: Attachment, code: int, text: str, *, wait: bool = True
+    ) -> None:
+        """Relay-initiated terminate of one attachment (4.4.3).
+
+        The attachment is released before the terminate is sent; with ``wait`` false the
+        application's answer is not awaited (attachOverride, RFC 3342 section 1: the
+        terminate runs concurrently with the overriding attach).
+        """
         self.associations.remove(attachment)
         await self.router.detached(self, attachment)
         channel = self.channel
@@ -237,8 +250,21 @@ class ApexChannel:
             code=code if 200 <= code <= 599 else code_of(code),
             text=text,
         )
+        if not wait:
+            try:
+                reply = channel.send(beep_xml(element.to_xml()))
+            except BeepError:  # session ended, or channel closed meanwhile
+                return
+            reply.add_done_callback(_consume)
+            return
         with contextlib.suppress(BeepError):  # session ended, or channel closed meanwhile
             await channel.request(beep_xml(element.to_xml()))
+
+
+def _consume(future: asyncio.Future[Reply]) -> None:
+    """Retrieve the outcome of a terminate nobody awaits (no 'never retrieved' noise)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def element_is_ok(xml: bytes) -> bool:

@@ -27,6 +27,9 @@ _log = logging.getLogger(__name__)
 #: Deliveries sent in one stream message at most (what is queued at once, up to this).
 MAX_BATCH = 256
 
+#: Seconds a TerminateAttachment call to another pod may take.
+TERMINATE_TIMEOUT_SECONDS = 5.0
+
 UNAVAILABLE = Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "relay pod not available")
 
 
@@ -108,6 +111,23 @@ class PeerDelivery:
                 asyncio.get_running_loop().create_task(stream.close())
             stream = self._streams[address] = _Stream(address)
         return stream.deliver(str(recipient), str(originator), payload)
+
+    async def terminate(self, address: str, endpoint: Endpoint, code: int, text: str) -> bool:
+        """Ask the pod at ``address`` to terminate its attachment of ``endpoint``
+        (gRPC ``TerminateAttachment``); False when it does not hold it or cannot be asked."""
+        channel = grpc.aio.insecure_channel(address)
+        try:
+            stub = relay_pb2_grpc.RelayServiceStub(channel)
+            response = await stub.TerminateAttachment(
+                relay_pb2.TerminateAttachmentRequest(endpoint=str(endpoint), code=code, text=text),
+                timeout=TERMINATE_TIMEOUT_SECONDS,
+            )
+        except grpc.aio.AioRpcError as exc:
+            _log.warning("terminate of %s at %s failed: %s", endpoint, address, exc.code())
+            return False
+        finally:
+            await channel.close()
+        return bool(response.terminated)
 
     async def close(self) -> None:
         streams, self._streams = self._streams, {}

@@ -23,6 +23,7 @@ hop must get, its bytes are forwarded as received.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import secrets
@@ -40,6 +41,13 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.hops import DataPlan, RecipientPlan, combine, plan_data
 from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
+from apexmesh.apex.party import (
+    HOPS_EXHAUSTED,
+    HOPS_EXHAUSTED_TEXT,
+    OVERRIDE_CODE,
+    OVERRIDE_TEXT,
+    next_relay,
+)
 from apexmesh.apex.report import PendingReport, pending_reports, status_response
 from apexmesh.beep.mime import beep_xml
 from services.relay.outcomes import DELIVERED, Outcome, code_of
@@ -174,8 +182,16 @@ class Router:
         if not decision.allowed:
             raise ApexError(ApexReplyCode.NOT_AUTHORIZED, "access denied", trans_id=attach.trans_id)
 
-    async def claim(self, channel: ApexChannel, endpoint: Endpoint, trans_id: int) -> None:
-        """Step 5 of 4.4.1: one attachment per endpoint in the whole domain (554)."""
+    async def claim(
+        self, channel: ApexChannel, endpoint: Endpoint, trans_id: int, *, override: bool = False
+    ) -> None:
+        """Step 5 of 4.4.1: one attachment per endpoint in the whole domain (554).
+
+        With ``override`` (the attachOverride option, RFC 3342 section 1) the endpoint's
+        current attachment, on this pod or another, is terminated with 556 first.
+        """
+        if override:
+            await self._override_here(endpoint)
         if endpoint in self.local:
             raise ApexError(
                 ApexReplyCode.TRANSACTION_FAILED,
@@ -183,6 +199,8 @@ class Router:
                 trans_id=trans_id,
             )
         holder = await self.attachments.claim(str(endpoint))
+        if holder is not None and override and await self._override_elsewhere(endpoint):
+            holder = await self.attachments.claim(str(endpoint))
         if holder is not None:
             raise ApexError(
                 ApexReplyCode.TRANSACTION_FAILED,
@@ -194,6 +212,22 @@ class Router:
         self.metrics.attachments.inc()
         if self.presence is not None:
             self.presence.attached(endpoint)
+
+    async def _override_here(self, endpoint: Endpoint) -> None:
+        held = self.local.get(endpoint)
+        if held is not None:
+            await held[0].terminate(held[1], OVERRIDE_CODE, OVERRIDE_TEXT, wait=False)
+
+    async def _override_elsewhere(self, endpoint: Endpoint) -> bool:
+        """Terminate the attachment another pod holds; True when it let go."""
+        found = await self.attachments.locate(str(endpoint))
+        if found is None:
+            return True  # released meanwhile
+        pod, address = found
+        if pod == self.attachments.pod_id or not address:
+            return False
+        self._locations.pop(endpoint, None)
+        return await self.peers.terminate(address, endpoint, OVERRIDE_CODE, OVERRIDE_TEXT)
 
     def bind(self, channel: ApexChannel, bind: Bind) -> None:
         """Step 2 of 4.4.2: who may serve as a relay of ``bind.relay`` (537)."""
@@ -274,11 +308,31 @@ class Router:
         """Route every recipient of an accepted data; collect outcomes in the background."""
         outcomes: dict[Endpoint, asyncio.Future[Outcome]] = {}
         foreign: dict[str, list[RecipientPlan]] = {}
+        hopped: list[PendingReport] = []
         for plan in job.plan.recipients:
             endpoint = plan.recipient.identity
             if plan.failure is not None:
                 outcomes[endpoint] = _done(Outcome(int(plan.failure.code), str(plan.failure)))
             elif not plan.final:
+                try:
+                    step = next_relay(plan)
+                except ApexError as exc:
+                    outcomes[endpoint] = _done(Outcome(int(exc.code), str(exc)))
+                    continue
+                if step.forward is None:
+                    # dataHopping (RFC 3342 section 4): the hop count ran out here.
+                    outcomes[endpoint] = _done(Outcome(HOPS_EXHAUSTED, HOPS_EXHAUSTED_TEXT))
+                    if step.report and step.stopped is not None:
+                        hopped.append(
+                            PendingReport(
+                                trans_id=step.stopped.trans_id,
+                                originator=job.data.originator.identity,
+                                recipients=(endpoint,),
+                            )
+                        )
+                    continue
+                if step.forward is not plan.forward:
+                    plan = dataclasses.replace(plan, forward=step.forward)
                 foreign.setdefault(endpoint.domain, []).append(plan)
             else:
                 outcomes[endpoint] = await self._deliver_here(job, plan)
@@ -287,7 +341,7 @@ class Router:
             sent = self.mesh.send(domain, self._payload(job, forwarded))
             for plan in plans:
                 outcomes[plan.recipient.identity] = sent
-        reports = pending_reports(job.data, job.plan)
+        reports = (*pending_reports(job.data, job.plan), *hopped)
         task = asyncio.get_running_loop().create_task(self._conclude(job, outcomes, reports))
         self._background.add(task)
         task.add_done_callback(self._background.discard)

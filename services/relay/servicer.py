@@ -19,6 +19,7 @@ from apexmesh.apex.data import Data
 from apexmesh.apex.elements import parse_message
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.apex.errors import ApexError
+from apexmesh.apex.party import OVERRIDE_CODE
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from services.relay.outcomes import Outcome
@@ -138,5 +139,12 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         if held is None:
             return relay_pb2.TerminateAttachmentResponse(terminated=False)
         channel, attachment = held
-        await channel.terminate(attachment, request.code or ApexReplyCode.SUCCESS, request.text)
+        # attachOverride (RFC 3342 section 1): the overridden application's answer is not
+        # awaited, the overriding attach proceeds concurrently once the endpoint is free.
+        await channel.terminate(
+            attachment,
+            request.code or ApexReplyCode.SUCCESS,
+            request.text,
+            wait=request.code != OVERRIDE_CODE,
+        )
         return relay_pb2.TerminateAttachmentResponse(terminated=True)
