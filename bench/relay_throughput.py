@@ -35,7 +35,7 @@ from apexmesh.client import Attachment, connect_endpoint
 from apexmesh.ops.localmesh import LocalMesh
 
 CONTENT_OCTETS = 256
-DEPTH = 128  # data operations in flight per sender
+DEPTH = 256  # data operations in flight per sender (the raw echo uses the same depth)
 
 
 def result(name: str, value: float, unit: str, baseline: float | None = None) -> dict[str, Any]:
