@@ -48,6 +48,10 @@ def create_ops_app(service: str, registry: CollectorRegistry, ready: ReadinessPr
     return app
 
 
+#: Seconds the admin HTTP server gives open requests when the service stops.
+SHUTDOWN_SECONDS = 2
+
+
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -60,7 +64,15 @@ class HttpServer:
 
     def __init__(self, app: FastAPI) -> None:
         self._server = _Server(
-            uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+            uvicorn.Config(
+                app,
+                log_level="warning",
+                lifespan="off",
+                access_log=False,
+                # Bounded: a stuck probe or a lingering connection must not hold up the
+                # service's SIGTERM shutdown.
+                timeout_graceful_shutdown=SHUTDOWN_SECONDS,
+            )
         )
         self._task: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None

@@ -18,12 +18,16 @@ import json
 import logging
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
 from redis.exceptions import RedisError
 
 from apexmesh.ops.settings import SettingsError
+
+#: Seconds after which a stop that has not finished gets its tasks' stacks logged.
+STALL_REPORT_SECONDS = 5.0
 
 _S = TypeVar("_S")
 _A = TypeVar("_A", bound="ServiceApp")
@@ -85,4 +89,21 @@ async def _run(
         log.info("stopping")
         return 0
     finally:
-        await app.stop()
+        await _stop(app, log)
+
+
+async def _stop(app: ServiceApp, log: logging.Logger) -> None:
+    """Stop the app; if that stalls, log every task's stack so the stall can be found."""
+    stopping = asyncio.ensure_future(app.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=STALL_REPORT_SECONDS)
+    if not done:
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                log.error(
+                    "stop stalled; task %s:\n%s",
+                    task.get_name(),
+                    "".join(traceback.format_stack(task.get_stack()[-1]))
+                    if task.get_stack()
+                    else "(no frames)",
+                )
+    await stopping

@@ -113,8 +113,8 @@ class PresenceApp:
             self._grpc = None
         if self._loop is not None:
             self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._loop, 2.0)
             self._loop = None
         await self.http.stop()
         await self.relays.aclose()
