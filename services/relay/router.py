@@ -131,6 +131,8 @@ class Router:
         clock: Callable[[], float],
     ) -> None:
         self.domains = frozenset(domains)
+        #: The first configured domain: the relay's voice where no other domain applies.
+        self.primary_domain = domains[0]
         self.options = options
         self.access = access
         self.attachments = attachments
@@ -455,13 +457,13 @@ class Router:
                     for endpoint in report.recipients
                 ),
             )
-            await self.services.report(
-                next(iter(self.domains))
-                if report.originator.domain not in self.domains
-                else report.originator.domain,
-                report.originator,
-                response,
-            )
+            await self.services.report(self._report_domain(report), report.originator, response)
+
+    def _report_domain(self, report: PendingReport) -> str:
+        """The domain whose apex=report speaks for this relay (RFC 3340 section 5.1): the
+        reported recipients' domain when this relay serves it, else its primary domain."""
+        domain = report.recipients[0].domain if report.recipients else ""
+        return domain if domain in self.domains else self.primary_domain
 
     def _forwarding_failures(
         self, job: Job, results: dict[Endpoint, Outcome], reports: tuple[PendingReport, ...]
