@@ -66,12 +66,15 @@ class MeshPool:
         ssl_context: ssl.SSLContext | None,
         credentials: dict[str, str],
         use_dns: bool = True,
+        resolver: dns.asyncresolver.Resolver | None = None,
     ) -> None:
         self.domain = domain
         self.routes = routes
         self.ssl_context = ssl_context
         self.credentials = credentials
         self.use_dns = use_dns
+        #: The DNS resolver for SRV lookups (None: the system's, from /etc/resolv.conf).
+        self.resolver = resolver
         self._links: dict[str, _Link] = {}
         self._connecting: dict[str, asyncio.Task[_Link]] = {}
         self._no_relay: dict[str, float] = {}
@@ -172,8 +175,9 @@ class MeshPool:
         if self.use_dns:
             now = asyncio.get_running_loop().time()
             if self._no_relay.get(domain, 0.0) < now:
+                resolver = self.resolver or dns.asyncresolver.get_default_resolver()
                 try:
-                    answer = await dns.asyncresolver.resolve(
+                    answer = await resolver.resolve(
                         f"_apex-mesh._tcp.{domain}", "SRV", lifetime=3.0
                     )
                 except (dns.exception.DNSException, OSError):
