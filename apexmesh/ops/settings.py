@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit
 
+from apexmesh.apex.endpoint import EndpointError, normalize_domain
+
 #: The environment variable that allows development-only settings.
 DEV_FLAG: Final = "APEXMESH_DEV"
 
@@ -64,6 +66,19 @@ def env_list(env: Mapping[str, str], name: str, default: tuple[str, ...] = ()) -
     if value is None or value.strip() == "":
         return default
     return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def required_domains(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """The administrative domains a service serves: a comma list in ``name``, each a FQDN
+    or domain-literal (RFC 3340 section 2.2), normalized, duplicates dropped, at least
+    one."""
+    try:
+        domains = tuple(dict.fromkeys(normalize_domain(d) for d in env_list(env, name)))
+    except EndpointError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+    if not domains:
+        raise SettingsError(f"{name} must name at least one domain")
+    return domains
 
 
 def check_redis_url(url: str, *, dev: bool) -> str:

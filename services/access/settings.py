@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from apexmesh.apex.access import AccessError, TokenRegistry
-from apexmesh.apex.endpoint import Endpoint, EndpointError, normalize_domain
+from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.ops.settings import (
     DEV_FLAG,
     SettingsError,
@@ -30,6 +30,7 @@ from apexmesh.ops.settings import (
     env_float,
     env_int,
     env_list,
+    required_domains,
 )
 
 
@@ -54,15 +55,13 @@ class AccessSettings:
         """Read and validate; raise :class:`SettingsError` with the variable's name."""
         env = os.environ if env is None else env
         dev = env_flag(env, DEV_FLAG)
+        domains = required_domains(env, "APEXMESH_DOMAINS")
         try:
-            domains = tuple(normalize_domain(d) for d in env_list(env, "APEXMESH_DOMAINS"))
             operators = tuple(
                 Endpoint.parse(text) for text in env_list(env, "APEXMESH_ACCESS_OPERATORS")
             )
         except EndpointError as exc:
             raise SettingsError(str(exc)) from None
-        if not domains:
-            raise SettingsError("APEXMESH_DOMAINS must name at least one domain")
         extra = env_list(env, "APEXMESH_ACCESS_EXTRA_TOKENS")
         try:
             TokenRegistry().with_tokens(extra)

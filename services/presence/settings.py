@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from apexmesh.apex.endpoint import EndpointError, normalize_domain
 from apexmesh.ops.settings import (
     DEV_FLAG,
     SettingsError,
@@ -32,6 +31,7 @@ from apexmesh.ops.settings import (
     env_float,
     env_int,
     env_list,
+    required_domains,
 )
 
 #: Bind hosts that listen on every interface.
@@ -73,16 +73,7 @@ class PresenceSettings:
         """Read and validate; raise :class:`SettingsError` with the variable's name."""
         env = os.environ if env is None else env
         dev = env_flag(env, DEV_FLAG)
-        try:
-            domains = tuple(
-                dict.fromkeys(
-                    normalize_domain(d) for d in env_list(env, "APEXMESH_PRESENCE_DOMAINS")
-                )
-            )
-        except EndpointError as exc:
-            raise SettingsError(f"APEXMESH_PRESENCE_DOMAINS: {exc}") from None
-        if not domains:
-            raise SettingsError("APEXMESH_PRESENCE_DOMAINS must name at least one domain")
+        domains = required_domains(env, "APEXMESH_PRESENCE_DOMAINS")
         access = env.get("APEXMESH_ACCESS_ADDRESS", "")
         if not access:
             raise SettingsError("APEXMESH_ACCESS_ADDRESS is required")

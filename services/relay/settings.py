@@ -47,6 +47,7 @@ from apexmesh.ops.settings import (
     env_float,
     env_int,
     env_list,
+    required_domains,
 )
 
 
@@ -107,16 +108,14 @@ class RelaySettings:
         """Read and validate; raise :class:`SettingsError` naming the variable."""
         env = os.environ if env is None else env
         dev = env_flag(env, DEV_FLAG)
+        domains = required_domains(env, "APEXMESH_DOMAINS")
         try:
-            domains = tuple(normalize_domain(d) for d in env_list(env, "APEXMESH_DOMAINS"))
             routes = {
                 normalize_domain(k): v for k, v in _pairs(env, "APEXMESH_RELAY_ROUTES").items()
             }
             trusted = tuple(normalize_domain(d) for d in env_list(env, "APEXMESH_RELAY_TRUSTED"))
         except EndpointError as exc:
             raise SettingsError(str(exc)) from None
-        if not domains:
-            raise SettingsError("APEXMESH_DOMAINS must name at least one domain")
         access = env.get("APEXMESH_ACCESS_ADDRESS", "")
         if not access:
             raise SettingsError("APEXMESH_ACCESS_ADDRESS is required (gRPC host:port)")

@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from apexmesh.apex.endpoint import EndpointError, normalize_domain
 from apexmesh.ops.settings import (
     DEV_FLAG,
     SettingsError,
@@ -34,6 +33,7 @@ from apexmesh.ops.settings import (
     env_float,
     env_int,
     env_list,
+    required_domains,
 )
 
 #: Bind hosts that listen on every interface.
@@ -88,14 +88,7 @@ class ReportSettings:
         """Read and validate; raise :class:`SettingsError` with the variable's name."""
         env = os.environ if env is None else env
         dev = env_flag(env, DEV_FLAG)
-        try:
-            domains = tuple(
-                dict.fromkeys(normalize_domain(d) for d in env_list(env, "APEXMESH_REPORT_DOMAINS"))
-            )
-        except EndpointError as exc:
-            raise SettingsError(f"APEXMESH_REPORT_DOMAINS: {exc}") from None
-        if not domains:
-            raise SettingsError("APEXMESH_REPORT_DOMAINS must name at least one domain")
+        domains = required_domains(env, "APEXMESH_REPORT_DOMAINS")
         relays = tuple(
             dict.fromkeys(
                 check_relay_address(text) for text in env_list(env, "APEXMESH_RELAY_ADDRESSES")
