@@ -1,0 +1,499 @@
+"""The steps of draft-schwartz-apex-pubsub-02 sections 4.2 to 4.7, sans I/O.
+
+Pubsub pods are stateless (DESIGN.md): topics and subscriptions live in Redis and any pod
+may serve any request. The core therefore keeps no state of its own. Each operation is a
+pure function of the operation, the facts the caller read (the access decision of step
+1, whether the topic exists, its subscriptions) and the time (``now_ms``, milliseconds
+since the epoch: the core reads no clock). It returns an :class:`Outcome`: the reply
+code and the step that decided it, the :data:`Change` list the store must apply
+atomically, and the elements to send (:class:`Send`), in order. The caller applies the
+changes and journals the sends in one Redis script before sending anything, so an
+operation acknowledged is completed even if the pod dies (section 4, "in persistent
+storage").
+
+Decisions the draft leaves open (also in docs/pubsub.md):
+
+- Step 1 of every operation is the access check; its owner is ``apex=pubsub@DOMAIN`` for
+  createtopic, deletetopic and listtopics and ``apex=pubsub/TOPIC@DOMAIN`` for subscribe,
+  cancel and data (the access-control table of section 6.1). The caller asks the access
+  service and passes ``allowed``.
+- A deleted topic's subscriptions end with it: each originator is sent ``cancel``
+  (section 2.5: "the service ... may cancel a subscription"), so nobody waits for data
+  that can no longer come.
+- The lease-end ``cancel`` of 4.5 step 5.2 goes "to the originator" of the subscribe,
+  names the subject in ``subscriber`` and carries the subscribe's transID (a long-lived
+  transaction identifier, section 4), so the subscriber can tell which lease ended.
+- A forwarded subscribe or cancel (4.5 step 4, 4.6 step 3) is answered by the
+  redistributing server, which knows the outcome; the forwarding server sends no reply.
+- Data is never sent back to the redistributing server it came from (split horizon);
+  ``dataHopping`` bounds any loop a misconfigured tree still forms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.data import Data, Originator, Recipient
+from apexmesh.apex.elements import Reply
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.options import Option
+from apexmesh.apex.party import DATA_HOPPING, MAX_HOPS, data_hopping_of, data_hopping_option
+from apexmesh.pubsub.elements import (
+    Cancel,
+    CreateTopic,
+    DeleteTopic,
+    ListTopics,
+    Subscribe,
+    TopicList,
+    service_endpoint,
+    topic_endpoint,
+    topic_of,
+)
+
+#: Hop budget of data the service originates for a topic (RFC 3342 section 4): a tree of
+#: redistributing servers deeper than this is refused by the relays (550).
+DEFAULT_HOPS: Final = 8
+
+#: Sent instead of a reply when the operation was forwarded (4.5 step 4, 4.6 step 3).
+FORWARDED: Final = 0
+
+Reason = Literal["cancel", "expired", "topic-deleted"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subscription:
+    """One subscriber of one topic (section 4.5 step 5.2), with its lease."""
+
+    topic: str
+    #: The subject: where data is forwarded.
+    subscriber: Endpoint
+    #: Who sent the subscribe (the lease-end cancel goes there).
+    originator: Endpoint
+    #: The subscribe's transID, echoed by the lease-end cancel.
+    trans_id: int
+    #: End of the lease, milliseconds since the epoch.
+    expires_ms: int
+
+    def active(self, now_ms: int) -> bool:
+        return self.expires_ms > now_ms
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCreated:
+    topic: str
+    originator: Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDeleted:
+    topic: str
+    originator: Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribed:
+    """Add or replace (section 4.5 step 5.2: "the previous duration is no longer
+    consulted") the subject's subscription."""
+
+    subscription: Subscription
+    renewed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribed:
+    topic: str
+    subscriber: Endpoint
+    reason: Reason
+    originator: Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class TupleAdded:
+    """Section 4.2 step 3.2: the presence tuple of a new topic."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class TupleRemoved:
+    """Section 4.3 step 3.2."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class DataGranted:
+    """Section 7: ``core:data`` on the topic granted to a subscriber (optional policy)."""
+
+    topic: str
+    subscriber: Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class DataRevoked:
+    topic: str
+    subscriber: Endpoint
+
+
+Change = (
+    TopicCreated
+    | TopicDeleted
+    | Subscribed
+    | Unsubscribed
+    | TupleAdded
+    | TupleRemoved
+    | DataGranted
+    | DataRevoked
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """One element the service sends to ``recipient`` as ``apex=pubsub@DOMAIN``."""
+
+    recipient: Endpoint
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What one operation decided."""
+
+    #: The code of the reply sent to the originator (250 for a topiclist), or
+    #: :data:`FORWARDED`.
+    code: int
+    #: The step that decided, e.g. ``"4.5/4"`` (section/step), for logs and tests.
+    step: str
+    changes: tuple[Change, ...] = ()
+    sends: tuple[Send, ...] = ()
+
+
+def _reply(step: str, to: Endpoint, code: int, trans_id: int | None, text: str = "") -> Outcome:
+    reply = Reply(code=code, trans_id=trans_id, text=text)
+    return Outcome(code=code, step=step, sends=(Send(to, reply.to_xml()),))
+
+
+def _denied(section: str, to: Endpoint, trans_id: int | None) -> Outcome:
+    return _reply(
+        f"{section}/1", to, ApexReplyCode.NOT_AUTHORIZED, trans_id, "action not authorized"
+    )
+
+
+def _no_topic(section: str, step: int, to: Endpoint, trans_id: int, topic: str) -> Outcome:
+    return _reply(
+        f"{section}/{step}", to, ApexReplyCode.PARAMETER_INVALID, trans_id, f"no topic {topic}"
+    )
+
+
+# --------------------------------------------------------------------------- 4.2 - 4.4
+
+
+def create_topic(op: CreateTopic, originator: Endpoint, *, allowed: bool, exists: bool) -> Outcome:
+    """Section 4.2."""
+    if not allowed:
+        return _denied("4.2", originator, op.trans_id)
+    if exists:
+        return _reply(
+            "4.2/2", originator, ApexReplyCode.PARAMETER_INVALID, op.trans_id, "topic exists"
+        )
+    done = _reply("4.2/3", originator, ApexReplyCode.SUCCESS, op.trans_id)
+    return Outcome(
+        code=done.code,
+        step=done.step,
+        changes=(TopicCreated(op.topic, originator), TupleAdded(op.topic)),
+        sends=done.sends,
+    )
+
+
+def delete_topic(
+    op: DeleteTopic,
+    originator: Endpoint,
+    *,
+    allowed: bool,
+    exists: bool,
+    subscriptions: Iterable[Subscription] = (),
+) -> Outcome:
+    """Section 4.3; the topic's subscriptions end with a cancel to each originator."""
+    if not allowed:
+        return _denied("4.3", originator, op.trans_id)
+    if not exists:
+        return _no_topic("4.3", 2, originator, op.trans_id, op.topic)
+    changes: list[Change] = [TopicDeleted(op.topic, originator), TupleRemoved(op.topic)]
+    sends = [Send(originator, Reply(code=250, trans_id=op.trans_id).to_xml())]
+    for sub in subscriptions:
+        changes.append(Unsubscribed(op.topic, sub.subscriber, "topic-deleted", originator))
+        cancel = Cancel(topic=op.topic, trans_id=sub.trans_id, subscriber=sub.subscriber)
+        sends.append(Send(sub.originator, cancel.to_xml()))
+    return Outcome(code=250, step="4.3/3", changes=tuple(changes), sends=tuple(sends))
+
+
+def list_topics(
+    op: ListTopics, originator: Endpoint, *, allowed: bool, topics: Iterable[str]
+) -> Outcome:
+    """Section 4.4: a topiclist carrying the operation's transID (when it had one)."""
+    if not allowed:
+        return _denied("4.4", originator, op.trans_id)
+    answer = TopicList(topics=tuple(sorted(topics)), trans_id=op.trans_id)
+    return Outcome(code=250, step="4.4/2", sends=(Send(originator, answer.to_xml()),))
+
+
+# --------------------------------------------------------------------------- 4.5 - 4.6
+
+
+def redistributor(
+    topic: str,
+    subject: Endpoint,
+    domain: str,
+    subscriptions: Iterable[Subscription],
+    now_ms: int,
+) -> Endpoint | None:
+    """Step 4 of 4.5 / step 3 of 4.6: the active subscriber ``apex=pubsub/TOPIC@D`` whose
+    domain D is the subject's, unless that is the subject itself or this domain."""
+    if subject.domain == domain:
+        return None
+    for sub in subscriptions:
+        found = sub.subscriber
+        if (
+            sub.active(now_ms)
+            and topic_of(found) == topic
+            and found.domain == subject.domain
+            and found != subject
+        ):
+            return found
+    return None
+
+
+def subscribe(
+    op: Subscribe,
+    originator: Endpoint,
+    *,
+    domain: str,
+    allowed: bool,
+    exists: bool,
+    subscriptions: Mapping[Endpoint, Subscription],
+    now_ms: int,
+    grant_data: bool = False,
+) -> Outcome:
+    """Section 4.5 for a subscribe received at ``apex=pubsub@domain``."""
+    if not allowed:
+        return _denied("4.5", originator, op.trans_id)
+    if not exists:
+        return _no_topic("4.5", 2, originator, op.trans_id, op.topic)
+    if op.duration <= 0:
+        return _reply(
+            "4.5/3",
+            originator,
+            ApexReplyCode.PARAMETER_INVALID,
+            op.trans_id,
+            "duration must be positive",
+        )
+    target = redistributor(op.topic, op.subscriber, domain, subscriptions.values(), now_ms)
+    if target is not None:
+        return Outcome(code=FORWARDED, step="4.5/4", sends=(Send(target, op.to_xml()),))
+    return accept_subscribe(op, originator, subscriptions, now_ms, grant_data=grant_data)
+
+
+def accept_subscribe(
+    op: Subscribe,
+    originator: Endpoint,
+    subscriptions: Mapping[Endpoint, Subscription],
+    now_ms: int,
+    *,
+    grant_data: bool = False,
+    reply_to: Endpoint | None = None,
+) -> Outcome:
+    """Step 5 of 4.5 (also for a subscribe forwarded by an upstream server, whose reply
+    goes to the subject: ``reply_to``)."""
+    previous = subscriptions.get(op.subscriber)
+    subscription = Subscription(
+        topic=op.topic,
+        subscriber=op.subscriber,
+        originator=originator,
+        trans_id=op.trans_id,
+        expires_ms=now_ms + op.duration * 1000,
+    )
+    changes: list[Change] = [Subscribed(subscription, renewed=previous is not None)]
+    if grant_data and previous is None:
+        changes.append(DataGranted(op.topic, op.subscriber))
+    reply = Reply(code=250, trans_id=op.trans_id).to_xml()
+    return Outcome(
+        code=250,
+        step="4.5/5",
+        changes=tuple(changes),
+        sends=(Send(reply_to or originator, reply),),
+    )
+
+
+def cancel(
+    op: Cancel,
+    originator: Endpoint,
+    *,
+    domain: str,
+    allowed: bool,
+    exists: bool,
+    subscriptions: Mapping[Endpoint, Subscription],
+    now_ms: int,
+    grant_data: bool = False,
+) -> Outcome:
+    """Section 4.6 for a cancel received at ``apex=pubsub@domain``."""
+    if not allowed:
+        return _denied("4.6", originator, op.trans_id)
+    if not exists:
+        return _no_topic("4.6", 2, originator, op.trans_id, op.topic)
+    subject = op.subject(originator)
+    target = redistributor(op.topic, subject, domain, subscriptions.values(), now_ms)
+    if target is not None:
+        forwarded = Cancel(topic=op.topic, trans_id=op.trans_id, subscriber=subject)
+        return Outcome(code=FORWARDED, step="4.6/3", sends=(Send(target, forwarded.to_xml()),))
+    return accept_cancel(op, originator, subscriptions, grant_data=grant_data)
+
+
+def accept_cancel(
+    op: Cancel,
+    originator: Endpoint,
+    subscriptions: Mapping[Endpoint, Subscription],
+    *,
+    grant_data: bool = False,
+    reply_to: Endpoint | None = None,
+) -> Outcome:
+    """Step 4 of 4.6: 250, and the subject no longer receives data (if it did)."""
+    subject = op.subject(originator)
+    changes: list[Change] = []
+    if subject in subscriptions:
+        changes.append(Unsubscribed(op.topic, subject, "cancel", originator))
+        if grant_data:
+            changes.append(DataRevoked(op.topic, subject))
+    reply = Reply(code=250, trans_id=op.trans_id).to_xml()
+    return Outcome(
+        code=250, step="4.6/4", changes=tuple(changes), sends=(Send(reply_to or originator, reply),)
+    )
+
+
+def expire(due: Iterable[Subscription], now_ms: int, *, grant_data: bool = False) -> Outcome:
+    """Section 4.5 step 5.2: leases that ran out end with a cancel to their originator."""
+    changes: list[Change] = []
+    sends: list[Send] = []
+    for sub in due:
+        if sub.active(now_ms):
+            continue
+        changes.append(Unsubscribed(sub.topic, sub.subscriber, "expired", sub.originator))
+        if grant_data:
+            changes.append(DataRevoked(sub.topic, sub.subscriber))
+        cancel_op = Cancel(topic=sub.topic, trans_id=sub.trans_id, subscriber=sub.subscriber)
+        sends.append(Send(sub.originator, cancel_op.to_xml()))
+    return Outcome(code=250, step="4.5/5.2", changes=tuple(changes), sends=tuple(sends))
+
+
+# --------------------------------------------------------------------------- 4.7
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishPlan:
+    """Section 4.7.1: the answer to the delivering relay and where the data goes."""
+
+    #: 250 (``ok``), 550 (no such topic) or 537 (no ``core:data`` on the topic).
+    code: int
+    step: str
+    recipients: tuple[Endpoint, ...] = ()
+
+
+def publish(
+    originator: Endpoint,
+    *,
+    exists: bool,
+    allowed: bool,
+    subscriptions: Iterable[Subscription],
+    now_ms: int,
+) -> PublishPlan:
+    """Step 1 (550), the ``core:data`` check of section 6.1 (537), step 2 (every active
+    subscriber, never the redistributing server the data came from)."""
+    if not exists:
+        return PublishPlan(code=ApexReplyCode.ACTION_NOT_TAKEN, step="4.7.1/1")
+    if not allowed:
+        return PublishPlan(code=ApexReplyCode.NOT_AUTHORIZED, step="4.7.1/access")
+    recipients = tuple(
+        sub.subscriber
+        for sub in subscriptions
+        if sub.active(now_ms) and sub.subscriber != originator
+    )
+    return PublishPlan(code=250, step="4.7.1/2", recipients=recipients)
+
+
+def hops_left(data: Data, default: int = DEFAULT_HOPS) -> int:
+    """The hop budget of data the service re-originates: what is left of a received
+    dataHopping count (so a loop through several domains keeps shrinking it), else
+    ``default``. 0 means the data must not go on (the caller sends nothing)."""
+    options: list[Option] = [*data.options, *data.originator.options]
+    for recipient in data.recipients:
+        options.extend(recipient.options)
+    budget: int | None = None
+    for option in options:
+        if option.internal != DATA_HOPPING:
+            continue
+        count = data_hopping_of(option).no_more_than
+        if count:
+            budget = count if budget is None else min(budget, count)
+    return min(default, MAX_HOPS) if budget is None else budget
+
+
+def forward_data(
+    data: Data,
+    topic: str,
+    domain: str,
+    recipients: Iterable[Endpoint],
+    *,
+    hops: int,
+    trans_id: int,
+) -> Data:
+    """The data of section 4.7.1 step 2: from ``apex=pubsub/TOPIC@DOMAIN`` to the
+    subscribers, with dataHopping (section 3's example), content untouched."""
+    return Data(
+        content=data.content,
+        originator=Originator(identity=topic_endpoint(topic, domain)),
+        recipients=tuple(Recipient(identity=r) for r in recipients),
+        options=(data_hopping_option(trans_id, hops, report_errors=True),),
+        data_content=data.data_content,
+    )
+
+
+def is_upstream_operation(originator: Endpoint) -> bool:
+    """Data to ``apex=pubsub/TOPIC`` from another domain's ``apex=pubsub`` itself is a
+    forwarded subscribe or cancel (or the cancel of our own upstream subscription), not
+    a publication: publications from a server carry the topic subaddress."""
+    return originator == service_endpoint(originator.domain)
+
+
+__all__ = [
+    "DEFAULT_HOPS",
+    "FORWARDED",
+    "Change",
+    "DataGranted",
+    "DataRevoked",
+    "Outcome",
+    "PublishPlan",
+    "Reason",
+    "Send",
+    "Subscribed",
+    "Subscription",
+    "TopicCreated",
+    "TopicDeleted",
+    "TupleAdded",
+    "TupleRemoved",
+    "Unsubscribed",
+    "accept_cancel",
+    "accept_subscribe",
+    "cancel",
+    "create_topic",
+    "delete_topic",
+    "expire",
+    "forward_data",
+    "hops_left",
+    "is_upstream_operation",
+    "list_topics",
+    "publish",
+    "redistributor",
+    "subscribe",
+]
