@@ -1,0 +1,400 @@
+"""Held data in Redis (RFC 3342 section 3, hold4Endpoint): per-endpoint ordered queues.
+
+Data for a recipient that is not attached, with hold4Endpoint, is kept here until an
+application attaches as that endpoint on any relay pod of the domain, then delivered in
+order and removed only after the recipient's ``ok``.
+
+Layout (keys in :mod:`apexmesh.store.keys`, "held data"): one global id counter; per
+endpoint a ZSET queue of ids scored by id, a HASH id -> payload, a HASH id -> meta
+(heldAt, deadline, size, domain) and a HASH of usage (count, bytes); per domain a usage
+HASH and a ZSET of entries by heldAt (oldest held age); one global ZSET of entries by
+deadline (expiry); one lease STRING per endpoint for its drainer.
+
+Why a ZSET + HASH and not a LIST or a STREAM: an entry must be removable by id, whatever
+its position (acknowledgement after a redelivery, expiry of a middle entry whose
+deadline is earlier than its elders'), idempotently, in O(log n); a LIST needs O(n)
+LREM by value; a STREAM gives XDEL by id but its ids are server-time based, it keeps no
+byte count and still needs a side index for deadlines. Ids come from one INCR that is
+never reset, so an id is never reused and a late acknowledgement can never remove a
+newer entry; the ZSET score (the id) is the arrival order.
+
+Every change (hold with its quota checks, acknowledgement, expiry) is one Lua script, so
+counters and queues can never disagree and two pods can never both pass a quota with the
+last free bytes. A hold that exceeds a quota is refused with a reason (:class:`Refused`)
+so the relay answers the code of :mod:`apexmesh.apex.holding` instead of dropping.
+
+Durability: :meth:`HeldStore.hold` returns once Redis has executed the script, so the
+relay answers ``ok`` only for data that no relay process holds in memory alone: the death
+of any relay process loses nothing. Surviving the death of Redis itself is Redis's
+persistence (AOF; ``appendfsync always`` for no loss at all) and replication.
+
+Delivery is at-least-once: a drainer that dies after the recipient's ``ok`` and before
+:meth:`HeldStore.ack` leaves the entry held, and the next drainer delivers it again; an
+entry is never lost and never stored twice. Only one pod drains an endpoint at a time
+(:meth:`HeldStore.claim_drain`); a dead drainer's lease lapses after ``lease_ms``.
+
+Times are integer milliseconds of the caller's clock (epoch milliseconds on every pod).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from redis.asyncio import Redis
+
+from apexmesh.apex.holding import QUOTA_CODE, HoldLimits
+from apexmesh.store.keys import Keys
+
+# Common ARGV of the scripts below (key prefixes come from Keys, never spelled here):
+# 1 queue prefix, 2 data prefix, 3 meta prefix, 4 usage prefix, 5 domain usage prefix,
+# 6 since prefix, 7 deadlines key, 8 domains key, 9 seq key.
+_COMMON: Final = """
+local Q, D, M, U, DU, S = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local DEADLINES, DOMAINS, SEQ = ARGV[7], ARGV[8], ARGV[9]
+
+-- Remove one entry and its accounting; returns {payload, meta} or nil if absent.
+local function remove(endpoint, id)
+    if redis.call('ZREM', Q .. endpoint, id) == 0 then
+        return nil
+    end
+    local payload = redis.call('HGET', D .. endpoint, id)
+    local meta = redis.call('HGET', M .. endpoint, id)
+    redis.call('HDEL', D .. endpoint, id)
+    redis.call('HDEL', M .. endpoint, id)
+    local member = id .. ' ' .. endpoint
+    redis.call('ZREM', DEADLINES, member)
+    if meta then
+        local size, domain = string.match(meta, '^%d+ %d+ (%d+) (.*)$')
+        size = tonumber(size)
+        if redis.call('HINCRBY', U .. endpoint, 'count', -1) <= 0 then
+            redis.call('DEL', U .. endpoint)
+        else
+            redis.call('HINCRBY', U .. endpoint, 'bytes', -size)
+        end
+        redis.call('HINCRBY', DU .. domain, 'count', -1)
+        redis.call('HINCRBY', DU .. domain, 'bytes', -size)
+        redis.call('ZREM', S .. domain, member)
+    end
+    return {payload or '', meta or ''}
+end
+"""
+
+# ARGV 10 endpoint, 11 domain, 12 payload, 13 heldAt, 14 deadline (0 none),
+# 15 max endpoint bytes, 16 max endpoint count, 17 max domain bytes, 18 max domain count
+# (0: no limit). Returns {1, id} or {0, reason}.
+_HOLD: Final = (
+    _COMMON
+    + """
+local endpoint, domain, payload = ARGV[10], ARGV[11], ARGV[12]
+local size = string.len(payload)
+local usage = redis.call('HMGET', U .. endpoint, 'count', 'bytes')
+local dusage = redis.call('HMGET', DU .. domain, 'count', 'bytes')
+local checks = {
+    {'endpoint-bytes', tonumber(usage[2] or '0') + size, tonumber(ARGV[15])},
+    {'endpoint-count', tonumber(usage[1] or '0') + 1, tonumber(ARGV[16])},
+    {'domain-bytes', tonumber(dusage[2] or '0') + size, tonumber(ARGV[17])},
+    {'domain-count', tonumber(dusage[1] or '0') + 1, tonumber(ARGV[18])},
+}
+for _, check in ipairs(checks) do
+    if check[3] > 0 and check[2] > check[3] then
+        return {0, check[1]}
+    end
+end
+local id = tostring(redis.call('INCR', SEQ))
+redis.call('ZADD', Q .. endpoint, id, id)
+redis.call('HSET', D .. endpoint, id, payload)
+redis.call('HSET', M .. endpoint, id,
+    ARGV[13] .. ' ' .. ARGV[14] .. ' ' .. size .. ' ' .. domain)
+redis.call('HINCRBY', U .. endpoint, 'count', 1)
+redis.call('HINCRBY', U .. endpoint, 'bytes', size)
+redis.call('HINCRBY', DU .. domain, 'count', 1)
+redis.call('HINCRBY', DU .. domain, 'bytes', size)
+local member = id .. ' ' .. endpoint
+redis.call('ZADD', S .. domain, ARGV[13], member)
+if ARGV[14] ~= '0' then
+    redis.call('ZADD', DEADLINES, ARGV[14], member)
+end
+redis.call('SADD', DOMAINS, domain)
+return {1, id}
+"""
+)
+
+# ARGV 10 endpoint, 11.. ids. Returns the number of entries removed (absent ones: 0).
+_ACK: Final = (
+    _COMMON
+    + """
+local removed = 0
+for i = 11, #ARGV do
+    if remove(ARGV[10], ARGV[i]) then
+        removed = removed + 1
+    end
+end
+return removed
+"""
+)
+
+# ARGV 10 now, 11 limit. Removes entries whose deadline is <= now, earliest first.
+# Returns a flat list: endpoint, id, payload, meta per expired entry.
+_EXPIRE: Final = (
+    _COMMON
+    + """
+local due = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', ARGV[10], 'LIMIT', 0, ARGV[11])
+local out = {}
+for _, member in ipairs(due) do
+    local id, endpoint = string.match(member, '^(%d+) (.*)$')
+    local gone = remove(endpoint, id)
+    if gone then
+        table.insert(out, endpoint)
+        table.insert(out, id)
+        table.insert(out, gone[1])
+        table.insert(out, gone[2])
+    else
+        redis.call('ZREM', DEADLINES, member)
+    end
+end
+return out
+"""
+)
+
+# ARGV 10 endpoint, 11 after id (exclusive), 12 limit. Returns id, payload, meta triples.
+_READ: Final = (
+    _COMMON
+    + """
+local endpoint = ARGV[10]
+local ids = redis.call('ZRANGEBYSCORE', Q .. endpoint, '(' .. ARGV[11], '+inf',
+    'LIMIT', 0, ARGV[12])
+local out = {}
+for _, id in ipairs(ids) do
+    table.insert(out, id)
+    table.insert(out, redis.call('HGET', D .. endpoint, id) or '')
+    table.insert(out, redis.call('HGET', M .. endpoint, id) or '')
+end
+return out
+"""
+)
+
+# KEYS: lease. ARGV: owner, lease ms. Returns "" when held by owner (claimed or renewed),
+# else the current holder.
+_CLAIM: Final = """
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then
+    return holder
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ''
+"""
+
+# KEYS: lease. ARGV: owner. Returns 1 if released.
+_RELEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    return 1
+end
+return 0
+"""
+
+#: Refusal reasons returned by :meth:`HeldStore.hold`.
+ENDPOINT_BYTES: Final = "endpoint-bytes"
+ENDPOINT_COUNT: Final = "endpoint-count"
+DOMAIN_BYTES: Final = "domain-bytes"
+DOMAIN_COUNT: Final = "domain-count"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldEntry:
+    """One held data."""
+
+    endpoint: str
+    #: Unique, never reused; increasing in arrival order.
+    id: int
+    payload: bytes
+    #: When it was held (ms).
+    held_at: int
+    #: When it must be dropped (ms), None: held until attach.
+    deadline: int | None
+    #: Payload octets (what the quotas count).
+    size: int
+    domain: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refused:
+    """A hold refused by a quota: answer :attr:`code` (450) for the recipient."""
+
+    #: One of ENDPOINT_BYTES, ENDPOINT_COUNT, DOMAIN_BYTES, DOMAIN_COUNT.
+    reason: str
+
+    @property
+    def code(self) -> int:
+        return int(QUOTA_CODE)
+
+    @property
+    def text(self) -> str:
+        return f"hold4Endpoint: held data quota reached ({self.reason})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldStats:
+    """Held data of one domain, for metrics."""
+
+    domain: str
+    count: int
+    bytes: int
+    #: Age (ms at ``now``) of the oldest held entry, None when nothing is held.
+    oldest_age_ms: int | None
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entry(endpoint: str, id_: object, payload: object, meta: object) -> HeldEntry:
+    held_at, deadline, size, domain = _text(meta).split(" ", 3)
+    return HeldEntry(
+        endpoint=endpoint,
+        id=int(_text(id_)),
+        payload=payload if isinstance(payload, bytes) else _text(payload).encode(),
+        held_at=int(held_at),
+        deadline=int(deadline) or None,
+        size=int(size),
+        domain=domain,
+    )
+
+
+def _limit(value: int | None) -> int:
+    return 0 if value is None else value
+
+
+class HeldStore:
+    """The held data of a deployment, as seen by one relay pod."""
+
+    def __init__(self, redis: Redis, keys: Keys, *, lease_ms: int = 10_000) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.lease_ms = lease_ms
+        self._common = [
+            keys.held_queue(""),
+            keys.held_data(""),
+            keys.held_meta(""),
+            keys.held_usage(""),
+            keys.held_domain(""),
+            keys.held_since(""),
+            keys.held_deadlines(),
+            keys.held_domains(),
+            keys.held_seq(),
+        ]
+        self._hold = redis.register_script(_HOLD)
+        self._ack = redis.register_script(_ACK)
+        self._expire = redis.register_script(_EXPIRE)
+        self._read = redis.register_script(_READ)
+        self._claim = redis.register_script(_CLAIM)
+        self._release = redis.register_script(_RELEASE)
+
+    async def hold(
+        self,
+        endpoint: str,
+        domain: str,
+        payload: bytes,
+        *,
+        now: int,
+        deadline: int | None,
+        limits: HoldLimits,
+    ) -> int | Refused:
+        """Hold ``payload`` for ``endpoint`` (of ``domain``) until ``deadline`` (ms, None:
+        until attach), checking the quotas of ``limits`` atomically. Returns the entry id
+        once the data is in Redis, or :class:`Refused`."""
+        result = await self._hold(
+            args=[
+                *self._common,
+                endpoint,
+                domain,
+                payload,
+                now,
+                0 if deadline is None else deadline,
+                _limit(limits.max_bytes_per_endpoint),
+                _limit(limits.max_count_per_endpoint),
+                _limit(limits.max_bytes_per_domain),
+                _limit(limits.max_count_per_domain),
+            ]
+        )
+        ok, value = result
+        if int(ok) == 1:
+            return int(_text(value))
+        return Refused(reason=_text(value))
+
+    async def read(self, endpoint: str, *, after: int = 0, limit: int = 100) -> list[HeldEntry]:
+        """Up to ``limit`` entries held for ``endpoint`` with an id above ``after``, in
+        arrival order. Entries stay held until :meth:`ack`; entries whose deadline has
+        passed are still listed (check ``deadline``; :meth:`ack` them and report)."""
+        flat = await self._read(args=[*self._common, endpoint, after, limit])
+        return [_entry(endpoint, *flat[i : i + 3]) for i in range(0, len(flat), 3)]
+
+    async def ack(self, endpoint: str, ids: Sequence[int]) -> int:
+        """Remove delivered (or dropped) entries by id; idempotent. Returns how many were
+        still held."""
+        if not ids:
+            return 0
+        return int(await self._ack(args=[*self._common, endpoint, *ids]))
+
+    async def expire(self, now: int, *, limit: int = 1000) -> list[HeldEntry]:
+        """Remove up to ``limit`` entries (all endpoints) whose deadline is <= ``now``,
+        earliest first, and return them (for the 550 timing error reports)."""
+        flat = await self._expire(args=[*self._common, now, limit])
+        return [
+            _entry(_text(flat[i]), flat[i + 1], flat[i + 2], flat[i + 3])
+            for i in range(0, len(flat), 4)
+        ]
+
+    async def next_deadline(self) -> int | None:
+        """The earliest hold deadline (ms), None when nothing held has one: the time to
+        call :meth:`expire` next."""
+        found = await self._redis.zrange(self._keys.held_deadlines(), 0, 0, withscores=True)
+        return int(found[0][1]) if found else None
+
+    async def usage(self, endpoint: str) -> tuple[int, int]:
+        """(count, bytes) held for ``endpoint``."""
+        count, size = await self._redis.hmget(self._keys.held_usage(endpoint), "count", "bytes")
+        return int(count or 0), int(size or 0)
+
+    async def stats(self, domain: str, now: int) -> HeldStats:
+        """Count, bytes and oldest held age of one domain."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hmget(self._keys.held_domain(domain), "count", "bytes")
+            pipe.zrange(self._keys.held_since(domain), 0, 0, withscores=True)
+            (count, size), oldest = await pipe.execute()
+        return HeldStats(
+            domain=domain,
+            count=int(count or 0),
+            bytes=int(size or 0),
+            oldest_age_ms=now - int(oldest[0][1]) if oldest else None,
+        )
+
+    async def domains(self) -> list[str]:
+        """Domains that have held data at some time (for metrics labels)."""
+        return sorted(_text(d) for d in await self._redis.smembers(self._keys.held_domains()))
+
+    async def claim_drain(self, endpoint: str, owner: str) -> str | None:
+        """Become (or stay, renewing the lease) the one drainer of ``endpoint``: None on
+        success, else the current drainer's owner token."""
+        holder = await self._claim(
+            keys=[self._keys.held_drain(endpoint)], args=[owner, self.lease_ms]
+        )
+        return _text(holder) or None
+
+    async def release_drain(self, endpoint: str, owner: str) -> bool:
+        """Stop draining ``endpoint`` (no effect on another owner's lease)."""
+        return bool(await self._release(keys=[self._keys.held_drain(endpoint)], args=[owner]))
+
+
+__all__ = [
+    "DOMAIN_BYTES",
+    "DOMAIN_COUNT",
+    "ENDPOINT_BYTES",
+    "ENDPOINT_COUNT",
+    "HeldEntry",
+    "HeldStats",
+    "HeldStore",
+    "Refused",
+]
