@@ -135,5 +135,54 @@ class Keys:
         lease (PX); claimed with SET NX semantics, released by compare-and-delete."""
         return f"{self.prefix}:held:drain:{endpoint}"
 
+    # ------------------------------------------------------------------ pubsub
+    # draft-schwartz-apex-pubsub (issue #7). Written only by apexmesh.store.pubsub, every
+    # multi-key change in one Lua script (docs/pubsub.md, "State in Redis").
+
+    def pubsub_topics(self) -> str:
+        """HASH of the topics of every served domain. Field: ``"<domain> <topic>"``;
+        value: JSON ``{"created_ms", "creator"}``."""
+        return f"{self.prefix}:pubsub:topics"
+
+    def pubsub_subscriptions(self, domain: str, topic: str) -> str:
+        """HASH of one topic's subscriptions. Field: the subscriber endpoint; value: JSON
+        ``{"originator", "trans_id", "expires_ms"}``."""
+        return f"{self.prefix}:pubsub:subs:{domain}:{topic}"
+
+    def pubsub_version(self, domain: str, topic: str) -> str:
+        """STRING counter bumped by every change of one topic or its subscriptions, so a
+        pod can keep the subscriber list cached and re-read it only when it changed."""
+        return f"{self.prefix}:pubsub:version:{domain}:{topic}"
+
+    def pubsub_expiry(self) -> str:
+        """ZSET of leases: member ``"<domain>\\n<topic>\\n<subscriber>"``, score the
+        lease end (ms since the epoch). The leader ends what is due (4.5 step 5.2)."""
+        return f"{self.prefix}:pubsub:expiry"
+
+    def pubsub_events(self) -> str:
+        """STREAM, append-only: one entry per topic or subscription change, schema v1 in
+        docs/pubsub.md ("Event log"). Read by the Spark snapshot job; never trimmed here."""
+        return f"{self.prefix}:pubsub:events"
+
+    def pubsub_journal(self) -> str:
+        """HASH of in-progress work (section 4: "in persistent storage"). Field: an id;
+        value: JSON with ``kind`` and ``pod``. Written with the change it belongs to,
+        removed once done; entries of a pod whose lease lapsed are redone by the leader."""
+        return f"{self.prefix}:pubsub:journal"
+
+    def pubsub_pod(self, pod_id: str) -> str:
+        """STRING with a lease (PX): present while the pubsub pod ``pod_id`` lives."""
+        return f"{self.prefix}:pubsub:pod:{pod_id}"
+
+    def pubsub_leader(self) -> str:
+        """STRING: the pod id of the one pubsub pod ending leases and redoing journals,
+        with a lease (PX); claimed with SET NX, renewed and released by compare."""
+        return f"{self.prefix}:pubsub:leader"
+
+    def pubsub_upstream(self, domain: str, topic: str) -> str:
+        """STRING: the last successful upstream subscribe of a redistributed topic (ms),
+        with the lease of that subscription (PX), so any pod can tell when to renew."""
+        return f"{self.prefix}:pubsub:upstream:{domain}:{topic}"
+
 
 __all__ = ["DEFAULT_PREFIX", "Keys"]

@@ -1,0 +1,502 @@
+"""Topics, subscriptions, leases, the event log and the journal of the pubsub service.
+
+draft-schwartz-apex-pubsub-02 section 2 asks each domain to keep "state on stable storage
+about the currently existing set of topics and subscribers for each topic", and section 4
+asks for "information about in-progress operations in persistent storage". Pubsub pods
+are stateless, so everything is here, under the keys of :mod:`apexmesh.store.keys`
+(``pubsub_*``):
+
+- topics (one HASH), each topic's subscriptions (a HASH per topic) and a per-topic
+  version counter, so a pod may cache a subscriber list and re-read it only on change;
+- leases: a ZSET scored by lease end; :meth:`PubsubStore.claim_expired` ends what is due
+  in one script, so two pods can never both end (and both cancel) the same lease;
+- the event log: a STREAM with one entry per change (schema v1, :data:`EVENT_FIELDS`,
+  docs/pubsub.md), appended in the same script as the change;
+- the journal: what still has to be sent for a change already made (replies, cancels,
+  forwarded data, presence tuples). It is written in the same script as the change, and
+  an entry is removed once its work is done; entries of a pod whose lease lapsed are
+  redone by the leader (:meth:`PubsubStore.orphans`). That is how an operation
+  acknowledged with ``ok`` is completed even if its pod dies right after.
+- the leader lock (one pod ends leases and redoes journals) and pod leases.
+
+Every multi-key change is one Lua script (no half-applied change is ever visible).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from redis.asyncio import Redis
+
+from apexmesh.apex.endpoint import Endpoint, EndpointError
+from apexmesh.pubsub.core import (
+    Change,
+    DataGranted,
+    DataRevoked,
+    Subscribed,
+    Subscription,
+    TopicCreated,
+    TopicDeleted,
+    TupleAdded,
+    TupleRemoved,
+    Unsubscribed,
+)
+from apexmesh.store.keys import Keys
+
+#: Version of the event schema; bumped only when a field changes meaning.
+EVENT_VERSION: Final = "1"
+
+#: Every field of an event, always present (empty string when it does not apply).
+EVENT_FIELDS: Final = (
+    "v",
+    "type",
+    "domain",
+    "topic",
+    "subscriber",
+    "originator",
+    "trans_id",
+    "expires_ms",
+    "reason",
+    "at_ms",
+    "pod",
+)
+
+# KEYS: version. ARGV: expected version ("" = unchecked), JSON list of operations.
+# Returns 0 when the version moved (the caller re-reads and decides again), else 1.
+_COMMIT: Final = """
+if ARGV[1] ~= '' and (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] then
+    return 0
+end
+for _, op in ipairs(cjson.decode(ARGV[2])) do
+    local name = op[1]
+    if name == 'hset' then
+        redis.call('HSET', op[2], op[3], op[4])
+    elseif name == 'hdel' then
+        redis.call('HDEL', op[2], op[3])
+    elseif name == 'zadd' then
+        redis.call('ZADD', op[2], op[3], op[4])
+    elseif name == 'zrem' then
+        redis.call('ZREM', op[2], op[3])
+    elseif name == 'del' then
+        redis.call('DEL', op[2])
+    elseif name == 'xadd' then
+        redis.call('XADD', op[2], '*', unpack(op, 3))
+    end
+end
+redis.call('INCR', KEYS[1])
+return 1
+"""
+
+# KEYS: topics, version, subscriptions, journal.
+# ARGV: topic field, cached version, journal id ("" = none), journal entry.
+# Returns {0} for an unknown topic, {1, version} when the cache is current, else
+# {1, version, field, value, ...}. The journal entry is written only for a known topic.
+_ACCEPT_PUBLISH: Final = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+    return {0}
+end
+if ARGV[3] ~= '' then
+    redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])
+end
+local version = redis.call('GET', KEYS[2]) or '0'
+if version == ARGV[2] then
+    return {1, version}
+end
+local out = {1, version}
+for _, item in ipairs(redis.call('HGETALL', KEYS[3])) do
+    table.insert(out, item)
+end
+return out
+"""
+
+# KEYS: expiry, journal, events.
+# ARGV: now ms, limit, subscriptions key prefix, version key prefix, pod id.
+# Ends every lease due at ``now`` (renewed ones are skipped): removes the subscription,
+# bumps the topic's version, appends the event and journals the cancel, all at once.
+# Returns {id, entry, ...} of the journal entries written.
+_CLAIM_EXPIRED: Final = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local out = {}
+for _, member in ipairs(due) do
+    redis.call('ZREM', KEYS[1], member)
+    local d, t, s = string.match(member, '^([^\\n]*)\\n([^\\n]*)\\n(.*)$')
+    if d then
+        local subs = ARGV[3] .. d .. ':' .. t
+        local raw = redis.call('HGET', subs, s)
+        if raw then
+            local rec = cjson.decode(raw)
+            if tonumber(rec.expires_ms) <= tonumber(ARGV[1]) then
+                redis.call('HDEL', subs, s)
+                redis.call('INCR', ARGV[4] .. d .. ':' .. t)
+                local id = 'expired:' .. member .. ':' .. rec.expires_ms
+                local entry = cjson.encode({
+                    kind = 'expired', pod = ARGV[5], at_ms = ARGV[1], domain = d,
+                    topic = t, subscriber = s, originator = rec.originator,
+                    trans_id = rec.trans_id, expires_ms = rec.expires_ms})
+                redis.call('HSET', KEYS[2], id, entry)
+                redis.call('XADD', KEYS[3], '*', 'v', '1', 'type', 'subscription.ended',
+                    'domain', d, 'topic', t, 'subscriber', s, 'originator', rec.originator,
+                    'trans_id', rec.trans_id, 'expires_ms', rec.expires_ms,
+                    'reason', 'expired', 'at_ms', ARGV[1], 'pod', ARGV[5])
+                table.insert(out, id)
+                table.insert(out, entry)
+            end
+        end
+    end
+end
+return out
+"""
+
+# KEYS: leader. ARGV: pod id, lease ms. Returns 1 while this pod leads.
+_LEAD: Final = """
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return 1
+end
+if holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return 1
+end
+return 0
+"""
+
+# KEYS: leader. ARGV: pod id.
+_RESIGN: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One piece of work still to do: ``kind`` is ``send`` (recipient, content),
+    ``publish`` (domain, topic, originator, payload), ``expired`` (a lease ended: send
+    its cancel), ``presence`` (domain, topic, action) or ``access`` (domain, topic,
+    subscriber, action). Binary fields are hex text."""
+
+    id: str
+    kind: str
+    fields: Mapping[str, str] = field(default_factory=dict)
+
+    def encode(self, pod: str, at_ms: int) -> str:
+        return json.dumps({**self.fields, "kind": self.kind, "pod": pod, "at_ms": str(at_ms)})
+
+    @classmethod
+    def decode(cls, entry_id: str, text: str) -> JournalEntry:
+        values = {str(k): str(v) for k, v in json.loads(text).items()}
+        return cls(entry_id, values.get("kind", ""), values)
+
+
+def new_entry(kind: str, **fields: str) -> JournalEntry:
+    return JournalEntry(f"{kind}:{uuid.uuid4().hex}", kind, fields)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    """What the steps of one operation read: the topic and its subscriptions."""
+
+    exists: bool
+    version: int
+    subscriptions: dict[Endpoint, Subscription]
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _subscriptions(topic: str, pairs: Sequence[object]) -> dict[Endpoint, Subscription]:
+    out: dict[Endpoint, Subscription] = {}
+    for index in range(0, len(pairs) - 1, 2):
+        try:
+            subscriber = Endpoint.parse(_text(pairs[index]))
+            record = json.loads(_text(pairs[index + 1]))
+            out[subscriber] = Subscription(
+                topic=topic,
+                subscriber=subscriber,
+                originator=Endpoint.parse(str(record["originator"])),
+                trans_id=int(record["trans_id"]),
+                expires_ms=int(record["expires_ms"]),
+            )
+        except (EndpointError, KeyError, ValueError):
+            continue  # never written by this module; skipped rather than fatal
+    return out
+
+
+class PubsubStore:
+    """The pubsub state of one deployment, as seen by the pod ``pod_id``."""
+
+    def __init__(self, redis: Redis, keys: Keys, pod_id: str) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.pod_id = pod_id
+        self._commit = redis.register_script(_COMMIT)
+        self._accept = redis.register_script(_ACCEPT_PUBLISH)
+        self._claim = redis.register_script(_CLAIM_EXPIRED)
+        self._lead = redis.register_script(_LEAD)
+        self._resign = redis.register_script(_RESIGN)
+
+    # ------------------------------------------------------------------ reading
+
+    @staticmethod
+    def topic_field(domain: str, topic: str) -> str:
+        return f"{domain} {topic}"
+
+    async def topics(self, domain: str) -> list[str]:
+        fields = await self._redis.hkeys(self._keys.pubsub_topics())
+        prefix = f"{domain} "
+        return sorted(
+            text.removeprefix(prefix) for text in map(_text, fields) if text.startswith(prefix)
+        )
+
+    async def read_topic(self, domain: str, topic: str) -> TopicView:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hexists(self._keys.pubsub_topics(), self.topic_field(domain, topic))
+            pipe.get(self._keys.pubsub_version(domain, topic))
+            pipe.hgetall(self._keys.pubsub_subscriptions(domain, topic))
+            exists, version, subs = await pipe.execute()
+        pairs: list[object] = []
+        for key, value in dict(subs).items():
+            pairs += [key, value]
+        return TopicView(bool(exists), int(version or 0), _subscriptions(topic, pairs))
+
+    async def accept_publish(
+        self, domain: str, topic: str, cached_version: int, entry: JournalEntry | None, now_ms: int
+    ) -> tuple[bool, int, dict[Endpoint, Subscription] | None]:
+        """Known topic? Journal ``entry`` if so; the subscriptions unless
+        ``cached_version`` is still current (then None)."""
+        answer = await self._accept(
+            keys=[
+                self._keys.pubsub_topics(),
+                self._keys.pubsub_version(domain, topic),
+                self._keys.pubsub_subscriptions(domain, topic),
+                self._keys.pubsub_journal(),
+            ],
+            args=[
+                self.topic_field(domain, topic),
+                str(cached_version),
+                "" if entry is None else entry.id,
+                "" if entry is None else entry.encode(self.pod_id, now_ms),
+            ],
+        )
+        if not answer or int(answer[0]) == 0:
+            return False, 0, None
+        version = int(_text(answer[1]))
+        if len(answer) == 2:
+            return True, version, None
+        return True, version, _subscriptions(topic, answer[2:])
+
+    async def next_expiry(self) -> int | None:
+        """The earliest lease end (ms), None when no lease runs."""
+        first = await self._redis.zrange(self._keys.pubsub_expiry(), 0, 0, withscores=True)
+        return int(first[0][1]) if first else None
+
+    async def events(self, count: int = 10_000) -> list[dict[str, str]]:
+        """The first ``count`` events of the log, oldest first (tests, tools)."""
+        items = await self._redis.xrange(self._keys.pubsub_events(), count=count) or []
+        return [{_text(k): _text(v) for k, v in (fields or {}).items()} for _, fields in items]
+
+    # ------------------------------------------------------------------ changing
+
+    def _event(self, kind: str, domain: str, topic: str, now_ms: int, **values: str) -> list[str]:
+        event = dict.fromkeys(EVENT_FIELDS, "")
+        event.update(
+            v=EVENT_VERSION,
+            type=kind,
+            domain=domain,
+            topic=topic,
+            at_ms=str(now_ms),
+            pod=self.pod_id,
+            **values,
+        )
+        return ["xadd", self._keys.pubsub_events(), *(x for item in event.items() for x in item)]
+
+    def _ops(
+        self, domain: str, change: Change, now_ms: int, effects: list[JournalEntry]
+    ) -> list[list[str]]:
+        keys = self._keys
+        if isinstance(change, TopicCreated):
+            record = json.dumps({"created_ms": str(now_ms), "creator": str(change.originator)})
+            return [
+                ["hset", keys.pubsub_topics(), self.topic_field(domain, change.topic), record],
+                self._event(
+                    "topic.created", domain, change.topic, now_ms, originator=str(change.originator)
+                ),
+            ]
+        if isinstance(change, TopicDeleted):
+            return [
+                ["hdel", keys.pubsub_topics(), self.topic_field(domain, change.topic)],
+                self._event(
+                    "topic.deleted", domain, change.topic, now_ms, originator=str(change.originator)
+                ),
+            ]
+        if isinstance(change, Subscribed):
+            sub = change.subscription
+            record = json.dumps(
+                {
+                    "originator": str(sub.originator),
+                    "trans_id": str(sub.trans_id),
+                    "expires_ms": str(sub.expires_ms),
+                }
+            )
+            member = f"{domain}\n{sub.topic}\n{sub.subscriber}"
+            kind = "subscription.renewed" if change.renewed else "subscription.created"
+            return [
+                ["hset", keys.pubsub_subscriptions(domain, sub.topic), str(sub.subscriber), record],
+                ["zadd", keys.pubsub_expiry(), str(sub.expires_ms), member],
+                self._event(
+                    kind,
+                    domain,
+                    sub.topic,
+                    now_ms,
+                    subscriber=str(sub.subscriber),
+                    originator=str(sub.originator),
+                    trans_id=str(sub.trans_id),
+                    expires_ms=str(sub.expires_ms),
+                ),
+            ]
+        if isinstance(change, Unsubscribed):
+            member = f"{domain}\n{change.topic}\n{change.subscriber}"
+            return [
+                ["hdel", keys.pubsub_subscriptions(domain, change.topic), str(change.subscriber)],
+                ["zrem", keys.pubsub_expiry(), member],
+                self._event(
+                    "subscription.ended",
+                    domain,
+                    change.topic,
+                    now_ms,
+                    subscriber=str(change.subscriber),
+                    originator=str(change.originator),
+                    reason=change.reason,
+                ),
+            ]
+        if isinstance(change, (TupleAdded, TupleRemoved)):
+            action = "add" if isinstance(change, TupleAdded) else "remove"
+            entry = new_entry("presence", domain=domain, topic=change.topic, action=action)
+            effects.append(entry)
+            return [["hset", keys.pubsub_journal(), entry.id, entry.encode(self.pod_id, now_ms)]]
+        if isinstance(change, (DataGranted, DataRevoked)):
+            action = "grant" if isinstance(change, DataGranted) else "revoke"
+            entry = new_entry(
+                "access",
+                domain=domain,
+                topic=change.topic,
+                subscriber=str(change.subscriber),
+                action=action,
+            )
+            effects.append(entry)
+            return [["hset", keys.pubsub_journal(), entry.id, entry.encode(self.pod_id, now_ms)]]
+        raise TypeError(f"unknown change {change!r}")  # pragma: no cover - closed union
+
+    async def commit(
+        self,
+        domain: str,
+        topic: str,
+        expected_version: int | None,
+        changes: Iterable[Change],
+        work: Iterable[JournalEntry],
+        now_ms: int,
+    ) -> list[JournalEntry] | None:
+        """Apply ``changes`` and journal ``work`` at once, unless the topic's version is no
+        longer ``expected_version`` (None: re-read and decide again). Presence and access
+        side effects of the changes are journalled too (kinds ``presence``, ``access``);
+        returns every entry journalled, ``work`` first."""
+        effects: list[JournalEntry] = []
+        ops: list[list[str]] = []
+        for change in changes:
+            ops += self._ops(domain, change, now_ms, effects)
+        entries = [*work, *effects]
+        journal = self._keys.pubsub_journal()
+        ops += [["hset", journal, e.id, e.encode(self.pod_id, now_ms)] for e in work]
+        done = await self._commit(
+            keys=[self._keys.pubsub_version(domain, topic)],
+            args=["" if expected_version is None else str(expected_version), json.dumps(ops)],
+        )
+        return entries if done else None
+
+    async def done(self, *entry_ids: str) -> None:
+        """The work of these entries is done: forget them."""
+        if entry_ids:
+            await self._redis.hdel(self._keys.pubsub_journal(), *entry_ids)
+
+    async def claim_expired(self, now_ms: int, limit: int = 500) -> list[JournalEntry]:
+        """End every lease due at ``now_ms`` (at most ``limit``); the cancels to send."""
+        answer = await self._claim(
+            keys=[
+                self._keys.pubsub_expiry(),
+                self._keys.pubsub_journal(),
+                self._keys.pubsub_events(),
+            ],
+            args=[
+                str(now_ms),
+                str(limit),
+                self._keys.pubsub_subscriptions("", "")[: -len(":")],
+                self._keys.pubsub_version("", "")[: -len(":")],
+                self.pod_id,
+            ],
+        )
+        return [
+            JournalEntry.decode(_text(answer[i]), _text(answer[i + 1]))
+            for i in range(0, len(answer) - 1, 2)
+        ]
+
+    # ------------------------------------------------------------------ pods, leader
+
+    async def heartbeat(self, lease_ms: int) -> None:
+        """This pod lives for ``lease_ms`` more (its journal entries are its own)."""
+        await self._redis.set(self._keys.pubsub_pod(self.pod_id), "1", px=lease_ms)
+
+    async def lead(self, lease_ms: int) -> bool:
+        """Take or keep the leader lock; True while this pod is the leader."""
+        return bool(
+            await self._lead(keys=[self._keys.pubsub_leader()], args=[self.pod_id, lease_ms])
+        )
+
+    async def resign(self) -> None:
+        await self._resign(keys=[self._keys.pubsub_leader()], args=[self.pod_id])
+
+    async def leave(self) -> None:
+        """Clean shutdown: the pod's lease goes now, so the leader redoes what is left."""
+        await self._redis.delete(self._keys.pubsub_pod(self.pod_id))
+
+    async def orphans(self, now_ms: int, retry_after_ms: int) -> list[JournalEntry]:
+        """Journal entries to redo: those of pods whose lease lapsed, and any older than
+        ``retry_after_ms`` (its send failed). They are taken over by this pod."""
+        raw = await self._redis.hgetall(self._keys.pubsub_journal())
+        entries = [JournalEntry.decode(_text(k), _text(v)) for k, v in raw.items()]
+        pods = sorted({e.fields.get("pod", "") for e in entries} - {self.pod_id})
+        alive: set[str] = set()
+        if pods:
+            found = await self._redis.mget([self._keys.pubsub_pod(p) for p in pods])
+            alive = {pod for pod, value in zip(pods, found, strict=True) if value is not None}
+        out = []
+        for entry in entries:
+            pod = entry.fields.get("pod", "")
+            old = now_ms - int(entry.fields.get("at_ms", "0") or 0) >= retry_after_ms
+            if (pod != self.pod_id and pod not in alive) or old:
+                out.append(entry)
+        if out:
+            await self._redis.hset(
+                self._keys.pubsub_journal(),
+                mapping={
+                    e.id: JournalEntry(e.id, e.kind, e.fields).encode(self.pod_id, now_ms)
+                    for e in out
+                },
+            )
+        return out
+
+
+__all__ = [
+    "EVENT_FIELDS",
+    "EVENT_VERSION",
+    "JournalEntry",
+    "PubsubStore",
+    "TopicView",
+    "new_entry",
+]

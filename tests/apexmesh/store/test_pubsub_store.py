@@ -1,0 +1,170 @@
+"""The pubsub store against a real redis-server: commits are atomic and versioned, the
+event log has its stable schema, leases end once, the journal survives its pod."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.pubsub import core
+from apexmesh.pubsub.core import Subscribed, Subscription, TopicCreated, TupleAdded, Unsubscribed
+from apexmesh.store.keys import Keys
+from apexmesh.store.pubsub import EVENT_FIELDS, JournalEntry, PubsubStore, new_entry
+
+pytestmark = pytest.mark.integration
+
+DOMAIN = "example.com"
+TOPIC = "music.jazz"
+MIKE = Endpoint.parse("mike@example.com")
+NOW = 1_700_000_000_000
+
+
+def sub(who: Endpoint, expires: int) -> Subscription:
+    return Subscription(topic=TOPIC, subscriber=who, originator=who, trans_id=7, expires_ms=expires)
+
+
+async def _create(store: PubsubStore) -> None:
+    view = await store.read_topic(DOMAIN, TOPIC)
+    done = await store.commit(
+        DOMAIN, TOPIC, view.version, [TopicCreated(TOPIC, MIKE), TupleAdded(TOPIC)], [], NOW
+    )
+    assert done is not None
+    assert [e.kind for e in done] == ["presence"]
+
+
+async def test_topics_subscriptions_and_versions(redis: Redis, keys: Keys) -> None:
+    store = PubsubStore(redis, keys, "pod-a")
+    assert not (await store.read_topic(DOMAIN, TOPIC)).exists
+    await _create(store)
+    assert await store.topics(DOMAIN) == [TOPIC]
+    assert await store.topics("other.com") == []
+    view = await store.read_topic(DOMAIN, TOPIC)
+    assert view.exists
+    stale = view.version - 1
+    # A decision taken on an old read is refused: the caller re-reads.
+    assert (
+        await store.commit(DOMAIN, TOPIC, stale, [Subscribed(sub(MIKE, NOW + 5), False)], [], NOW)
+        is None
+    )
+    assert (await store.read_topic(DOMAIN, TOPIC)).subscriptions == {}
+    reply = new_entry("send", recipient=str(MIKE), content="00")
+    entries = await store.commit(
+        DOMAIN, TOPIC, view.version, [Subscribed(sub(MIKE, NOW + 5), False)], [reply], NOW
+    )
+    assert entries == [reply]
+    view = await store.read_topic(DOMAIN, TOPIC)
+    assert view.subscriptions == {MIKE: sub(MIKE, NOW + 5)}
+    assert await store.next_expiry() == NOW + 5
+    # The publish path: journal written, subscribers only when the cache is stale.
+    known, version, subs = await store.accept_publish(DOMAIN, TOPIC, 0, None, NOW)
+    assert known
+    assert version == view.version
+    assert subs == view.subscriptions
+    known, version, subs = await store.accept_publish(DOMAIN, TOPIC, version, None, NOW)
+    assert known
+    assert subs is None
+    unknown = await store.accept_publish(DOMAIN, "no.such", 0, new_entry("publish"), NOW)
+    assert unknown == (False, 0, None)
+    entries = await store.orphans(NOW + 10**6, retry_after_ms=1)
+    # The unknown topic's entry was not written: the reply and the topic's presence tuple.
+    assert sorted(e.kind for e in entries) == ["presence", "send"]
+    assert reply.id in {e.id for e in entries}
+
+
+async def test_event_log_schema(redis: Redis, keys: Keys) -> None:
+    store = PubsubStore(redis, keys, "pod-a")
+    await _create(store)
+    view = await store.read_topic(DOMAIN, TOPIC)
+    await store.commit(DOMAIN, TOPIC, None, [Subscribed(sub(MIKE, NOW + 5), False)], [], NOW)
+    await store.commit(DOMAIN, TOPIC, None, [Subscribed(sub(MIKE, NOW + 9), True)], [], NOW)
+    await store.commit(DOMAIN, TOPIC, None, [Unsubscribed(TOPIC, MIKE, "cancel", MIKE)], [], NOW)
+    assert view.exists
+    events = await store.events()
+    assert [e["type"] for e in events] == [
+        "topic.created",
+        "subscription.created",
+        "subscription.renewed",
+        "subscription.ended",
+    ]
+    for event in events:
+        assert tuple(sorted(event)) == tuple(sorted(EVENT_FIELDS))
+        assert event["v"] == "1"
+        assert event["domain"] == DOMAIN
+        assert event["topic"] == TOPIC
+        assert event["pod"] == "pod-a"
+    assert events[2]["expires_ms"] == str(NOW + 9)
+    assert events[3]["reason"] == "cancel"
+
+
+async def test_leases_end_once_across_pods(redis: Redis, keys: Keys) -> None:
+    a = PubsubStore(redis, keys, "pod-a")
+    b = PubsubStore(redis, keys, "pod-b")
+    await _create(a)
+    people = [Endpoint.parse(f"user{i}@example.com") for i in range(50)]
+    await a.commit(
+        DOMAIN,
+        TOPIC,
+        None,
+        [Subscribed(sub(p, NOW + i), False) for i, p in enumerate(people)],
+        [],
+        NOW,
+    )
+    # One renewed past the claim time is not ended.
+    await a.commit(DOMAIN, TOPIC, None, [Subscribed(sub(people[0], NOW + 10**6), True)], [], NOW)
+    claims = await asyncio.gather(*(s.claim_expired(NOW + 100, limit=20) for s in (a, b, a, b)))
+    ended = [e for batch in claims for e in batch]
+    ended += await a.claim_expired(NOW + 100)
+    subjects = [e.fields["subscriber"] for e in ended]
+    assert sorted(subjects) == sorted(str(p) for p in people[1:])
+    assert all(e.kind == "expired" and e.fields["trans_id"] == "7" for e in ended)
+    view = await a.read_topic(DOMAIN, TOPIC)
+    assert list(view.subscriptions) == [people[0]]
+    assert await a.next_expiry() == NOW + 10**6
+    ends = [e for e in await a.events() if e["reason"] == "expired"]
+    assert len(ends) == 49
+
+
+async def test_journal_of_a_dead_pod_is_taken_over(redis: Redis, keys: Keys) -> None:
+    a = PubsubStore(redis, keys, "pod-a")
+    b = PubsubStore(redis, keys, "pod-b")
+    await a.heartbeat(60_000)
+    await b.heartbeat(60_000)
+    await _create(a)
+    work = new_entry("send", recipient=str(MIKE), content="3c6f6b2f3e")
+    await a.commit(DOMAIN, TOPIC, None, [], [work], NOW)
+    # pod-a lives: its fresh entries are its own.
+    assert [e.id for e in await b.orphans(NOW + 1, retry_after_ms=10_000)] == []
+    await a.leave()
+    taken = await b.orphans(NOW + 1, retry_after_ms=10_000)
+    assert {e.id for e in taken} >= {work.id}
+    again = await a.orphans(NOW + 2, retry_after_ms=10_000)
+    assert work.id not in {e.id for e in again}  # now pod-b's, and pod-b lives
+    await b.done(*(e.id for e in taken))
+    assert await b.orphans(NOW + 10**7, retry_after_ms=1) == []
+
+
+async def test_one_leader(redis: Redis, keys: Keys) -> None:
+    a = PubsubStore(redis, keys, "pod-a")
+    b = PubsubStore(redis, keys, "pod-b")
+    assert await a.lead(60_000)
+    assert not await b.lead(60_000)
+    assert await a.lead(60_000)
+    await b.resign()  # not the holder: nothing happens
+    assert not await b.lead(60_000)
+    await a.resign()
+    assert await b.lead(60_000)
+
+
+def test_journal_entries_round_trip() -> None:
+    entry = JournalEntry("x", "send", {"recipient": "a@b.c"})
+    back = JournalEntry.decode("x", entry.encode("pod", 5))
+    assert back.kind == "send"
+    assert back.fields["recipient"] == "a@b.c"
+    assert back.fields["at_ms"] == "5"
+
+
+def test_core_outcome_fits_the_store() -> None:
+    assert core.DEFAULT_HOPS > 1
