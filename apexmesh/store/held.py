@@ -263,6 +263,24 @@ def _entry(endpoint: str, id_: object, payload: object, meta: object) -> HeldEnt
     )
 
 
+def _hold_result(result: Sequence[object]) -> int | Refused:
+    ok, value = result
+    if int(_text(ok)) == 1:
+        return int(_text(value))
+    return Refused(reason=_text(value))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HoldRequest:
+    """One entry for :meth:`HeldStore.hold_many` (the arguments of :meth:`HeldStore.hold`)."""
+
+    endpoint: str
+    domain: str
+    payload: bytes
+    now: int
+    deadline: int | None = None
+
+
 def _limit(value: int | None) -> int:
     return 0 if value is None else value
 
@@ -306,23 +324,58 @@ class HeldStore:
         until attach), checking the quotas of ``limits`` atomically. Returns the entry id
         once the data is in Redis, or :class:`Refused`."""
         result = await self._hold(
-            args=[
-                *self._common,
-                endpoint,
-                domain,
-                payload,
-                now,
-                0 if deadline is None else deadline,
-                _limit(limits.max_bytes_per_endpoint),
-                _limit(limits.max_count_per_endpoint),
-                _limit(limits.max_bytes_per_domain),
-                _limit(limits.max_count_per_domain),
-            ]
+            args=self._hold_args(
+                endpoint, domain, payload, now=now, deadline=deadline, limits=limits
+            )
         )
-        ok, value = result
-        if int(ok) == 1:
-            return int(_text(value))
-        return Refused(reason=_text(value))
+        return _hold_result(result)
+
+    def _hold_args(
+        self,
+        endpoint: str,
+        domain: str,
+        payload: bytes,
+        *,
+        now: int,
+        deadline: int | None,
+        limits: HoldLimits,
+    ) -> list[str | bytes | int]:
+        return [
+            *self._common,
+            endpoint,
+            domain,
+            payload,
+            now,
+            0 if deadline is None else deadline,
+            _limit(limits.max_bytes_per_endpoint),
+            _limit(limits.max_count_per_endpoint),
+            _limit(limits.max_bytes_per_domain),
+            _limit(limits.max_count_per_domain),
+        ]
+
+    async def hold_many(
+        self, requests: Sequence[HoldRequest], *, limits: HoldLimits
+    ) -> list[int | Refused]:
+        """:meth:`hold` for several entries in one round trip (one script each, in order:
+        a data with several unattached recipients, or a burst). Each is all-or-nothing on
+        its own; the results are in the order of ``requests``."""
+        if not requests:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for request in requests:
+                await self._hold(
+                    args=self._hold_args(
+                        request.endpoint,
+                        request.domain,
+                        request.payload,
+                        now=request.now,
+                        deadline=request.deadline,
+                        limits=limits,
+                    ),
+                    client=pipe,
+                )
+            results = await pipe.execute()
+        return [_hold_result(result) for result in results]
 
     async def read(self, endpoint: str, *, after: int = 0, limit: int = 100) -> list[HeldEntry]:
         """Up to ``limit`` entries held for ``endpoint`` with an id above ``after``, in
@@ -394,6 +447,7 @@ __all__ = [
     "ENDPOINT_BYTES",
     "ENDPOINT_COUNT",
     "HeldEntry",
+    "HoldRequest",
     "HeldStats",
     "HeldStore",
     "Refused",

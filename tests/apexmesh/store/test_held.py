@@ -16,6 +16,7 @@ from apexmesh.store.held import (
     ENDPOINT_COUNT,
     HeldStats,
     HeldStore,
+    HoldRequest,
     Refused,
 )
 from apexmesh.store.keys import Keys
@@ -262,3 +263,17 @@ async def test_order_over_ten_thousand_entries(redis: Redis, keys: Keys) -> None
     assert await store.stats(DOMAIN, T0) == HeldStats(
         domain=DOMAIN, count=0, bytes=0, oldest_age_ms=None
     )
+
+
+async def test_hold_many_in_one_round_trip_keeps_order_and_quotas(redis: Redis, keys: Keys) -> None:
+    store = HeldStore(redis, keys)
+    requests = [
+        HoldRequest(endpoint=BARNEY, domain=DOMAIN, payload=b"%d" % i, now=T0, deadline=T0 + i)
+        for i in range(1, 6)
+    ]
+    results = await store.hold_many(requests, limits=HoldLimits(max_count_per_endpoint=3))
+    assert [isinstance(r, int) for r in results] == [True, True, True, False, False]
+    assert results[3] == Refused(reason=ENDPOINT_COUNT)
+    assert [e.payload for e in await store.read(BARNEY)] == [b"1", b"2", b"3"]
+    assert [e.deadline for e in await store.read(BARNEY)] == [T0 + 1, T0 + 2, T0 + 3]
+    assert await store.hold_many([], limits=UNLIMITED) == []
