@@ -21,7 +21,7 @@ import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from apexmesh.beep import events as ev
 from apexmesh.beep.codes import ReplyCode
@@ -202,8 +202,8 @@ class BeepConnection(asyncio.Protocol):
     # ------------------------------------------------------------- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)  # noqa: S101  (TCP streams only)
-        self.transport = transport
+        # A stream transport (TCP or TLS); uvloop's are not asyncio.Transport subclasses.
+        self.transport = cast("asyncio.Transport", transport)
         self.peer_address = transport.get_extra_info("peername")
         self.session.touch(self.loop.time())
         self._dispatch(self.session.pending_events())
@@ -492,9 +492,8 @@ class BeepConnection(asyncio.Protocol):
             self._tls_done.set_exception(ConnectionClosedError(f"TLS negotiation failed: {exc}"))
             self.abort()
             return
-        assert isinstance(new_transport, asyncio.Transport)  # noqa: S101
-        self.transport = new_transport
-        certificate = new_transport.get_extra_info("peercert")
+        self.transport = cast("asyncio.Transport", new_transport)
+        certificate = self.transport.get_extra_info("peercert")
         self._tls_done.set_result(None)
         self.call(lambda s: s.tls_established(certificate or None))
 

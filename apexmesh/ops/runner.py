@@ -9,6 +9,9 @@ composition root and what to announce; the shape is the same for all of them:
 * one JSON line ``{"event": "listening", "service": NAME, ...ports}`` goes to stdout,
   which is how tests and scripts find a service started with port 0;
 * SIGTERM or SIGINT stops the app gracefully (its ``stop``), exit code 0.
+
+The event loop is uvloop's (libuv): the raw BEEP echo of bench/relay_throughput.py measured
+53k exchanges/s on the default selector loop and 59-64k on uvloop.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
+import uvloop
 from redis.exceptions import RedisError
 
 from apexmesh.ops.settings import SettingsError
@@ -56,7 +60,7 @@ def run_service(
     except SettingsError as exc:
         log.error("bad settings: %s", exc)  # noqa: TRY400  (expected: no traceback)
         return 2
-    return asyncio.run(_run(name, settings, build, announce, fatal, log))
+    return uvloop.run(_run(name, settings, build, announce, fatal, log))
 
 
 async def _run(
