@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -344,9 +345,35 @@ class Router:
             for plan in plans:
                 outcomes[plan.recipient.identity] = sent
         reports = (*pending_reports(job.data, job.plan), *hopped)
+        if not reports and not _may_owe_reports(job):
+            # Nothing to report whatever happens: outcomes are only counted and logged,
+            # by callbacks rather than one more task per data (the common case).
+            for endpoint, future in outcomes.items():
+                future.add_done_callback(functools.partial(self._record, job, endpoint))
+            return
         task = asyncio.get_running_loop().create_task(self._conclude(job, outcomes, reports))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def _record(self, job: Job, endpoint: Endpoint, future: asyncio.Future[Outcome]) -> None:
+        """Count and log one recipient's outcome once its delivery has settled."""
+        try:
+            outcome = future.result()
+        except Exception as exc:  # noqa: BLE001  (a route failed without an outcome)
+            _log.warning("delivery to %s failed: %s", endpoint, exc)
+            outcome = Outcome(ApexReplyCode.ACTION_ABORTED, "local error")
+        self._count_outcome(job, endpoint, outcome)
+
+    def _count_outcome(self, job: Job, endpoint: Endpoint, outcome: Outcome) -> None:
+        self.metrics.count(self.metrics.outcomes, "delivered" if outcome.ok else str(outcome.code))
+        if not outcome.ok:
+            _log.info(
+                "data from %s to %s not delivered: %s %s",
+                job.data.originator.identity,
+                endpoint,
+                outcome.code,
+                outcome.text,
+            )
 
     async def _deliver_here(self, job: Job, plan: RecipientPlan) -> asyncio.Future[Outcome]:
         endpoint = plan.recipient.identity
@@ -371,6 +398,7 @@ class Router:
         self.metrics.count(self.metrics.deliveries, "pod")
         return _chain(
             self.peers.deliver(address, endpoint, originator, payload),
+            _stale_location,
             lambda outcome: self._retry_elsewhere(endpoint, originator, payload, address, outcome),
         )
 
@@ -384,9 +412,6 @@ class Router:
     ) -> Outcome:
         """A cached location was stale (the pod no longer holds the endpoint, or it is gone
         and its endpoints re-attached elsewhere): ask again."""
-        moved = outcome.code == ApexReplyCode.ACTION_NOT_TAKEN and outcome.text == NOT_HERE
-        if not moved and outcome != POD_UNAVAILABLE:
-            return outcome
         self._locations.pop(endpoint, None)
         fresh = await self._locate(endpoint)
         if fresh is None:
@@ -411,7 +436,7 @@ class Router:
 
     def _payload(self, job: Job, forward: Data) -> bytes:
         """The BEEP payload carrying ``forward``: the received bytes when unchanged."""
-        if forward == job.data:
+        if forward is job.data or forward == job.data:
             return job.raw
         if not job.parts:
             return beep_xml(forward.to_xml())
@@ -431,17 +456,7 @@ class Router:
                 _log.warning("delivery to %s failed: %s", endpoint, exc)
                 results[endpoint] = Outcome(ApexReplyCode.ACTION_ABORTED, "local error")
         for endpoint, outcome in results.items():
-            self.metrics.outcomes.labels(
-                result="delivered" if outcome.ok else str(outcome.code)
-            ).inc()
-            if not outcome.ok:
-                _log.info(
-                    "data from %s to %s not delivered: %s %s",
-                    job.data.originator.identity,
-                    endpoint,
-                    outcome.code,
-                    outcome.text,
-                )
+            self._count_outcome(job, endpoint, outcome)
         for report in (*reports, *self._forwarding_failures(job, results, reports)):
             response = status_response(
                 report,
@@ -519,10 +534,49 @@ def _done(outcome: Outcome) -> asyncio.Future[Outcome]:
     return future
 
 
-def _chain(
-    first: asyncio.Future[Outcome], then: Callable[[Outcome], Awaitable[Outcome]]
-) -> asyncio.Future[Outcome]:
-    async def run() -> Outcome:
-        return await then(await first)
+def _may_owe_reports(job: Job) -> bool:
+    """True when a failed forwarding could owe a statusResponse (see _forwarding_failures)."""
+    if any(option.internal == STATUS_REQUEST for option in job.data.options):
+        return True
+    return any(
+        option.internal == STATUS_REQUEST
+        for plan in job.plan.recipients
+        for option in plan.recipient.options
+    )
 
-    return asyncio.ensure_future(run())
+
+def _stale_location(outcome: Outcome) -> bool:
+    """The pod asked no longer holds the endpoint, or is gone: locate it again."""
+    moved = outcome.code == ApexReplyCode.ACTION_NOT_TAKEN and outcome.text == NOT_HERE
+    return moved or outcome == POD_UNAVAILABLE
+
+
+def _chain(
+    first: asyncio.Future[Outcome],
+    needs_more: Callable[[Outcome], bool],
+    then: Callable[[Outcome], Awaitable[Outcome]],
+) -> asyncio.Future[Outcome]:
+    """The outcome of ``first``, or of ``then(it)`` when ``needs_more(it)``: callbacks, so
+    that the common case costs no task."""
+    result: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+
+    def settled(future: asyncio.Future[Outcome]) -> None:
+        if future.cancelled() or future.exception() is not None or not needs_more(future.result()):
+            _copy(future, result)
+            return
+        follow = asyncio.ensure_future(then(future.result()))
+        follow.add_done_callback(lambda done: _copy(done, result))
+
+    first.add_done_callback(settled)
+    return result
+
+
+def _copy(source: asyncio.Future[Outcome], target: asyncio.Future[Outcome]) -> None:
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif (error := source.exception()) is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())
