@@ -9,7 +9,12 @@ hop more), and measures:
   the receiver has them all (every one answered ``ok`` by the relay and delivered);
 * latency: p50 / p99 from send to receipt at a fixed offered rate;
 * baseline, same run: a raw BEEP MSG/RPY echo over loopback TCP through the same asyncio
-  adapter (bench/beep_frames.py ``loopback_echo``), exchanges per second.
+  adapter (bench/beep_frames.py ``loopback_echo``), exchanges per second;
+* CPU per data operation (user + system, microseconds) of the sender's relay pod, the
+  receiver's pod and this process (both endpoints), during the throughput run: on a
+  2-core machine the three share the cores, so these say where the time goes.
+
+Everything runs on uvloop, as the services do (``apexmesh/ops/runner.py``).
 
 Target of the relay issue: the other-pod path reaches at least 40 % of the raw echo's
 messages per second. The last line of output is JSON: a list of figures.
@@ -20,12 +25,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -44,6 +52,19 @@ def result(name: str, value: float, unit: str, baseline: float | None = None) ->
         figure["baseline"] = round(baseline, 1)
         figure["ratio"] = round(value / baseline, 3)
     return figure
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pid_of(mesh: LocalMesh, name: str) -> int:
+    """The process id of the mesh's child ``name``."""
+    child = next(c for c in mesh.children if c.name == name)
+    assert child.process is not None
+    return child.process.pid
 
 
 async def throughput(sender: Attachment, receiver: Attachment, count: int) -> float:
@@ -123,15 +144,31 @@ async def main(argv: list[str]) -> None:
         fred = await fred_client.attach("fred@example.com")
         near = await near_client.attach("barney@example.com")
         far = await far_client.attach("dino@example.com")
+        pids = {
+            "sender_pod": pid_of(mesh, pod1.name),
+            "receiver_pod": pid_of(mesh, pod2.name),
+            "endpoints": os.getpid(),
+        }
         results = []
         for label, receiver in (("same_pod", near), ("other_pod", far)):
             await throughput(fred, receiver, 200)  # warm-up: connections, caches
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             rate = await throughput(fred, receiver, args.count)
+            cpu = {
+                name: (cpu_seconds(pid) - before[name]) / args.count * 1e6
+                for name, pid in pids.items()
+            }
             p50, p99 = await latency(fred, receiver, args.rate, args.seconds)
             print(
                 f"{label:>9}: {rate:,.0f} data/s ({rate / echo_rate:.0%} of the raw echo); "
-                f"at {args.rate:.0f}/s p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+                f"at {args.rate:.0f}/s p50 {p50:.2f} ms, p99 {p99:.2f} ms; CPU per data: "
+                + ", ".join(f"{name} {micros:.0f} us" for name, micros in cpu.items())
             )
+            results += [
+                result(f"relay_{label}_cpu_{name}", micros, "us/data")
+                for name, micros in cpu.items()
+                if label == "other_pod" or name != "receiver_pod"
+            ]
             results += [
                 result(f"relay_{label}_throughput", rate, "data/s", echo_rate),
                 result(f"relay_{label}_latency_p50", p50, "ms"),
@@ -146,4 +183,4 @@ async def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1:]))
+    uvloop.run(main(sys.argv[1:]))
