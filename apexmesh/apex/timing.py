@@ -457,6 +457,31 @@ def delivered(state: RecipientTiming, now: int) -> tuple[TimingReport, ...]:
     )
 
 
+def dropped(state: RecipientTiming) -> tuple[TimingReport, ...]:
+    """Timing error reports (550, reportErrors) for data this relay drops for a reason of
+    its own before the deadline (an operator's maximum hold time, section 7): the data
+    will not be delivered, which is what the originator asked to hear."""
+    if state.is_report:
+        return ()
+    return tuple(
+        _report(state, clock, ReportKind.TIMING_ERROR)
+        for clock in state.clocks
+        if clock.timing.report_errors and clock.timing.no_later_than
+    )
+
+
+def mark_report_after_fired(state: RecipientTiming) -> RecipientTiming:
+    """The state once its transient timing report was sent elsewhere (for held data, by
+    whichever pod took it from the store): reportAfter fires no more and travels as 0."""
+    return dataclasses.replace(
+        state,
+        clocks=tuple(
+            dataclasses.replace(c, report_after_fired=True) if c.timing.report_after else c
+            for c in state.clocks
+        ),
+    )
+
+
 def _report(
     state: RecipientTiming,
     clock: Clock,
@@ -532,7 +557,9 @@ __all__ = [
     "data_timing_of",
     "data_timing_option",
     "delivered",
+    "dropped",
     "forward",
+    "mark_report_after_fired",
     "parse_data_timing",
     "state_of",
     "tick",

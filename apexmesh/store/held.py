@@ -49,10 +49,10 @@ from apexmesh.store.keys import Keys
 
 # Common ARGV of the scripts below (key prefixes come from Keys, never spelled here):
 # 1 queue prefix, 2 data prefix, 3 meta prefix, 4 usage prefix, 5 domain usage prefix,
-# 6 since prefix, 7 deadlines key, 8 domains key, 9 seq key.
+# 6 since prefix, 7 deadlines key, 8 domains key, 9 seq key; KEYS[1] the reportAfter key.
 _COMMON: Final = """
 local Q, D, M, U, DU, S = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local DEADLINES, DOMAINS, SEQ = ARGV[7], ARGV[8], ARGV[9]
+local DEADLINES, DOMAINS, SEQ, REPORTS = ARGV[7], ARGV[8], ARGV[9], KEYS[1]
 
 -- Remove one entry and its accounting; returns {payload, meta} or nil if absent.
 local function remove(endpoint, id)
@@ -65,6 +65,7 @@ local function remove(endpoint, id)
     redis.call('HDEL', M .. endpoint, id)
     local member = id .. ' ' .. endpoint
     redis.call('ZREM', DEADLINES, member)
+    redis.call('ZREM', REPORTS, member)
     if meta then
         local size, domain = string.match(meta, '^%d+ %d+ (%d+) (.*)$')
         size = tonumber(size)
@@ -83,7 +84,7 @@ end
 
 # ARGV 10 endpoint, 11 domain, 12 payload, 13 heldAt, 14 deadline (0 none),
 # 15 max endpoint bytes, 16 max endpoint count, 17 max domain bytes, 18 max domain count
-# (0: no limit). Returns {1, id} or {0, reason}.
+# (0: no limit), 19 reportAfter time (0 none). Returns {1, id} or {0, reason}.
 _HOLD: Final = (
     _COMMON
     + """
@@ -115,6 +116,9 @@ local member = id .. ' ' .. endpoint
 redis.call('ZADD', S .. domain, ARGV[13], member)
 if ARGV[14] ~= '0' then
     redis.call('ZADD', DEADLINES, ARGV[14], member)
+end
+if ARGV[19] ~= '0' then
+    redis.call('ZADD', REPORTS, ARGV[19], member)
 end
 redis.call('SADD', DOMAINS, domain)
 return {1, id}
@@ -158,7 +162,8 @@ return out
 """
 )
 
-# ARGV 10 endpoint, 11 after id (exclusive), 12 limit. Returns id, payload, meta triples.
+# ARGV 10 endpoint, 11 after id (exclusive), 12 limit. Returns id, payload, meta,
+# reportAfter time ('' none or taken) quadruples.
 _READ: Final = (
     _COMMON
     + """
@@ -170,6 +175,30 @@ for _, id in ipairs(ids) do
     table.insert(out, id)
     table.insert(out, redis.call('HGET', D .. endpoint, id) or '')
     table.insert(out, redis.call('HGET', M .. endpoint, id) or '')
+    table.insert(out, redis.call('ZSCORE', REPORTS, id .. ' ' .. endpoint) or '')
+end
+return out
+"""
+)
+
+# ARGV 10 now, 11 limit. Takes (once) the entries whose reportAfter time is <= now; they
+# stay held. Returns a flat list: endpoint, id, payload, meta per entry.
+_DUE_REPORTS: Final = (
+    _COMMON
+    + """
+local due = redis.call('ZRANGEBYSCORE', REPORTS, '-inf', ARGV[10], 'LIMIT', 0, ARGV[11])
+local out = {}
+for _, member in ipairs(due) do
+    redis.call('ZREM', REPORTS, member)
+    local id, endpoint = string.match(member, '^(%d+) (.*)$')
+    local payload = redis.call('HGET', D .. endpoint, id)
+    local meta = redis.call('HGET', M .. endpoint, id)
+    if payload and meta then
+        table.insert(out, endpoint)
+        table.insert(out, id)
+        table.insert(out, payload)
+        table.insert(out, meta)
+    end
 end
 return out
 """
@@ -217,6 +246,10 @@ class HeldEntry:
     #: Payload octets (what the quotas count).
     size: int
     domain: str
+    #: When the transient timing report (350) is due (ms); None when none was asked, or
+    #: it was already taken by :meth:`HeldStore.due_reports` (fired once). Only
+    #: :meth:`HeldStore.read` fills it.
+    report_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,8 +283,11 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _entry(endpoint: str, id_: object, payload: object, meta: object) -> HeldEntry:
+def _entry(
+    endpoint: str, id_: object, payload: object, meta: object, report_at: object = b""
+) -> HeldEntry:
     held_at, deadline, size, domain = _text(meta).split(" ", 3)
+    report = _text(report_at) if report_at is not None else ""
     return HeldEntry(
         endpoint=endpoint,
         id=int(_text(id_)),
@@ -260,6 +296,7 @@ def _entry(endpoint: str, id_: object, payload: object, meta: object) -> HeldEnt
         deadline=int(deadline) or None,
         size=int(size),
         domain=domain,
+        report_at=int(float(report)) if report else None,
     )
 
 
@@ -279,6 +316,15 @@ class HoldRequest:
     payload: bytes
     now: int
     deadline: int | None = None
+    #: When the 350 is due (ms), None: no reportAfter.
+    report_at: int | None = None
+
+
+def _entries(flat: Sequence[object]) -> list[HeldEntry]:
+    return [
+        _entry(_text(flat[i]), flat[i + 1], flat[i + 2], flat[i + 3])
+        for i in range(0, len(flat), 4)
+    ]
 
 
 def _limit(value: int | None) -> int:
@@ -307,6 +353,8 @@ class HeldStore:
         self._ack = redis.register_script(_ACK)
         self._expire = redis.register_script(_EXPIRE)
         self._read = redis.register_script(_READ)
+        self._due_reports = redis.register_script(_DUE_REPORTS)
+        self._reports_key = [keys.held_report_after()]
         self._claim = redis.register_script(_CLAIM)
         self._release = redis.register_script(_RELEASE)
 
@@ -319,14 +367,25 @@ class HeldStore:
         now: int,
         deadline: int | None,
         limits: HoldLimits,
+        report_at: int | None = None,
     ) -> int | Refused:
         """Hold ``payload`` for ``endpoint`` (of ``domain``) until ``deadline`` (ms, None:
-        until attach), checking the quotas of ``limits`` atomically. Returns the entry id
-        once the data is in Redis, or :class:`Refused`."""
+        until attach), checking the quotas of ``limits`` atomically. ``report_at``: when
+        the data's transient timing report (350) is due (the first REPORT_AFTER timer of
+        its dataTiming state), kept in Redis so that any pod sends it, once
+        (:meth:`due_reports`). Returns the entry id once the data is in Redis, or
+        :class:`Refused`."""
         result = await self._hold(
+            keys=self._reports_key,
             args=self._hold_args(
-                endpoint, domain, payload, now=now, deadline=deadline, limits=limits
-            )
+                endpoint,
+                domain,
+                payload,
+                now=now,
+                deadline=deadline,
+                limits=limits,
+                report_at=report_at,
+            ),
         )
         return _hold_result(result)
 
@@ -339,6 +398,7 @@ class HeldStore:
         now: int,
         deadline: int | None,
         limits: HoldLimits,
+        report_at: int | None,
     ) -> list[str | bytes | int]:
         return [
             *self._common,
@@ -351,6 +411,7 @@ class HeldStore:
             _limit(limits.max_count_per_endpoint),
             _limit(limits.max_bytes_per_domain),
             _limit(limits.max_count_per_domain),
+            0 if report_at is None else report_at,
         ]
 
     async def hold_many(
@@ -364,6 +425,7 @@ class HeldStore:
         async with self._redis.pipeline(transaction=False) as pipe:
             for request in requests:
                 await self._hold(
+                    keys=self._reports_key,
                     args=self._hold_args(
                         request.endpoint,
                         request.domain,
@@ -371,6 +433,7 @@ class HeldStore:
                         now=request.now,
                         deadline=request.deadline,
                         limits=limits,
+                        report_at=request.report_at,
                     ),
                     client=pipe,
                 )
@@ -381,24 +444,36 @@ class HeldStore:
         """Up to ``limit`` entries held for ``endpoint`` with an id above ``after``, in
         arrival order. Entries stay held until :meth:`ack`; entries whose deadline has
         passed are still listed (check ``deadline``; :meth:`ack` them and report)."""
-        flat = await self._read(args=[*self._common, endpoint, after, limit])
-        return [_entry(endpoint, *flat[i : i + 3]) for i in range(0, len(flat), 3)]
+        flat = await self._read(
+            keys=self._reports_key, args=[*self._common, endpoint, after, limit]
+        )
+        return [_entry(endpoint, *flat[i : i + 4]) for i in range(0, len(flat), 4)]
 
     async def ack(self, endpoint: str, ids: Sequence[int]) -> int:
         """Remove delivered (or dropped) entries by id; idempotent. Returns how many were
         still held."""
         if not ids:
             return 0
-        return int(await self._ack(args=[*self._common, endpoint, *ids]))
+        return int(await self._ack(keys=self._reports_key, args=[*self._common, endpoint, *ids]))
 
     async def expire(self, now: int, *, limit: int = 1000) -> list[HeldEntry]:
         """Remove up to ``limit`` entries (all endpoints) whose deadline is <= ``now``,
         earliest first, and return them (for the 550 timing error reports)."""
-        flat = await self._expire(args=[*self._common, now, limit])
-        return [
-            _entry(_text(flat[i]), flat[i + 1], flat[i + 2], flat[i + 3])
-            for i in range(0, len(flat), 4)
-        ]
+        flat = await self._expire(keys=self._reports_key, args=[*self._common, now, limit])
+        return _entries(flat)
+
+    async def due_reports(self, now: int, *, limit: int = 1000) -> list[HeldEntry]:
+        """Take the held entries (all endpoints) whose transient timing report is due
+        (``report_at <= now``): each is returned once, to one caller, and stays held.
+        Send their 350 and deliver them later with reportAfter 0
+        (:func:`apexmesh.apex.timing.mark_report_after_fired`)."""
+        flat = await self._due_reports(keys=self._reports_key, args=[*self._common, now, limit])
+        return _entries(flat)
+
+    async def next_report(self) -> int | None:
+        """The earliest due time of a held entry's transient timing report, None if none."""
+        found = await self._redis.zrange(self._keys.held_report_after(), 0, 0, withscores=True)
+        return int(found[0][1]) if found else None
 
     async def next_deadline(self) -> int | None:
         """The earliest hold deadline (ms), None when nothing held has one: the time to

@@ -135,6 +135,11 @@ class Keys:
         lease (PX); claimed with SET NX semantics, released by compare-and-delete."""
         return f"{self.prefix}:held:drain:{endpoint}"
 
+    def held_report_after(self) -> str:
+        """ZSET of ``"<id> <endpoint>"`` scored by the time the held entry's transient
+        timing report (RFC 3342 section 2.2, code 350) is due; taken (ZREM) once."""
+        return f"{self.prefix}:held:reportafter"
+
     # ------------------------------------------------------------------ pubsub
     # draft-schwartz-apex-pubsub (issue #7). Written only by apexmesh.store.pubsub, every
     # multi-key change in one Lua script (docs/pubsub.md, "State in Redis").

@@ -25,7 +25,9 @@ from apexmesh.apex.timing import (
     data_timing_of,
     data_timing_option,
     delivered,
+    dropped,
     forward,
+    mark_report_after_fired,
     parse_data_timing,
     state_of,
     tick,
@@ -477,3 +479,23 @@ def test_zero_option_is_inactive() -> None:
     assert step.timers == ()
     assert plan.forward is not None
     assert forward(step.state, plan.forward, T0 + 10**9).data == plan.forward
+
+
+def test_dropped_by_the_operator_before_the_deadline() -> None:
+    timing = state(parse(ERROR_SUBMIT), final=True)
+    [report] = dropped(timing)
+    assert (report.code, report.trans_id, report.recipient) == (550, 86, BARNEY)
+    assert dropped(state(parse(FINAL_HOP_SUBMIT), final=True)) == ()  # no reportErrors
+
+
+def test_report_after_fired_on_another_pod_travels_as_zero() -> None:
+    """Held data whose 350 was taken from the store by any pod: no second 350."""
+    data = parse(TRANSIENT_SUBMIT)
+    plan = plan_of(data, final=True)
+    assert plan.forward is not None
+    timing = mark_report_after_fired(state(data, final=True))
+    assert timing.timers() == ()
+    hop = forward(timing, plan.forward, T0 + 70_000)
+    assert hop.step.reports == ()
+    assert hop.data is not None
+    assert timing_in(hop.data) == DataTiming()

@@ -277,3 +277,36 @@ async def test_hold_many_in_one_round_trip_keeps_order_and_quotas(redis: Redis, 
     assert [e.payload for e in await store.read(BARNEY)] == [b"1", b"2", b"3"]
     assert [e.deadline for e in await store.read(BARNEY)] == [T0 + 1, T0 + 2, T0 + 3]
     assert await store.hold_many([], limits=UNLIMITED) == []
+
+
+async def test_report_after_taken_once_by_one_pod_entry_stays_held(
+    redis: Redis, keys: Keys
+) -> None:
+    pod_a = HeldStore(redis, keys)
+    pod_b = HeldStore(redis, keys)
+    first = await pod_a.hold(
+        BARNEY, DOMAIN, b"a", now=T0, deadline=T0 + 9000, limits=UNLIMITED, report_at=T0 + 100
+    )
+    second = await hold(pod_a, b"b")
+    assert isinstance(first, int)
+    [entry, plain] = await pod_b.read(BARNEY)
+    assert (entry.report_at, plain.report_at) == (T0 + 100, None)
+    assert await pod_b.next_report() == T0 + 100
+    assert await pod_a.due_reports(T0 + 99) == []
+    taken = await asyncio.gather(pod_a.due_reports(T0 + 100), pod_b.due_reports(T0 + 100))
+    assert sorted(len(t) for t in taken) == [0, 1]
+    [due] = taken[0] or taken[1]
+    assert (due.id, due.payload, due.deadline) == (first, b"a", T0 + 9000)
+    # Still held, in order, now without a pending report.
+    assert [(e.id, e.report_at) for e in await pod_a.read(BARNEY)] == [
+        (first, None),
+        (second, None),
+    ]
+    assert await pod_a.next_report() is None
+    # Acknowledged before its report time: the report is never due.
+    third = await pod_a.hold(
+        BARNEY, DOMAIN, b"c", now=T0, deadline=None, limits=UNLIMITED, report_at=T0 + 500
+    )
+    assert isinstance(third, int)
+    await pod_a.ack(BARNEY, [third])
+    assert await pod_a.due_reports(T0 + 10**6) == []
