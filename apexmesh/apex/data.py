@@ -140,19 +140,34 @@ def _check_recipient_count(count: int) -> None:
 
 
 def originator_from(element: Element) -> Originator:
-    attrs = _dtd.attributes(element, allowed=("identity",), required=("identity",))
     return Originator(
-        identity=_dtd.endpoint(attrs["identity"], "originator"),
-        options=options_from(_dtd.only_options(element), "originator"),
+        identity=_dtd.endpoint(_identity(element), "originator"),
+        options=_options_of(element, "originator"),
     )
 
 
 def recipient_from(element: Element) -> Recipient:
-    attrs = _dtd.attributes(element, allowed=("identity",), required=("identity",))
     return Recipient(
-        identity=_dtd.endpoint(attrs["identity"], "recipient"),
-        options=options_from(_dtd.only_options(element), "recipient"),
+        identity=_dtd.endpoint(_identity(element), "recipient"),
+        options=_options_of(element, "recipient"),
     )
+
+
+def _identity(element: Element) -> str:
+    """The ``identity`` attribute, the only one originator and recipient declare."""
+    attrib = element.attrib
+    identity = attrib.get("identity")
+    if identity is not None and len(attrib) == 1:
+        return str(identity)
+    attrs = _dtd.attributes(element, allowed=("identity",), required=("identity",))
+    return attrs["identity"]
+
+
+def _options_of(element: Element, container: str) -> tuple[Option, ...]:
+    """The option children of ``element``; the empty element (most) costs no walk."""
+    if len(element) == 0 and not (element.text or "").strip():
+        return ()
+    return options_from(_dtd.only_options(element), container)
 
 
 def data_content_from(element: Element, raw: bytes | None = None) -> DataContent:
@@ -171,7 +186,9 @@ def data_content_from(element: Element, raw: bytes | None = None) -> DataContent
 def data_from(element: Element, raw: bytes | None = None) -> Data:
     """Build a :class:`Data`, enforcing the DTD order
     ``(originator, recipient+, option*, data-content?)``."""
-    attrs = _dtd.attributes(element, allowed=("content",), required=("content",))
+    content = element.attrib.get("content")
+    if content is None or len(element.attrib) != 1:
+        content = _dtd.attributes(element, allowed=("content",), required=("content",))["content"]
     children = _dtd.element_children(element)
     tags = [_dtd.tag_of(child) for child in children]
     if not tags or tags[0] != "originator":
@@ -194,7 +211,7 @@ def data_from(element: Element, raw: bytes | None = None) -> Data:
     if index < len(tags):
         _dtd.fail(f"data: unexpected element {tags[index]!r} (order or name)")
     return Data(
-        content=attrs["content"],
+        content=str(content),
         originator=originator_from(children[0]),
         recipients=tuple(recipient_from(child) for child in recipient_elements),
         options=options_from(option_elements, "data"),

@@ -19,6 +19,7 @@ content (``content`` attribute and ``data-content``) is never modified (section 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -112,6 +113,13 @@ def plan_data(
 def _plan_recipient(
     data: Data, recipient: Recipient, registry: OptionRegistry, *, final: bool
 ) -> RecipientPlan:
+    if not (data.options or data.originator.options or recipient.options):
+        # No options anywhere (most data): nothing to process, and a data element with
+        # this recipient alone is forwarded as is, which lets the relay send the bytes
+        # it received.
+        if len(data.recipients) != 1:
+            data = dataclasses.replace(data, recipients=(recipient,))
+        return RecipientPlan(recipient=recipient, final=final, forward=data)
     try:
         per_data = select_options(data.options, registry, final=final)
         per_originator = select_options(data.originator.options, registry, final=final)
