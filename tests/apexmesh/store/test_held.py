@@ -252,8 +252,13 @@ async def test_two_drainers_race_each_entry_delivered_once(redis: Redis, keys: K
 async def test_order_over_ten_thousand_entries(redis: Redis, keys: Keys) -> None:
     store = HeldStore(redis, keys)
     payload = b"x" * 256
-    for i in range(10_000):
-        await hold(store, b"%05d" % i + payload)
+    for start in range(0, 10_000, 500):
+        requests = [
+            HoldRequest(endpoint=BARNEY, domain=DOMAIN, payload=b"%05d" % i + payload, now=T0)
+            for i in range(start, start + 500)
+        ]
+        results = await store.hold_many(requests, limits=UNLIMITED)
+        assert all(isinstance(r, int) for r in results)
     assert await store.usage(BARNEY) == (10_000, 10_000 * 261)
     seen: list[int] = []
     while batch := await store.read(BARNEY, limit=1000):
