@@ -31,10 +31,12 @@ from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.hops import RecipientPlan
 from apexmesh.apex.options import Option
-from apexmesh.apex.timing import RecipientTiming
+from apexmesh.apex.timing import DATA_TIMING, RecipientTiming
 
 #: RFC 3342 section 5.3.
 HOLD_FOR_ENDPOINT: Final = "hold4Endpoint"
+#: The options of sections 2 and 3, for the relay's OptionRegistry (beside PARTY_OPTIONS).
+TIMING_OPTIONS: Final = frozenset({DATA_TIMING, HOLD_FOR_ENDPOINT})
 #: A quota (bytes or entries, per endpoint or per domain) is full.
 QUOTA_CODE: Final = ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT
 #: The hold is against the operator's policy.
@@ -155,6 +157,7 @@ __all__ = [
     "HOLD_FOR_ENDPOINT",
     "POLICY_CODE",
     "QUOTA_CODE",
+    "TIMING_OPTIONS",
     "HoldDecision",
     "HoldLimits",
     "hold_decision",

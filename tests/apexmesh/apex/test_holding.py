@@ -9,6 +9,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.holding import (
     HOLD_FOR_ENDPOINT,
+    TIMING_OPTIONS,
     HoldDecision,
     HoldLimits,
     hold_decision,
@@ -26,7 +27,7 @@ from apexmesh.apex.timing import (
 
 pytestmark = pytest.mark.unit
 
-REGISTRY = OptionRegistry(internal=frozenset({STATUS_REQUEST, DATA_TIMING, HOLD_FOR_ENDPOINT}))
+REGISTRY = OptionRegistry(internal=frozenset({STATUS_REQUEST, *TIMING_OPTIONS}))
 FRED = Endpoint.parse("fred@example.com")
 BARNEY = Endpoint.parse("barney@example.com")
 T0 = 1_700_000_000_000
@@ -61,6 +62,10 @@ def decide(
     plan = plan_of(data)
     timing: RecipientTiming = state_of(plan, originator=FRED, received_at=T0)
     return hold_decision(plan, timing, limits, now=now, size=size)
+
+
+def test_registry_names() -> None:
+    assert {DATA_TIMING, HOLD_FOR_ENDPOINT} == TIMING_OPTIONS
 
 
 def test_without_the_option_nothing_is_held() -> None:
