@@ -159,30 +159,32 @@ class Keys:
         pod can keep the subscriber list cached and re-read it only when it changed."""
         return f"{self.prefix}:pubsub:version:{domain}:{topic}"
 
-    def pubsub_expiry(self) -> str:
-        """ZSET of leases: member ``"<domain>\\n<topic>\\n<subscriber>"``, score the
-        lease end (ms since the epoch). The leader ends what is due (4.5 step 5.2)."""
-        return f"{self.prefix}:pubsub:expiry"
+    def pubsub_expiry(self, domain: str) -> str:
+        """ZSET of one domain's leases: member ``"<domain>\\n<topic>\\n<subscriber>"``,
+        score the lease end (ms since the epoch). The leader ends what is due (4.5 5.2)."""
+        return f"{self.prefix}:pubsub:expiry:{domain}"
 
     def pubsub_events(self) -> str:
         """STREAM, append-only: one entry per topic or subscription change, schema v1 in
         docs/pubsub.md ("Event log"). Read by the Spark snapshot job; never trimmed here."""
         return f"{self.prefix}:pubsub:events"
 
-    def pubsub_journal(self) -> str:
-        """HASH of in-progress work (section 4: "in persistent storage"). Field: an id;
-        value: JSON with ``kind`` and ``pod``. Written with the change it belongs to,
-        removed once done; entries of a pod whose lease lapsed are redone by the leader."""
-        return f"{self.prefix}:pubsub:journal"
+    def pubsub_journal(self, domain: str) -> str:
+        """HASH of one domain's in-progress work (section 4: "in persistent storage").
+        Field: an id; value: JSON with ``kind`` and ``pod``. Written with the change it
+        belongs to, removed once done; entries of a pod whose lease lapsed are redone by
+        the domain's leader."""
+        return f"{self.prefix}:pubsub:journal:{domain}"
 
     def pubsub_pod(self, pod_id: str) -> str:
         """STRING with a lease (PX): present while the pubsub pod ``pod_id`` lives."""
         return f"{self.prefix}:pubsub:pod:{pod_id}"
 
-    def pubsub_leader(self) -> str:
-        """STRING: the pod id of the one pubsub pod ending leases and redoing journals,
-        with a lease (PX); claimed with SET NX, renewed and released by compare."""
-        return f"{self.prefix}:pubsub:leader"
+    def pubsub_leader(self, domain: str) -> str:
+        """STRING: the pod id of the one pubsub pod ending a domain's leases and redoing
+        its journal, with a lease (PX); claimed with SET NX, renewed and released by
+        compare."""
+        return f"{self.prefix}:pubsub:leader:{domain}"
 
     def pubsub_upstream(self, domain: str, topic: str) -> str:
         """STRING: the last successful upstream subscribe of a redistributed topic (ms),

@@ -94,7 +94,7 @@ return 1
 # KEYS: topics, version, subscriptions, journal.
 # ARGV: topic field, cached version, journal id ("" = none), journal entry.
 # Returns {0} for an unknown topic, {1, version} when the cache is current, else
-# {1, version, field, value, ...}. The journal entry is written only for a known topic.
+# {1, version, '*', field, value, ...}. The journal entry is written only for a known topic.
 _ACCEPT_PUBLISH: Final = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
     return {0}
@@ -106,7 +106,7 @@ local version = redis.call('GET', KEYS[2]) or '0'
 if version == ARGV[2] then
     return {1, version}
 end
-local out = {1, version}
+local out = {1, version, '*'}
 for _, item in ipairs(redis.call('HGETALL', KEYS[3])) do
     table.insert(out, item)
 end
@@ -276,7 +276,7 @@ class PubsubStore:
                 self._keys.pubsub_topics(),
                 self._keys.pubsub_version(domain, topic),
                 self._keys.pubsub_subscriptions(domain, topic),
-                self._keys.pubsub_journal(),
+                self._keys.pubsub_journal(domain),
             ],
             args=[
                 self.topic_field(domain, topic),
@@ -290,11 +290,11 @@ class PubsubStore:
         version = int(_text(answer[1]))
         if len(answer) == 2:
             return True, version, None
-        return True, version, _subscriptions(topic, answer[2:])
+        return True, version, _subscriptions(topic, answer[3:])
 
-    async def next_expiry(self) -> int | None:
-        """The earliest lease end (ms), None when no lease runs."""
-        first = await self._redis.zrange(self._keys.pubsub_expiry(), 0, 0, withscores=True)
+    async def next_expiry(self, domain: str) -> int | None:
+        """The earliest lease end (ms) in ``domain``, None when no lease runs."""
+        first = await self._redis.zrange(self._keys.pubsub_expiry(domain), 0, 0, withscores=True)
         return int(first[0][1]) if first else None
 
     async def events(self, count: int = 10_000) -> list[dict[str, str]]:
@@ -349,7 +349,7 @@ class PubsubStore:
             kind = "subscription.renewed" if change.renewed else "subscription.created"
             return [
                 ["hset", keys.pubsub_subscriptions(domain, sub.topic), str(sub.subscriber), record],
-                ["zadd", keys.pubsub_expiry(), str(sub.expires_ms), member],
+                ["zadd", keys.pubsub_expiry(domain), str(sub.expires_ms), member],
                 self._event(
                     kind,
                     domain,
@@ -365,7 +365,7 @@ class PubsubStore:
             member = f"{domain}\n{change.topic}\n{change.subscriber}"
             return [
                 ["hdel", keys.pubsub_subscriptions(domain, change.topic), str(change.subscriber)],
-                ["zrem", keys.pubsub_expiry(), member],
+                ["zrem", keys.pubsub_expiry(domain), member],
                 self._event(
                     "subscription.ended",
                     domain,
@@ -380,7 +380,9 @@ class PubsubStore:
             action = "add" if isinstance(change, TupleAdded) else "remove"
             entry = new_entry("presence", domain=domain, topic=change.topic, action=action)
             effects.append(entry)
-            return [["hset", keys.pubsub_journal(), entry.id, entry.encode(self.pod_id, now_ms)]]
+            return [
+                ["hset", keys.pubsub_journal(domain), entry.id, entry.encode(self.pod_id, now_ms)]
+            ]
         if isinstance(change, (DataGranted, DataRevoked)):
             action = "grant" if isinstance(change, DataGranted) else "revoke"
             entry = new_entry(
@@ -391,7 +393,9 @@ class PubsubStore:
                 action=action,
             )
             effects.append(entry)
-            return [["hset", keys.pubsub_journal(), entry.id, entry.encode(self.pod_id, now_ms)]]
+            return [
+                ["hset", keys.pubsub_journal(domain), entry.id, entry.encode(self.pod_id, now_ms)]
+            ]
         raise TypeError(f"unknown change {change!r}")  # pragma: no cover - closed union
 
     async def commit(
@@ -412,7 +416,7 @@ class PubsubStore:
         for change in changes:
             ops += self._ops(domain, change, now_ms, effects)
         entries = [*work, *effects]
-        journal = self._keys.pubsub_journal()
+        journal = self._keys.pubsub_journal(domain)
         ops += [["hset", journal, e.id, e.encode(self.pod_id, now_ms)] for e in work]
         done = await self._commit(
             keys=[self._keys.pubsub_version(domain, topic)],
@@ -420,17 +424,40 @@ class PubsubStore:
         )
         return entries if done else None
 
-    async def done(self, *entry_ids: str) -> None:
+    async def journal(self, domain: str, entries: Iterable[JournalEntry], now_ms: int) -> None:
+        """Journal work that belongs to no change (a forwarded operation, a refusal)."""
+        items = [(e.id, e.encode(self.pod_id, now_ms)) for e in entries]
+        if items:
+            await self._redis.hset(
+                self._keys.pubsub_journal(domain), items=[x for i in items for x in i]
+            )
+
+    async def upstream_due(self, domain: str, topic: str) -> bool:
+        """True when the upstream subscription of a redistributed topic must be (re)sent."""
+        return not await self._redis.exists(self._keys.pubsub_upstream(domain, topic))
+
+    async def upstream_sent(
+        self, domain: str, topic: str, renew_after_ms: int, now_ms: int
+    ) -> None:
+        await self._redis.set(
+            self._keys.pubsub_upstream(domain, topic), str(now_ms), px=max(1, renew_after_ms)
+        )
+
+    async def upstream_lost(self, domain: str, topic: str) -> None:
+        """The upstream server cancelled us: resubscribe at the next leader tick."""
+        await self._redis.delete(self._keys.pubsub_upstream(domain, topic))
+
+    async def done(self, domain: str, *entry_ids: str) -> None:
         """The work of these entries is done: forget them."""
         if entry_ids:
-            await self._redis.hdel(self._keys.pubsub_journal(), *entry_ids)
+            await self._redis.hdel(self._keys.pubsub_journal(domain), *entry_ids)
 
-    async def claim_expired(self, now_ms: int, limit: int = 500) -> list[JournalEntry]:
+    async def claim_expired(self, domain: str, now_ms: int, limit: int = 500) -> list[JournalEntry]:
         """End every lease due at ``now_ms`` (at most ``limit``); the cancels to send."""
         answer = await self._claim(
             keys=[
-                self._keys.pubsub_expiry(),
-                self._keys.pubsub_journal(),
+                self._keys.pubsub_expiry(domain),
+                self._keys.pubsub_journal(domain),
                 self._keys.pubsub_events(),
             ],
             args=[
@@ -452,23 +479,23 @@ class PubsubStore:
         """This pod lives for ``lease_ms`` more (its journal entries are its own)."""
         await self._redis.set(self._keys.pubsub_pod(self.pod_id), "1", px=lease_ms)
 
-    async def lead(self, lease_ms: int) -> bool:
+    async def lead(self, domain: str, lease_ms: int) -> bool:
         """Take or keep the leader lock; True while this pod is the leader."""
         return bool(
-            await self._lead(keys=[self._keys.pubsub_leader()], args=[self.pod_id, lease_ms])
+            await self._lead(keys=[self._keys.pubsub_leader(domain)], args=[self.pod_id, lease_ms])
         )
 
-    async def resign(self) -> None:
-        await self._resign(keys=[self._keys.pubsub_leader()], args=[self.pod_id])
+    async def resign(self, domain: str) -> None:
+        await self._resign(keys=[self._keys.pubsub_leader(domain)], args=[self.pod_id])
 
     async def leave(self) -> None:
         """Clean shutdown: the pod's lease goes now, so the leader redoes what is left."""
         await self._redis.delete(self._keys.pubsub_pod(self.pod_id))
 
-    async def orphans(self, now_ms: int, retry_after_ms: int) -> list[JournalEntry]:
+    async def orphans(self, domain: str, now_ms: int, retry_after_ms: int) -> list[JournalEntry]:
         """Journal entries to redo: those of pods whose lease lapsed, and any older than
         ``retry_after_ms`` (its send failed). They are taken over by this pod."""
-        raw = await self._redis.hgetall(self._keys.pubsub_journal())
+        raw = await self._redis.hgetall(self._keys.pubsub_journal(domain))
         entries = [JournalEntry.decode(_text(k), _text(v)) for k, v in raw.items()]
         pods = sorted({e.fields.get("pod", "") for e in entries} - {self.pod_id})
         alive: set[str] = set()
@@ -483,7 +510,7 @@ class PubsubStore:
                 out.append(entry)
         if out:
             await self._redis.hset(
-                self._keys.pubsub_journal(),
+                self._keys.pubsub_journal(domain),
                 mapping={
                     e.id: JournalEntry(e.id, e.kind, e.fields).encode(self.pod_id, now_ms)
                     for e in out

@@ -57,7 +57,7 @@ async def test_topics_subscriptions_and_versions(redis: Redis, keys: Keys) -> No
     assert entries == [reply]
     view = await store.read_topic(DOMAIN, TOPIC)
     assert view.subscriptions == {MIKE: sub(MIKE, NOW + 5)}
-    assert await store.next_expiry() == NOW + 5
+    assert await store.next_expiry(DOMAIN) == NOW + 5
     # The publish path: journal written, subscribers only when the cache is stale.
     known, version, subs = await store.accept_publish(DOMAIN, TOPIC, 0, None, NOW)
     assert known
@@ -68,7 +68,7 @@ async def test_topics_subscriptions_and_versions(redis: Redis, keys: Keys) -> No
     assert subs is None
     unknown = await store.accept_publish(DOMAIN, "no.such", 0, new_entry("publish"), NOW)
     assert unknown == (False, 0, None)
-    entries = await store.orphans(NOW + 10**6, retry_after_ms=1)
+    entries = await store.orphans(DOMAIN, NOW + 10**6, retry_after_ms=1)
     # The unknown topic's entry was not written: the reply and the topic's presence tuple.
     assert sorted(e.kind for e in entries) == ["presence", "send"]
     assert reply.id in {e.id for e in entries}
@@ -114,15 +114,17 @@ async def test_leases_end_once_across_pods(redis: Redis, keys: Keys) -> None:
     )
     # One renewed past the claim time is not ended.
     await a.commit(DOMAIN, TOPIC, None, [Subscribed(sub(people[0], NOW + 10**6), True)], [], NOW)
-    claims = await asyncio.gather(*(s.claim_expired(NOW + 100, limit=20) for s in (a, b, a, b)))
+    claims = await asyncio.gather(
+        *(s.claim_expired(DOMAIN, NOW + 100, limit=20) for s in (a, b, a, b))
+    )
     ended = [e for batch in claims for e in batch]
-    ended += await a.claim_expired(NOW + 100)
+    ended += await a.claim_expired(DOMAIN, NOW + 100)
     subjects = [e.fields["subscriber"] for e in ended]
     assert sorted(subjects) == sorted(str(p) for p in people[1:])
     assert all(e.kind == "expired" and e.fields["trans_id"] == "7" for e in ended)
     view = await a.read_topic(DOMAIN, TOPIC)
     assert list(view.subscriptions) == [people[0]]
-    assert await a.next_expiry() == NOW + 10**6
+    assert await a.next_expiry(DOMAIN) == NOW + 10**6
     ends = [e for e in await a.events() if e["reason"] == "expired"]
     assert len(ends) == 49
 
@@ -136,26 +138,27 @@ async def test_journal_of_a_dead_pod_is_taken_over(redis: Redis, keys: Keys) -> 
     work = new_entry("send", recipient=str(MIKE), content="3c6f6b2f3e")
     await a.commit(DOMAIN, TOPIC, None, [], [work], NOW)
     # pod-a lives: its fresh entries are its own.
-    assert [e.id for e in await b.orphans(NOW + 1, retry_after_ms=10_000)] == []
+    assert [e.id for e in await b.orphans(DOMAIN, NOW + 1, retry_after_ms=10_000)] == []
     await a.leave()
-    taken = await b.orphans(NOW + 1, retry_after_ms=10_000)
+    taken = await b.orphans(DOMAIN, NOW + 1, retry_after_ms=10_000)
     assert {e.id for e in taken} >= {work.id}
-    again = await a.orphans(NOW + 2, retry_after_ms=10_000)
+    again = await a.orphans(DOMAIN, NOW + 2, retry_after_ms=10_000)
     assert work.id not in {e.id for e in again}  # now pod-b's, and pod-b lives
-    await b.done(*(e.id for e in taken))
-    assert await b.orphans(NOW + 10**7, retry_after_ms=1) == []
+    await b.done(DOMAIN, *(e.id for e in taken))
+    assert await b.orphans(DOMAIN, NOW + 10**7, retry_after_ms=1) == []
 
 
 async def test_one_leader(redis: Redis, keys: Keys) -> None:
     a = PubsubStore(redis, keys, "pod-a")
     b = PubsubStore(redis, keys, "pod-b")
-    assert await a.lead(60_000)
-    assert not await b.lead(60_000)
-    assert await a.lead(60_000)
-    await b.resign()  # not the holder: nothing happens
-    assert not await b.lead(60_000)
-    await a.resign()
-    assert await b.lead(60_000)
+    assert await a.lead(DOMAIN, 60_000)
+    assert not await b.lead(DOMAIN, 60_000)
+    assert await a.lead(DOMAIN, 60_000)
+    await b.resign(DOMAIN)  # not the holder: nothing happens
+    assert not await b.lead(DOMAIN, 60_000)
+    assert await b.lead("other.com", 60_000)  # one leader per domain
+    await a.resign(DOMAIN)
+    assert await b.lead(DOMAIN, 60_000)
 
 
 def test_journal_entries_round_trip() -> None:

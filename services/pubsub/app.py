@@ -1,0 +1,153 @@
+"""Composition root of the pubsub service: builds everything from settings, no globals.
+
+Start order: Redis (PING), the access cache (subscribed to access changes before it
+answers), the access, presence and relay channels (lazy), the gRPC server, the lease
+loop, then the admin HTTP server. Stop order is the reverse: gRPC first (with its grace
+period), then the loop, then the pod's lease is given up so the leader redoes at once
+whatever this pod left in the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import grpc
+from prometheus_client import CollectorRegistry, Gauge
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from apexmesh.contracts.endpoint.v1 import endpoint_pb2_grpc
+from apexmesh.contracts.presence.v1 import presence_pb2_grpc
+from apexmesh.ops.http import HttpServer
+from apexmesh.rpc.access import AccessClient
+from apexmesh.rpc.relay import RelaySubmitter
+from apexmesh.rpc.server import create_server, graceful_stop
+from apexmesh.store.access_cache import CachedAccessChecker
+from apexmesh.store.keys import Keys
+from apexmesh.store.pubsub import PubsubStore
+from services.pubsub.http import create_http_app
+from services.pubsub.servicer import PubsubEndpointServicer, PubsubMetrics, PubsubService
+from services.pubsub.settings import PubsubSettings
+
+_log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PubsubApp:
+    """One running pubsub pod: Redis, gRPC and HTTP servers, the lease loop."""
+
+    def __init__(self, settings: PubsubSettings) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry()
+        self.redis: Redis = Redis.from_url(settings.redis_url)
+        self.keys = Keys(settings.redis_prefix)
+        self.store = PubsubStore(self.redis, self.keys, settings.pod_id)
+        self.metrics = PubsubMetrics.create(self.registry)
+        self.relays = RelaySubmitter(settings.relay_addresses, timeout=settings.relay_timeout)
+        self.http = HttpServer(create_http_app(self.registry, self.redis, self.relays))
+        self.service: PubsubService | None = None
+        self._channels: list[grpc.aio.Channel] = []
+        self._cache: CachedAccessChecker | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self._loop: asyncio.Task[None] | None = None
+        self.grpc_port = 0
+        self.http_port = 0
+
+    async def start(self) -> None:
+        await self.redis.ping()
+        settings = self.settings
+        access_channel = grpc.aio.insecure_channel(settings.access_address)
+        self._channels.append(access_channel)
+        access = AccessClient(access_channel, timeout=settings.relay_timeout)
+        self._cache = CachedAccessChecker(access, self.redis, self.keys)
+        await self._cache.start()
+        presence = None
+        if settings.presence_address:
+            presence_channel = grpc.aio.insecure_channel(settings.presence_address)
+            self._channels.append(presence_channel)
+            presence = presence_pb2_grpc.PresenceServiceStub(presence_channel)
+        service = PubsubService(
+            domains=settings.domains,
+            store=self.store,
+            access=access,
+            access_cache=self._cache,
+            relays=self.relays,
+            presence=presence,
+            metrics=self.metrics,
+            clock=now_ms,
+            lease_ms=settings.lease_ms,
+            grant_data=settings.grant_data,
+            hops=settings.hops,
+            upstreams=settings.upstreams,
+            upstream_duration=settings.upstream_duration,
+            timeout=settings.relay_timeout,
+        )
+        self.service = service
+        Gauge(
+            "apexmesh_pubsub_leader",
+            "1 while this pod ends leases and redoes orphaned work.",
+            registry=self.registry,
+        ).set_function(lambda: 1.0 if service.leader else 0.0)
+        await self.store.heartbeat(settings.lease_ms)
+        self._grpc, self.grpc_port = await create_server(
+            [
+                lambda server: endpoint_pb2_grpc.add_WellKnownEndpointServicer_to_server(
+                    PubsubEndpointServicer(service), server
+                ),
+            ],
+            host=settings.grpc_host,
+            port=settings.grpc_port,
+        )
+        self._loop = asyncio.create_task(self._run_timers(service), name="pubsub-leases")
+        self.http_port = await self.http.start(settings.http_host, settings.http_port)
+
+    async def _run_timers(self, service: PubsubService) -> None:
+        """The lease loop: sleep at most a tick, less when a lease ends sooner."""
+        tick = self.settings.tick_seconds
+        while True:
+            try:
+                await service.tick()
+                delay = tick
+                if service.leader:
+                    due = await service.next_timer()
+                    if due is not None:
+                        delay = min(tick, max(0.0, (due - now_ms()) / 1000))
+            except (RedisError, OSError) as exc:
+                _log.warning("lease loop: %s", exc)
+                delay = tick
+            except Exception:  # noqa: BLE001 - the loop must outlive one bad round
+                _log.exception("lease loop")
+                delay = tick
+            await asyncio.sleep(delay)
+
+    async def stop(self) -> None:
+        if self._grpc is not None:
+            await graceful_stop(self._grpc, self.settings.shutdown_grace)
+            self._grpc = None
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._loop, 2.0)
+            self._loop = None
+        with contextlib.suppress(RedisError, OSError):
+            if self.service is not None:
+                await self.service.resign()
+            await self.store.leave()
+        await self.http.stop()
+        if self._cache is not None:
+            await self._cache.aclose()
+            self._cache = None
+        await self.relays.aclose()
+        for channel in self._channels:
+            await channel.close()
+        self._channels.clear()
+        await self.redis.aclose()
+
+
+__all__ = ["PubsubApp", "now_ms"]

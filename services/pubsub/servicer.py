@@ -1,0 +1,732 @@
+"""The pubsub service's I/O around :mod:`apexmesh.pubsub.core` and the Redis store.
+
+:class:`PubsubService` runs each operation as: parse (500/501/553), step 1 through the
+access service (537; an access service that cannot be reached is 451), read the topic,
+decide in the core, then commit the changes together with the journal of what must be
+sent (one Lua script; a concurrent change of the same topic makes it re-read and decide
+again), then send through the relays and clear the journal. A pod that dies between
+commit and send leaves its journal to the leader, which sends it (section 4: in-progress
+operations in persistent storage).
+
+Data to ``apex=pubsub/TOPIC`` (section 4.7.1) is answered only after the relay accepted
+the forwarded data (``Submit`` 250): the ``ok`` the delivering relay receives means the
+fan-out is the relays' job from then on, so nothing about a publication needs to be
+journalled. Subscriber lists are cached per pod and re-read when the topic's version
+moves (one Redis round trip per publication).
+
+:meth:`PubsubService.tick` runs on every pod: it renews the pod's lease, and on the
+leader alone ends due leases (one cancel each, section 4.5 step 5.2), redoes orphaned
+journal entries and keeps upstream subscriptions of redistributed topics alive (2.6).
+
+:class:`PubsubEndpointServicer` is ``WellKnownEndpoint.Deliver`` for ``apex=pubsub@D``
+and ``apex=pubsub/TOPIC@D``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter
+
+from apexmesh.apex import _dtd
+from apexmesh.apex.access import ActorPattern
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.content import MimePart, build_payload, parse_payload, resolve_content
+from apexmesh.apex.data import MAX_RECIPIENTS_PER_DATA, Data, DataContent, Originator, Recipient
+from apexmesh.apex.elements import Reply, parse_message, reply_from
+from apexmesh.apex.endpoint import Endpoint, EndpointError
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.presence_core import error_reply
+from apexmesh.beep.mime import beep_xml
+from apexmesh.contracts.common.v1 import common_pb2
+from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
+from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
+from apexmesh.pubsub import core
+from apexmesh.pubsub.core import Outcome, Send, Subscription
+from apexmesh.pubsub.elements import (
+    CANCEL_TOKEN,
+    CONTENT_NAME,
+    CREATETOPIC_TOKEN,
+    DATA_TOKEN,
+    DELETETOPIC_TOKEN,
+    LISTTOPICS_TOKEN,
+    SUBSCRIBE_TOKEN,
+    Cancel,
+    CreateTopic,
+    DeleteTopic,
+    ListTopics,
+    Operation,
+    Subscribe,
+    is_service,
+    operation_from,
+    parse_operation,
+    service_endpoint,
+    topic_endpoint,
+    topic_of,
+)
+from apexmesh.rpc.access import AccessClient
+from apexmesh.rpc.relay import RelaySubmitter
+from apexmesh.store.access_cache import CachedAccessChecker
+from apexmesh.store.pubsub import JournalEntry, PubsubStore, TopicView, new_entry
+from services.pubsub.settings import Upstream
+
+_log = logging.getLogger(__name__)
+
+#: Milliseconds since the epoch (the core reads no clock).
+Clock = Callable[[], int]
+
+#: Attempts at an operation whose topic keeps changing under it (optimistic commits).
+COMMIT_ATTEMPTS = 16
+
+#: Journal entries redone at once (bounded concurrency of Submit calls).
+SEND_CONCURRENCY = 128
+
+#: Leases ended per claim (one Lua call).
+EXPIRY_BATCH = 500
+
+#: An entry still in the journal this long after it was written is redone (its send
+#: failed, e.g. no relay reachable): at-least-once for journalled work.
+RETRY_AFTER_MS = 10_000
+
+#: How often the leader scans the journal for orphaned work.
+ORPHAN_SCAN_MS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class PubsubMetrics:
+    operations: Counter
+    publications: Counter
+    forwarded: Counter
+    sent: Counter
+    expired: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> PubsubMetrics:
+        return cls(
+            operations=Counter(
+                "apexmesh_pubsub_operations",
+                "Operations handled, by operation and reply code.",
+                ["operation", "code"],
+                registry=registry,
+            ),
+            publications=Counter(
+                "apexmesh_pubsub_publications",
+                "Data received for a topic, by the code answered.",
+                ["code"],
+                registry=registry,
+            ),
+            forwarded=Counter(
+                "apexmesh_pubsub_forwarded_recipients",
+                "Recipients named in data forwarded to subscribers.",
+                registry=registry,
+            ),
+            sent=Counter(
+                "apexmesh_pubsub_sent",
+                "Elements originated by apex=pubsub, by relay answer code.",
+                ["code"],
+                registry=registry,
+            ),
+            expired=Counter(
+                "apexmesh_pubsub_leases_expired",
+                "Subscriptions ended because their duration ran out.",
+                registry=registry,
+            ),
+        )
+
+
+def element_payload(origin: Endpoint, recipient: Endpoint, content: bytes) -> bytes:
+    """The BEEP payload of one element sent inline from ``origin`` to ``recipient``."""
+    data = Data(
+        content="#" + CONTENT_NAME,
+        originator=Originator(identity=origin),
+        recipients=(Recipient(identity=recipient),),
+        data_content=DataContent(name=CONTENT_NAME, content=content),
+    )
+    return beep_xml(data.to_xml())
+
+
+def forward_payload(data: Data, parts: Sequence[MimePart]) -> bytes:
+    """The payload of forwarded data: inline content as is, MIME parts copied."""
+    if not data.content.startswith("cid:") or not parts:
+        return beep_xml(data.to_xml())
+    while True:
+        try:
+            return build_payload(data, parts, boundary=f"apexmesh-{secrets.token_hex(12)}")
+        except ApexError:
+            if any(part.content_id is None for part in parts):
+                raise
+            # The boundary occurred in a part (vanishingly rare): draw another.
+
+
+def _access_set(owner: Endpoint, actor: Endpoint, *, grant: bool, trans_id: int) -> bytes:
+    pattern = str(ActorPattern.exactly(actor))
+    head = f"<access owner='{owner}' actor='{pattern}'"
+    head += " actions='core:data' />" if grant else " />"
+    return f"<set transID='{trans_id}'>{head}</set>".encode()
+
+
+def _content(payload: bytes) -> tuple[Data, bytes, tuple[MimePart, ...]]:
+    """The data of a delivered payload, its content octets and its MIME parts."""
+    parsed = parse_payload(payload)
+    element = parse_message(parsed.control)
+    if not isinstance(element, Data):
+        raise ApexError(ApexReplyCode.PARAMETER_SYNTAX_ERROR, "payload is not data")
+    resolved = resolve_content(element, parsed.parts)
+    body = resolved.content if isinstance(resolved, DataContent) else resolved.body
+    return element, body, tuple(parsed.parts.values())
+
+
+class PubsubService:
+    """Sections 4.2-4.7 over the store, the access service and the relays."""
+
+    def __init__(
+        self,
+        *,
+        domains: Iterable[str],
+        store: PubsubStore,
+        access: AccessClient,
+        access_cache: CachedAccessChecker | None,
+        relays: RelaySubmitter,
+        presence: presence_pb2_grpc.PresenceServiceStub | None,
+        metrics: PubsubMetrics,
+        clock: Clock,
+        lease_ms: int,
+        grant_data: bool = False,
+        hops: int = core.DEFAULT_HOPS,
+        upstreams: Sequence[Upstream] = (),
+        upstream_duration: int = 3600,
+        timeout: float = 2.0,
+    ) -> None:
+        self.domains = frozenset(domains)
+        self.store = store
+        self._access = access
+        self._access_cache = access_cache
+        self._relays = relays
+        self._presence = presence
+        self._metrics = metrics
+        self._clock = clock
+        self._lease_ms = lease_ms
+        self._grant = grant_data
+        self._hops = hops
+        self._upstreams = tuple(upstreams)
+        self._upstream_duration = upstream_duration
+        self._timeout = timeout
+        self._subscribers: dict[tuple[str, str], tuple[int, dict[Endpoint, Subscription]]] = {}
+        self._ids = itertools.count(1)
+        self._last_scan = 0
+        #: Domains this pod currently leads.
+        self.leading: set[str] = set()
+
+    def _next_id(self) -> int:
+        return next(self._ids) % 2_147_483_647 or 1
+
+    # ------------------------------------------------------------------ sending
+
+    async def _submit(self, origin: Endpoint, recipient: Endpoint, content: bytes) -> bool:
+        """Send one element; True when the work is done (a relay answered, even with a
+        refusal: the element can never be delivered then)."""
+        outcome = await self._relays.submit(
+            str(origin), element_payload(origin, recipient, content), key=str(recipient)
+        )
+        self._metrics.sent.labels(str(outcome.code)).inc()
+        if outcome.code != ApexReplyCode.SUCCESS:
+            _log.info("to %s: relay answered %d %s", recipient, outcome.code, outcome.text)
+        return outcome.source == "relay"
+
+    async def _do(self, entry: JournalEntry) -> bool:
+        f = entry.fields
+        try:
+            if entry.kind == "send":
+                return await self._submit(
+                    Endpoint.parse(f["origin"]),
+                    Endpoint.parse(f["recipient"]),
+                    bytes.fromhex(f["content"]),
+                )
+            if entry.kind == "expired":
+                cancel = Cancel(
+                    topic=f["topic"],
+                    trans_id=int(f["trans_id"]),
+                    subscriber=Endpoint.parse(f["subscriber"]),
+                )
+                self._metrics.expired.inc()
+                return await self._submit(
+                    service_endpoint(f["domain"]), Endpoint.parse(f["originator"]), cancel.to_xml()
+                )
+            if entry.kind == "presence":
+                return await self._tuple(f["domain"], f["topic"], add=f["action"] == "add")
+            if entry.kind == "access":
+                return await self._grant_data(
+                    f["domain"], f["topic"], Endpoint.parse(f["subscriber"]), f["action"] == "grant"
+                )
+        except (KeyError, ValueError, EndpointError, ApexError) as exc:
+            _log.warning("journal entry %s cannot be done (%s): dropped", entry.id, exc)
+            return True
+        _log.warning("journal entry %s of unknown kind %r: dropped", entry.id, entry.kind)
+        return True
+
+    @property
+    def leader(self) -> bool:
+        return bool(self.leading)
+
+    async def perform(self, domain: str, entries: Sequence[JournalEntry]) -> None:
+        """Do journalled work in order (bounded concurrency) and forget what is done."""
+        for start in range(0, len(entries), SEND_CONCURRENCY):
+            batch = entries[start : start + SEND_CONCURRENCY]
+            if len(batch) == 1:
+                results = [await self._do(batch[0])]
+            else:
+                results = list(await asyncio.gather(*(self._do(e) for e in batch)))
+            await self.store.done(
+                domain, *(e.id for e, ok in zip(batch, results, strict=True) if ok)
+            )
+
+    async def _tuple(self, domain: str, topic: str, *, add: bool) -> bool:
+        """Sections 4.2/4.3 step 3.2: the topic's tuple in apex=pubsub's presence entry."""
+        if self._presence is None:
+            return True
+        publisher = str(service_endpoint(domain))
+        destination = f"apex:{topic_endpoint(topic, domain)}"
+        try:
+            if add:
+                tuple_ = presence_pb2.Tuple(destination=destination)
+                request = presence_pb2.SetTuplesRequest(publisher=publisher, tuples=[tuple_])
+                answer = await self._presence.SetTuples(request, timeout=self._timeout)
+            else:
+                removal = presence_pb2.RemoveTuplesRequest(
+                    publisher=publisher, destinations=[destination]
+                )
+                answer = await self._presence.RemoveTuples(removal, timeout=self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            _log.warning("presence service unreachable: %s", exc.code())
+            return False
+        if answer.status.code != ApexReplyCode.SUCCESS:
+            _log.warning("presence refused %s: %d", destination, answer.status.code)
+        return True
+
+    async def _grant_data(self, domain: str, topic: str, subscriber: Endpoint, grant: bool) -> bool:
+        """Section 7: core:data on the topic for a subscriber (or its removal)."""
+        content = _access_set(
+            topic_endpoint(topic, domain), subscriber, grant=grant, trans_id=self._next_id()
+        )
+        try:
+            result = await self._access.handle_operation(str(service_endpoint(domain)), content)
+        except grpc.aio.AioRpcError as exc:
+            _log.warning("access service unreachable: %s", exc.code())
+            return False
+        if self._access_cache is None and result.reply.content:
+            _log.debug("access answered %r", result.reply.content[:80])
+        return True
+
+    # ------------------------------------------------------------------ access
+
+    async def _allowed(
+        self, owner: Endpoint, actor: Endpoint, token: str, trans_id: int | None
+    ) -> bool:
+        """Step 1 of every operation; 451 when the access service cannot answer."""
+        try:
+            if self._access_cache is not None:
+                decision = self._access_cache.lookup(str(owner), str(actor), token)
+                if decision is None:
+                    decision = await self._access_cache.check(str(owner), str(actor), token)
+            else:
+                decision, _ = await self._access.check(str(owner), str(actor), token)
+        except grpc.aio.AioRpcError as exc:
+            _log.warning("access check failed: %s %s", exc.code(), exc.details())
+            raise ApexError(
+                ApexReplyCode.ACTION_ABORTED, "access service unavailable", trans_id=trans_id
+            ) from None
+        return decision.allowed
+
+    # ------------------------------------------------------------------ operations
+
+    def _entries(self, domain: str, sends: Iterable[Send]) -> list[JournalEntry]:
+        origin = str(service_endpoint(domain))
+        return [
+            new_entry("send", origin=origin, recipient=str(s.recipient), content=s.content.hex())
+            for s in sends
+        ]
+
+    async def _decided(
+        self, domain: str, outcome: Outcome, topic: str | None, version: int | None
+    ) -> bool:
+        """Commit (with the journal) and send; False when the topic moved meanwhile."""
+        work = self._entries(domain, outcome.sends)
+        now = self._clock()
+        if outcome.changes and topic is not None:
+            entries = await self.store.commit(domain, topic, version, outcome.changes, work, now)
+            if entries is None:
+                return False
+        else:
+            await self.store.journal(domain, work, now)
+            entries = work
+        await self.perform(domain, entries)
+        return True
+
+    async def _run(
+        self, domain: str, topic: str, decide: Callable[[TopicView], Outcome]
+    ) -> Outcome:
+        for _ in range(COMMIT_ATTEMPTS):
+            view = await self.store.read_topic(domain, topic)
+            outcome = decide(view)
+            if await self._decided(domain, outcome, topic, view.version):
+                return outcome
+        raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, f"topic {topic} is busy")
+
+    async def _operate(self, domain: str, originator: Endpoint, op: Operation) -> Outcome:
+        service = service_endpoint(domain)
+        grant = self._grant
+        if isinstance(op, ListTopics):
+            allowed = await self._allowed(service, originator, LISTTOPICS_TOKEN, op.trans_id)
+            topics = await self.store.topics(domain) if allowed else []
+            outcome = core.list_topics(op, originator, allowed=allowed, topics=topics)
+            await self._decided(domain, outcome, None, None)
+            return outcome
+        if isinstance(op, CreateTopic):
+            allowed = await self._allowed(service, originator, CREATETOPIC_TOKEN, op.trans_id)
+            return await self._run(
+                domain,
+                op.topic,
+                lambda v: core.create_topic(op, originator, allowed=allowed, exists=v.exists),
+            )
+        if isinstance(op, DeleteTopic):
+            allowed = await self._allowed(service, originator, DELETETOPIC_TOKEN, op.trans_id)
+            return await self._run(
+                domain,
+                op.topic,
+                lambda v: core.delete_topic(
+                    op,
+                    originator,
+                    allowed=allowed,
+                    exists=v.exists,
+                    subscriptions=v.subscriptions.values(),
+                ),
+            )
+        owner = topic_endpoint(op.topic, domain)
+        if isinstance(op, Subscribe):
+            allowed = await self._allowed(owner, originator, SUBSCRIBE_TOKEN, op.trans_id)
+            return await self._run(
+                domain,
+                op.topic,
+                lambda v: core.subscribe(
+                    op,
+                    originator,
+                    domain=domain,
+                    allowed=allowed,
+                    exists=v.exists,
+                    subscriptions=v.subscriptions,
+                    now_ms=self._clock(),
+                    grant_data=grant,
+                ),
+            )
+        allowed = await self._allowed(owner, originator, CANCEL_TOKEN, op.trans_id)
+        return await self._run(
+            domain,
+            op.topic,
+            lambda v: core.cancel(
+                op,
+                originator,
+                domain=domain,
+                allowed=allowed,
+                exists=v.exists,
+                subscriptions=v.subscriptions,
+                now_ms=self._clock(),
+                grant_data=grant,
+            ),
+        )
+
+    async def handle(self, domain: str, originator: Endpoint, content: bytes) -> int:
+        """An operation sent to ``apex=pubsub@domain``; returns the reply code sent (0
+        when it was forwarded to a redistributing server)."""
+        name = "unknown"
+        try:
+            op = parse_operation(content)
+            name = type(op).__name__.lower()
+            outcome = await self._operate(domain, originator, op)
+        except ApexError as exc:
+            await self.refuse(domain, originator, exc)
+            self._metrics.operations.labels(name, str(int(exc.code))).inc()
+            return int(exc.code)
+        self._metrics.operations.labels(name, str(outcome.code)).inc()
+        return outcome.code
+
+    async def refuse(self, domain: str, originator: Endpoint, exc: ApexError) -> None:
+        reply = error_reply(exc)
+        await self._decided(
+            domain,
+            Outcome(code=reply.code, step="parse", sends=(Send(originator, reply.to_xml()),)),
+            None,
+            None,
+        )
+
+    # ------------------------------------------------------------------ 4.7.1
+
+    async def _subscriptions(self, domain: str, topic: str) -> dict[Endpoint, Subscription] | None:
+        cached = self._subscribers.get((domain, topic))
+        exists, version, fresh = await self.store.accept_publish(
+            domain, topic, -1 if cached is None else cached[0], None, self._clock()
+        )
+        if not exists:
+            self._subscribers.pop((domain, topic), None)
+            return None
+        if fresh is not None or cached is None:
+            subs = fresh or {}
+            if len(self._subscribers) > 100_000:
+                self._subscribers.clear()
+            self._subscribers[(domain, topic)] = (version, subs)
+            return subs
+        return cached[1]
+
+    async def publish(
+        self, domain: str, topic: str, originator: Endpoint, payload: bytes
+    ) -> tuple[int, str]:
+        """Section 4.7.1: (code, text) for the delivering relay."""
+        subs = await self._subscriptions(domain, topic)
+        owner = topic_endpoint(topic, domain)
+        allowed = subs is not None and await self._allowed(owner, originator, DATA_TOKEN, None)
+        plan = core.publish(
+            originator,
+            exists=subs is not None,
+            allowed=allowed,
+            subscriptions=(subs or {}).values(),
+            now_ms=self._clock(),
+        )
+        if plan.code != ApexReplyCode.SUCCESS or not plan.recipients:
+            self._metrics.publications.labels(str(plan.code)).inc()
+            text = {550: "no such topic", 537: "action not authorized"}.get(plan.code, "")
+            return plan.code, text
+        data, _body, parts = _content(payload)
+        hops = core.hops_left(data, self._hops)
+        recipients = plan.recipients
+        for start in range(0, len(recipients), MAX_RECIPIENTS_PER_DATA):
+            forward = core.forward_data(
+                data,
+                topic,
+                domain,
+                recipients[start : start + MAX_RECIPIENTS_PER_DATA],
+                hops=hops,
+                trans_id=self._next_id(),
+            )
+            outcome = await self._relays.submit(
+                str(owner), forward_payload(forward, parts), key=str(owner)
+            )
+            if outcome.code != ApexReplyCode.SUCCESS:
+                self._metrics.publications.labels(str(outcome.code)).inc()
+                return outcome.code, outcome.text
+        self._metrics.forwarded.inc(len(recipients))
+        self._metrics.publications.labels("250").inc()
+        return 250, ""
+
+    # ------------------------------------------------------------------ 2.6, as redistributor
+
+    async def from_upstream(
+        self, domain: str, topic: str, originator: Endpoint, content: bytes
+    ) -> int:
+        """Data to ``apex=pubsub/TOPIC@domain`` from another domain's ``apex=pubsub``: a
+        subscribe or cancel it forwarded (4.5 step 4, 4.6 step 3), the cancel of our own
+        upstream subscription, or its reply to it."""
+        root = _dtd.parse_root(content)
+        if _dtd.tag_of(root) == "reply":
+            reply = reply_from(root, require_trans_id=False)
+            if reply.code != ApexReplyCode.SUCCESS:
+                _log.warning(
+                    "upstream %s refused %s: %d %s", originator, topic, reply.code, reply.text
+                )
+            return 250
+        op = operation_from(root)
+        ours = topic_endpoint(topic, domain)
+        if not any(
+            u.topic == topic and u.domain == domain and u.upstream == originator.domain
+            for u in self._upstreams
+        ):
+            raise ApexError(ApexReplyCode.NOT_AUTHORIZED, f"{originator} does not feed {topic}")
+        if isinstance(op, Cancel) and op.subject(originator) == ours:
+            await self.store.upstream_lost(domain, topic)
+            return 250
+        if isinstance(op, Subscribe):
+            subject = op.subscriber
+
+            def decide(view: TopicView) -> Outcome:
+                if not view.exists:
+                    return Outcome(
+                        code=553,
+                        step="4.5/2",
+                        sends=(
+                            Send(
+                                subject,
+                                Reply(
+                                    code=553, trans_id=op.trans_id, text=f"no topic {topic}"
+                                ).to_xml(),
+                            ),
+                        ),
+                    )
+                if op.duration <= 0:
+                    return Outcome(
+                        code=553,
+                        step="4.5/3",
+                        sends=(Send(subject, Reply(code=553, trans_id=op.trans_id).to_xml()),),
+                    )
+                return core.accept_subscribe(
+                    op, subject, view.subscriptions, self._clock(), grant_data=self._grant
+                )
+
+            return (await self._run(domain, topic, decide)).code
+        if isinstance(op, Cancel):
+            subject = op.subject(originator)
+            return (
+                await self._run(
+                    domain,
+                    topic,
+                    lambda v: core.accept_cancel(
+                        op, subject, v.subscriptions, grant_data=self._grant
+                    ),
+                )
+            ).code
+        raise ApexError(ApexReplyCode.PARAMETER_SYNTAX_ERROR, "not a forwarded operation")
+
+    async def _renew_upstreams(self) -> None:
+        now = self._clock()
+        for up in self._upstreams:
+            if up.domain not in self.leading:
+                continue
+            if not await self.store.upstream_due(up.domain, up.topic):
+                continue
+            ours = topic_endpoint(up.topic, up.domain)
+            view = await self.store.read_topic(up.domain, up.topic)
+            if not view.exists:
+                create = core.create_topic(
+                    CreateTopic(topic=up.topic, trans_id=self._next_id()),
+                    service_endpoint(up.domain),
+                    allowed=True,
+                    exists=False,
+                )
+                await self.store.commit(up.domain, up.topic, view.version, create.changes, [], now)
+            op = Subscribe(
+                subscriber=ours,
+                topic=up.topic,
+                trans_id=self._next_id(),
+                duration=self._upstream_duration,
+            )
+            entry = new_entry(
+                "send",
+                origin=str(ours),
+                recipient=str(service_endpoint(up.upstream)),
+                content=op.to_xml().hex(),
+            )
+            await self.store.journal(up.domain, [entry], now)
+            await self.store.upstream_sent(up.domain, up.topic, self._upstream_duration * 500, now)
+            await self.perform(up.domain, [entry])
+
+    # ------------------------------------------------------------------ time
+
+    async def tick(self) -> None:
+        """Pod lease; for each domain this pod leads: due leases, orphaned journal,
+        upstream subscriptions."""
+        await self.store.heartbeat(self._lease_ms)
+        scan = self._clock() - self._last_scan >= ORPHAN_SCAN_MS
+        if scan:
+            self._last_scan = self._clock()
+        for domain in sorted(self.domains):
+            if await self.store.lead(domain, self._lease_ms):
+                self.leading.add(domain)
+            else:
+                self.leading.discard(domain)
+                continue
+            while True:
+                due = await self.store.claim_expired(domain, self._clock(), EXPIRY_BATCH)
+                if not due:
+                    break
+                await self.perform(domain, due)
+            if scan:
+                now = self._clock()
+                orphans = await self.store.orphans(domain, now, max(RETRY_AFTER_MS, self._lease_ms))
+                if orphans:
+                    _log.info("redoing %d journal entries of %s", len(orphans), domain)
+                    await self.perform(domain, orphans)
+        await self._renew_upstreams()
+
+    async def next_timer(self) -> int | None:
+        """The earliest lease end of the domains this pod leads."""
+        ends = [await self.store.next_expiry(domain) for domain in sorted(self.leading)]
+        return min((end for end in ends if end is not None), default=None)
+
+    async def resign(self) -> None:
+        for domain in sorted(self.leading):
+            await self.store.resign(domain)
+        self.leading.clear()
+
+
+# --------------------------------------------------------------------------- servicer
+
+
+def _status(code: int, text: str = "") -> common_pb2.ApexStatus:
+    return common_pb2.ApexStatus(code=int(code), text=text)
+
+
+class PubsubEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
+    """``WellKnownEndpoint.Deliver`` for ``apex=pubsub@D`` and ``apex=pubsub/TOPIC@D``.
+
+    An operation is answered 250 once handled (its outcome goes to the originator as a
+    ``reply``); data for a topic is answered with section 4.7.1's code (250, 550) or
+    537 without ``core:data``; a payload that is not APEX data gets its own code.
+    """
+
+    def __init__(self, service: PubsubService) -> None:
+        self._service = service
+
+    async def Deliver(  # noqa: N802 - generated servicer method name
+        self, request: endpoint_pb2.EndpointDeliverRequest, _context: grpc.aio.ServicerContext
+    ) -> endpoint_pb2.EndpointDeliverResponse:
+        service = self._service
+        try:
+            recipient = Endpoint.parse(request.recipient)
+            originator = Endpoint.parse(request.originator)
+        except EndpointError as exc:
+            return endpoint_pb2.EndpointDeliverResponse(status=_status(exc.code, str(exc)))
+        if recipient.domain not in service.domains:
+            return endpoint_pb2.EndpointDeliverResponse(
+                status=_status(ApexReplyCode.ACTION_NOT_TAKEN, "unknown endpoint identity")
+            )
+        domain = recipient.domain
+        if is_service(recipient):
+            return await self._operation(domain, originator, bytes(request.payload))
+        topic = topic_of(recipient)
+        if topic is None:
+            return endpoint_pb2.EndpointDeliverResponse(
+                status=_status(ApexReplyCode.ACTION_NOT_TAKEN, "no such topic")
+            )
+        try:
+            if core.is_upstream_operation(originator):
+                _data, body, _parts = _content(bytes(request.payload))
+                code = await service.from_upstream(domain, topic, originator, body)
+                return endpoint_pb2.EndpointDeliverResponse(status=_status(code))
+            code, text = await service.publish(domain, topic, originator, bytes(request.payload))
+        except ApexError as exc:
+            return endpoint_pb2.EndpointDeliverResponse(status=_status(exc.code, str(exc)[:200]))
+        return endpoint_pb2.EndpointDeliverResponse(status=_status(code, text))
+
+    async def _operation(
+        self, domain: str, originator: Endpoint, payload: bytes
+    ) -> endpoint_pb2.EndpointDeliverResponse:
+        try:
+            _data, body, _parts = _content(payload)
+        except ApexError as exc:
+            # The operation cannot even be found: tell the originator, who sent it.
+            await self._service.refuse(domain, originator, exc)
+            return endpoint_pb2.EndpointDeliverResponse(status=_status(250))
+        await self._service.handle(domain, originator, body)
+        return endpoint_pb2.EndpointDeliverResponse(status=_status(250))
+
+
+__all__ = [
+    "PubsubEndpointServicer",
+    "PubsubMetrics",
+    "PubsubService",
+    "element_payload",
+    "forward_payload",
+]

@@ -1,0 +1,176 @@
+"""Settings of the pubsub service, read once from environment variables.
+
+- ``APEXMESH_PUBSUB_DOMAINS`` (required): domains whose ``apex=pubsub`` this is.
+- ``APEXMESH_REDIS_URL`` (``redis://127.0.0.1:6379/0``): TLS or a password unless dev.
+- ``APEXMESH_REDIS_PREFIX`` (``apexmesh``): prefix of every key (``store/keys.py``).
+- ``APEXMESH_ACCESS_ADDRESS`` (required): gRPC address of the access service.
+- ``APEXMESH_RELAY_ADDRESSES``: relay gRPC addresses replies and data are submitted to.
+- ``APEXMESH_RELAY_TIMEOUT_SECONDS`` (``2.0``): deadline of one Submit or access call.
+- ``APEXMESH_PRESENCE_ADDRESS`` (optional): the presence service; each topic is then a
+  tuple of ``apex=pubsub@DOMAIN``'s presence entry (sections 4.2/4.3 step 3.2).
+- ``APEXMESH_PUBSUB_POD_ID`` (host name): this pod's id (journal ownership, leader lock).
+- ``APEXMESH_PUBSUB_LEASE_MS`` (``3000``): pod and leader lease; a dead pod's journal is
+  redone, and its leadership taken over, within this time.
+- ``APEXMESH_PUBSUB_TICK_SECONDS`` (``0.1``): longest sleep of the lease loop.
+- ``APEXMESH_PUBSUB_GRANT_DATA`` (``0``): grant ``core:data`` on the topic to each
+  subscriber, revoked on cancel (section 7's "only subscribers publish" policy).
+- ``APEXMESH_PUBSUB_HOPS`` (``8``): dataHopping budget of data the service forwards.
+- ``APEXMESH_PUBSUB_UPSTREAMS``: ``TOPIC@DOMAIN=UPSTREAM`` list: this service subscribes
+  as ``apex=pubsub/TOPIC@DOMAIN`` to ``apex=pubsub@UPSTREAM`` and redistributes (2.6).
+- ``APEXMESH_PUBSUB_UPSTREAM_DURATION`` (``3600``): seconds of that subscription; it is
+  renewed at half-life.
+- ``APEXMESH_PUBSUB_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7414``; 0 = any port).
+- ``APEXMESH_PUBSUB_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8414``): admin HTTP.
+- ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``), ``APEXMESH_DEV`` (``0``).
+
+Wildcard binds are refused unless ``APEXMESH_DEV=1`` (the rule of apexmesh/ops/settings.py).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from apexmesh.apex.endpoint import EndpointError, normalize_domain
+from apexmesh.apex.party import MAX_HOPS
+from apexmesh.ops.settings import (
+    DEV_FLAG,
+    SettingsError,
+    check_redis_url,
+    env_flag,
+    env_float,
+    env_int,
+    env_list,
+    required_domains,
+)
+from apexmesh.pubsub.elements import is_topic
+
+#: Bind hosts that listen on every interface.
+WILDCARD_HOSTS: Final = frozenset({"", "*", "0.0.0.0", "::", "[::]"})  # noqa: S104
+
+
+def _bind(env: Mapping[str, str], name: str, *, dev: bool) -> str:
+    host = env.get(name, "127.0.0.1")
+    if host.strip() in WILDCARD_HOSTS and not dev:
+        raise SettingsError(f"{name}={host!r} binds every interface; set {DEV_FLAG}=1 for dev")
+    return host
+
+
+def _address(name: str, text: str) -> str:
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise SettingsError(f"{name}: {text!r} is not host:port")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """One redistributed topic: ``topic@domain`` is fed by ``apex=pubsub@upstream``."""
+
+    topic: str
+    domain: str
+    upstream: str
+
+
+def _upstreams(env: Mapping[str, str], domains: tuple[str, ...]) -> tuple[Upstream, ...]:
+    name = "APEXMESH_PUBSUB_UPSTREAMS"
+    out: list[Upstream] = []
+    for item in env_list(env, name):
+        local, sep, upstream = item.partition("=")
+        topic, at, domain = local.partition("@")
+        if not sep or not at or not is_topic(topic.strip()):
+            raise SettingsError(f"{name}: {item!r} is not TOPIC@DOMAIN=UPSTREAM")
+        try:
+            domain = normalize_domain(domain.strip())
+            upstream = normalize_domain(upstream.strip())
+        except EndpointError as exc:
+            raise SettingsError(f"{name}: {exc}") from None
+        if domain not in domains:
+            raise SettingsError(f"{name}: {domain} is not one of APEXMESH_PUBSUB_DOMAINS")
+        if upstream == domain:
+            raise SettingsError(f"{name}: {item!r} redistributes its own domain")
+        out.append(Upstream(topic.strip(), domain, upstream))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class PubsubSettings:
+    domains: tuple[str, ...]
+    redis_url: str
+    redis_prefix: str
+    access_address: str
+    relay_addresses: tuple[str, ...]
+    relay_timeout: float
+    presence_address: str
+    pod_id: str
+    lease_ms: int
+    tick_seconds: float
+    grant_data: bool
+    hops: int
+    upstreams: tuple[Upstream, ...]
+    upstream_duration: int
+    grpc_host: str
+    grpc_port: int
+    http_host: str
+    http_port: int
+    shutdown_grace: float
+    dev: bool
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> PubsubSettings:
+        """Read and validate; raise :class:`SettingsError` with the variable's name."""
+        env = os.environ if env is None else env
+        dev = env_flag(env, DEV_FLAG)
+        domains = required_domains(env, "APEXMESH_PUBSUB_DOMAINS")
+        access = env.get("APEXMESH_ACCESS_ADDRESS", "")
+        if not access:
+            raise SettingsError("APEXMESH_ACCESS_ADDRESS is required")
+        presence = env.get("APEXMESH_PRESENCE_ADDRESS", "")
+        tick = env_float(env, "APEXMESH_PUBSUB_TICK_SECONDS", 0.1)
+        if not 0 < tick <= 1:
+            raise SettingsError("APEXMESH_PUBSUB_TICK_SECONDS must be in (0, 1]")
+        lease_ms = env_int(env, "APEXMESH_PUBSUB_LEASE_MS", 3000)
+        if not 300 <= lease_ms <= 600_000:
+            raise SettingsError("APEXMESH_PUBSUB_LEASE_MS must be in [300, 600000]")
+        hops = env_int(env, "APEXMESH_PUBSUB_HOPS", 8)
+        if not 1 <= hops <= MAX_HOPS:
+            raise SettingsError(f"APEXMESH_PUBSUB_HOPS must be in [1, {MAX_HOPS}]")
+        duration = env_int(env, "APEXMESH_PUBSUB_UPSTREAM_DURATION", 3600)
+        if not 2 <= duration <= 2_147_483_647:
+            raise SettingsError("APEXMESH_PUBSUB_UPSTREAM_DURATION must be at least 2")
+        pod_id = env.get("APEXMESH_PUBSUB_POD_ID", "") or socket.gethostname()
+        return cls(
+            domains=domains,
+            redis_url=check_redis_url(
+                env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
+            ),
+            redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
+            access_address=_address("APEXMESH_ACCESS_ADDRESS", access),
+            relay_addresses=tuple(
+                dict.fromkeys(
+                    _address("APEXMESH_RELAY_ADDRESSES", text)
+                    for text in env_list(env, "APEXMESH_RELAY_ADDRESSES")
+                )
+            ),
+            relay_timeout=env_float(env, "APEXMESH_RELAY_TIMEOUT_SECONDS", 2.0),
+            presence_address=_address("APEXMESH_PRESENCE_ADDRESS", presence) if presence else "",
+            pod_id=pod_id,
+            lease_ms=lease_ms,
+            tick_seconds=tick,
+            grant_data=env_flag(env, "APEXMESH_PUBSUB_GRANT_DATA"),
+            hops=hops,
+            upstreams=_upstreams(env, domains),
+            upstream_duration=duration,
+            grpc_host=_bind(env, "APEXMESH_PUBSUB_GRPC_HOST", dev=dev),
+            grpc_port=env_int(env, "APEXMESH_PUBSUB_GRPC_PORT", 7414),
+            http_host=_bind(env, "APEXMESH_PUBSUB_HTTP_HOST", dev=dev),
+            http_port=env_int(env, "APEXMESH_PUBSUB_HTTP_PORT", 8414),
+            shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
+            dev=dev,
+        )
+
+
+__all__ = ["PubsubSettings", "Upstream"]
