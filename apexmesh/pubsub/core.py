@@ -414,10 +414,11 @@ def publish(
         return PublishPlan(code=ApexReplyCode.ACTION_NOT_TAKEN, step="4.7.1/1")
     if not allowed:
         return PublishPlan(code=ApexReplyCode.NOT_AUTHORIZED, step="4.7.1/access")
+    # Split horizon: data from a redistributing server never goes back to it; an
+    # application that publishes to a topic it subscribes to gets its data as anyone.
+    horizon = originator if topic_of(originator) is not None else None
     recipients = tuple(
-        sub.subscriber
-        for sub in subscriptions
-        if sub.active(now_ms) and sub.subscriber != originator
+        sub.subscriber for sub in subscriptions if sub.active(now_ms) and sub.subscriber != horizon
     )
     return PublishPlan(code=250, step="4.7.1/2", recipients=recipients)
 

@@ -393,6 +393,11 @@ def test_publish_steps(
     assert (plan.code, plan.step, plan.recipients) == (code, step, recipients)
 
 
+def test_a_subscribed_publisher_gets_its_own_data() -> None:
+    plan = core.publish(MIKE, exists=True, allowed=True, subscriptions=[sub(MIKE)], now_ms=NOW)
+    assert plan.recipients == (MIKE,)
+
+
 def test_publish_never_returns_data_to_its_redistributor() -> None:
     plan = core.publish(
         REDIST, exists=True, allowed=True, subscriptions=[sub(MIKE), sub(REDIST)], now_ms=NOW

@@ -32,6 +32,8 @@ from services.pubsub.app import PubsubApp
 from services.pubsub.settings import PubsubSettings
 from services.relay.app import RelayApp
 from services.relay.settings import RelaySettings
+from services.report.app import ReportApp
+from services.report.settings import ReportSettings
 from tests.support.mesh import base_env, endpoint_client, relay_env
 from tests.support.redis_server import RedisServer, free_port
 
@@ -135,9 +137,9 @@ async def pubsub_mesh(
         )
     )
     relays: list[RelayApp] = []
-    others: list[PresenceApp | PubsubApp] = []
+    others: list[PresenceApp | PubsubApp | ReportApp] = []
     await access.start()
-    ports = {name: free_port() for name in ("p1", "p2", "pr", "presence")}
+    ports = {name: free_port() for name in ("p1", "p2", "pr", "presence", "report")}
     mesh_ports = {"example.com": free_port(), "redistr.com": free_port()}
     try:
         for pod, domain, pubsub, other in (
@@ -151,7 +153,7 @@ async def pubsub_mesh(
                 pod_id=f"{domain}-{pod}",
                 mesh_port=mesh_ports[domain] if pod != "b" else 0,
                 access_port=access.grpc_port,
-                report_port=free_port(),
+                report_port=ports["report"] if domain == "example.com" else free_port(),
                 routes={other: mesh_ports[other]},
                 lease_ms=LEASE_MS,
             )
@@ -179,6 +181,20 @@ async def pubsub_mesh(
         )
         others.append(presence)
         await presence.start()
+        # statusResponse data (RFC 3340 6.2): how a publisher sees section 4.7.1's code.
+        report = ReportApp(
+            ReportSettings.from_env(
+                {
+                    **common,
+                    "APEXMESH_REPORT_DOMAINS": "example.com",
+                    "APEXMESH_RELAY_ADDRESSES": f"127.0.0.1:{a.grpc_port},127.0.0.1:{b.grpc_port}",
+                    "APEXMESH_REPORT_GRPC_PORT": str(ports["report"]),
+                    "APEXMESH_REPORT_HTTP_PORT": "0",
+                }
+            )
+        )
+        others.append(report)
+        await report.start()
         mesh = PubsubMesh(common, access, a, b, r, presence, {}, ports, mesh_ports)
         for name in pubsub_in_process:
             app = PubsubApp(PubsubSettings.from_env(mesh.pubsub_env(name)))
