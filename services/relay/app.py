@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from apexmesh.aio import BeepConnection, listen
+from apexmesh.apex.holding import HOLD_FOR_ENDPOINT, TIMING_OPTIONS
 from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
 from apexmesh.apex.party import PARTY_OPTIONS
 from apexmesh.beep.sasl import SaslServerExchange, StaticCredentials
@@ -30,8 +31,10 @@ from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.attachments import AttachmentRegistry
+from apexmesh.store.held import HeldStore
 from apexmesh.store.keys import Keys
 from services.relay.edge import APEX_PROFILE, Mode, start_handler
+from services.relay.holder import Holder
 from services.relay.http import create_http_app
 from services.relay.mesh import MeshPool
 from services.relay.metrics import RelayMetrics
@@ -78,9 +81,13 @@ class RelayApp:
             credentials=settings.credentials,
         )
         self.peers = PeerDelivery()
+        understood = {STATUS_REQUEST, *PARTY_OPTIONS, *TIMING_OPTIONS}
+        if settings.hold_limits is None:
+            understood.discard(HOLD_FOR_ENDPOINT)
+        registry = OptionRegistry(internal=frozenset(understood))
         self.router = Router(
             domains=settings.domains,
-            options=OptionRegistry(internal=frozenset({STATUS_REQUEST, *PARTY_OPTIONS})),
+            options=registry,
             access=self.checker,
             attachments=self.attachments,
             peers=self.peers,
@@ -90,7 +97,20 @@ class RelayApp:
             trusted=settings.trusted,
             allow_anonymous=settings.dev,
             clock=time.monotonic,
+            min_transit_ms=settings.min_transit_ms,
         )
+        if settings.hold_limits is not None:
+            self.router.holder = Holder(
+                store=HeldStore(self.redis, self.keys, lease_ms=settings.lease_ms),
+                limits=settings.hold_limits,
+                registry=registry,
+                timekeeper=self.router.timekeeper,
+                metrics=self.metrics,
+                pod_id=settings.pod_id,
+                domains=settings.domains,
+                attached=self.router.attached_channel,
+                sweep_seconds=settings.hold_sweep_ms / 1000,
+            )
         self.presence_hook = (
             None
             if settings.presence_address is None
@@ -171,6 +191,8 @@ class RelayApp:
         )
         await self.attachments.renew(self.grpc_address)
         self._lease_task = asyncio.get_running_loop().create_task(self._renew_leases())
+        if self.router.holder is not None:
+            self.router.holder.start()
         for mode, host, port in (
             (Mode.EDGE, self.settings.edge_host, self.settings.edge_port),
             (Mode.MESH, self.settings.mesh_host, self.settings.mesh_port),
@@ -234,13 +256,16 @@ class RelayApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lease_task
         connections = list(self._connections)
-        await asyncio.gather(*(conn.close(timeout=2.0) for conn in connections),
-                             return_exceptions=True)
+        await asyncio.gather(
+            *(conn.close(timeout=2.0) for conn in connections), return_exceptions=True
+        )
         for server in self._listeners:
             # wait_closed waits for every accepted connection; all were closed above.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2.0)
         self._listeners.clear()
+        if self.router.holder is not None:
+            await self.router.holder.close()
         with contextlib.suppress(Exception):
             await self.attachments.release_all()
         await self.router.close()

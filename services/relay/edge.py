@@ -37,7 +37,7 @@ from apexmesh.beep import events as ev
 from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.errors import BeepError
 from apexmesh.beep.mime import beep_xml
-from services.relay.outcomes import Outcome, code_of, outcome_from_reply
+from services.relay.outcomes import ENDPOINT_DETACHED, Outcome, code_of, outcome_from_reply
 
 if TYPE_CHECKING:
     from services.relay.router import Router
@@ -146,6 +146,8 @@ class ApexChannel:
             result = await self._associate(element)
             if element_is_ok(result):
                 incoming.reply(beep_xml(result))
+                if isinstance(element, Attach):
+                    self.router.attached_ready(element.endpoint)  # held data, after the ok
             else:
                 incoming.error(beep_xml(result))
             return
@@ -210,19 +212,19 @@ class ApexChannel:
         result: asyncio.Future[Outcome] = loop.create_future()
         channel = self.channel
         if channel is None or self._closed or self.closed_by_peer:
-            result.set_result(Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached"))
+            result.set_result(ENDPOINT_DETACHED)
             return result
         try:
             reply = channel.send(payload)
         except BeepError:  # the session ended, or the channel closed meanwhile
-            result.set_result(Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached"))
+            result.set_result(ENDPOINT_DETACHED)
             return result
 
         def done(future: asyncio.Future[Reply]) -> None:
             if result.done():
                 return
             if future.cancelled() or future.exception() is not None:
-                result.set_result(Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached"))
+                result.set_result(ENDPOINT_DETACHED)
             else:
                 result.set_result(outcome_from_reply(future.result()))
 

@@ -18,6 +18,12 @@ class RelayMetrics:
     data: Counter
     deliveries: Counter
     outcomes: Counter
+    timing_reports: Counter
+    deadline_misses: Counter
+    held: Counter
+    held_count: Gauge
+    held_bytes: Gauge
+    held_oldest_age: Gauge
     _children: dict[tuple[int, str], Counter] = field(default_factory=dict)
 
     @classmethod
@@ -47,6 +53,44 @@ class RelayMetrics:
                 "apexmesh_relay_delivery_outcomes",
                 "Delivery outcomes per recipient (delivered or the reply code).",
                 ["result"],
+                registry=registry,
+            ),
+            timing_reports=Counter(
+                "apexmesh_relay_timing_reports",
+                "dataTiming reports sent (RFC 3342 section 2), by kind: final_hop (250), "
+                "timing_error (550), transient (350).",
+                ["kind"],
+                registry=registry,
+            ),
+            deadline_misses=Counter(
+                "apexmesh_relay_deadline_misses",
+                "Recipients whose dataTiming noLaterThan was reached, or predicted unmeetable.",
+                ["cause"],
+                registry=registry,
+            ),
+            held=Counter(
+                "apexmesh_relay_held_data",
+                "hold4Endpoint events at this pod: held, refused (quota or policy), "
+                "delivered (drained after the endpoint's ok), expired.",
+                ["event"],
+                registry=registry,
+            ),
+            held_count=Gauge(
+                "apexmesh_relay_held_entries",
+                "Data held for endpoints that are not attached, per domain (from Redis).",
+                ["domain"],
+                registry=registry,
+            ),
+            held_bytes=Gauge(
+                "apexmesh_relay_held_bytes",
+                "Payload octets held for endpoints that are not attached, per domain.",
+                ["domain"],
+                registry=registry,
+            ),
+            held_oldest_age=Gauge(
+                "apexmesh_relay_held_oldest_age_seconds",
+                "Age of the oldest held data per domain (0 when none is held).",
+                ["domain"],
                 registry=registry,
             ),
         )

@@ -30,6 +30,8 @@ class Outcome:
 
 
 DELIVERED = Outcome(ApexReplyCode.SUCCESS)
+#: The attachment ended before (or while) the data was sent to it.
+ENDPOINT_DETACHED = Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached")
 
 
 def outcome_from_reply(reply: Reply) -> Outcome:

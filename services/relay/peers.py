@@ -101,16 +101,39 @@ class PeerDelivery:
 
     def __init__(self) -> None:
         self._streams: dict[str, _Stream] = {}
+        self._calls: set[asyncio.Task[None]] = set()
 
     def deliver(
         self, address: str, recipient: Endpoint, originator: Endpoint, payload: bytes
     ) -> asyncio.Future[Outcome]:
+        return self._stream(address).deliver(str(recipient), str(originator), payload)
+
+    def _stream(self, address: str) -> _Stream:
         stream = self._streams.get(address)
         if stream is None or stream.broken:
             if stream is not None:
                 asyncio.get_running_loop().create_task(stream.close())
             stream = self._streams[address] = _Stream(address)
-        return stream.deliver(str(recipient), str(originator), payload)
+        return stream
+
+    def drain(self, address: str, endpoint: Endpoint) -> None:
+        """Ask the pod at ``address`` to deliver what is held for ``endpoint`` (gRPC
+        ``DrainHeld``), in the background: a lost request only delays the data until that
+        pod's next drain, it never loses it."""
+        stub = relay_pb2_grpc.RelayServiceStub(self._stream(address).channel)
+
+        async def call() -> None:
+            try:
+                await stub.DrainHeld(
+                    relay_pb2.DrainHeldRequest(endpoint=str(endpoint)),
+                    timeout=TERMINATE_TIMEOUT_SECONDS,
+                )
+            except grpc.aio.AioRpcError as exc:
+                _log.warning("drain request for %s to %s failed: %s", endpoint, address, exc.code())
+
+        task = asyncio.get_running_loop().create_task(call())
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
 
     async def terminate(self, address: str, endpoint: Endpoint, code: int, text: str) -> bool:
         """Ask the pod at ``address`` to terminate its attachment of ``endpoint``

@@ -27,19 +27,19 @@ import dataclasses
 import enum
 import functools
 import logging
-import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from apexmesh.apex.access import CORE_ATTACH, CORE_DATA
 from apexmesh.apex.associations import Association, Attachment
-from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.apex.content import MimePart, Payload, build_payload
+from apexmesh.apex.codes import ApexReplyCode, for_code
+from apexmesh.apex.content import MimePart, Payload
 from apexmesh.apex.data import Data
 from apexmesh.apex.elements import Attach, Bind, Error, Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
+from apexmesh.apex.holding import EXPIRED_CODE, QUOTA_CODE, hold_options, wants_hold
 from apexmesh.apex.hops import DataPlan, RecipientPlan, combine, plan_data
 from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
 from apexmesh.apex.party import (
@@ -50,9 +50,12 @@ from apexmesh.apex.party import (
     next_relay,
 )
 from apexmesh.apex.report import PendingReport, pending_reports, status_response
-from apexmesh.beep.mime import beep_xml
-from services.relay.outcomes import DELIVERED, Outcome, code_of
+from apexmesh.apex.timing import Timer, forward, timing_options
+from apexmesh.store.held import Refused
+from services.relay.holder import HELD, Holder, payload_for, timing_state
+from services.relay.outcomes import DELIVERED, ENDPOINT_DETACHED, Outcome, code_of
 from services.relay.peers import UNAVAILABLE as POD_UNAVAILABLE
+from services.relay.timekeeper import Timekeeper, wall_ms
 
 if TYPE_CHECKING:
     from apexmesh.store.access_cache import CachedAccessChecker
@@ -89,6 +92,10 @@ class Job:
     plan: DataPlan
     parts: tuple[MimePart, ...]
     raw: bytes
+    #: When this relay received it (epoch ms): the origin of its dataTiming clocks.
+    received_at: int = 0
+    #: Recipients whose data was held before ``ok`` (hold4Endpoint): nothing to deliver.
+    held: frozenset[Endpoint] = frozenset()
 
 
 @dataclass(eq=False)
@@ -130,6 +137,8 @@ class Router:
         trusted: tuple[str, ...] = (),
         allow_anonymous: bool = False,
         clock: Callable[[], float],
+        wall_clock: Callable[[], int] = wall_ms,
+        min_transit_ms: int = 0,
     ) -> None:
         self.domains = frozenset(domains)
         #: The first configured domain: the relay's voice where no other domain applies.
@@ -152,6 +161,16 @@ class Router:
         self._background: set[asyncio.Task[None]] = set()
         #: Tells apex=presence about attachments (optional, services/relay/presence_hook.py).
         self.presence: PresenceHook | None = None
+        #: dataTiming timers and reports (RFC 3342 section 2).
+        self.timekeeper = Timekeeper(
+            services=services,
+            metrics=metrics,
+            report_domain=self._voice_for,
+            clock=wall_clock,
+            min_transit_ms=min_transit_ms,
+        )
+        #: hold4Endpoint (RFC 3342 section 3); None: the option is not offered.
+        self.holder: Holder | None = None
 
     # ------------------------------------------------------------ attach, bind, terminate
 
@@ -273,7 +292,23 @@ class Router:
         dispatcher = self._dispatchers.get(id(channel))
         if dispatcher is None:
             dispatcher = self._dispatchers[id(channel)] = Dispatcher(self)
-        return self._accept(data, payload, raw, dispatcher)
+        planned = self._plan(data)
+        if isinstance(planned, Error):
+            return planned
+        received_at = self.timekeeper.now()
+        held: frozenset[Endpoint] = frozenset()
+        if any(p.process for p in planned.recipients):
+            checked = self._check_party_options(data, planned, received_at)
+            if checked is not None:
+                return checked
+            holding = await self._hold_unattached(data, planned, payload, raw, received_at)
+            if isinstance(holding, Error):
+                self.metrics.count(self.metrics.data, "refused")
+                return holding
+            held = holding
+        self.metrics.count(self.metrics.data, "accepted")
+        dispatcher.submit(Job(data, planned, tuple(payload.parts.values()), raw, received_at, held))
+        return None
 
     def originate(self, data: Data, payload: Payload, raw: bytes) -> Error | None:
         """Data a well-known endpoint of this domain sends (RFC 3340 section 6)."""
@@ -292,14 +327,117 @@ class Router:
     def _accept(
         self, data: Data, payload: Payload, raw: bytes, dispatcher: Dispatcher
     ) -> Error | None:
+        plan = self._plan(data)
+        if isinstance(plan, Error):
+            return plan
+        received_at = self.timekeeper.now()
+        if any(p.process for p in plan.recipients):
+            checked = self._check_party_options(data, plan, received_at)
+            if checked is not None:
+                return checked
+        self.metrics.count(self.metrics.data, "accepted")
+        dispatcher.submit(Job(data, plan, tuple(payload.parts.values()), raw, received_at))
+        return None
+
+    def _plan(self, data: Data) -> DataPlan | Error:
+        """Steps 2 (and the option plan of 4 and 5.1): 504 for a mustUnderstand option
+        this relay does not understand."""
         try:
-            plan = plan_data(data, self.options, is_final=self.is_final)
+            return plan_data(data, self.options, is_final=self.is_final)
         except ApexError as exc:
             self.metrics.count(self.metrics.data, "refused")
             return Error.from_exception(exc)
-        self.metrics.count(self.metrics.data, "accepted")
-        dispatcher.submit(Job(data, plan, tuple(payload.parts.values()), raw))
+
+    def _check_party_options(self, data: Data, plan: DataPlan, received_at: int) -> Error | None:
+        """Invalid dataTiming or hold4Endpoint content is refused before ``ok`` (501
+        carrying the option's transID), not discovered per recipient later."""
+        try:
+            for recipient in plan.recipients:
+                if recipient.failure is None:
+                    timing_state(recipient, data, received_at)
+                    hold_options(recipient)
+        except ApexError as exc:
+            self.metrics.count(self.metrics.data, "refused")
+            return Error.from_exception(exc)
         return None
+
+    async def _hold_unattached(
+        self, data: Data, plan: DataPlan, payload: Payload, raw: bytes, received_at: int
+    ) -> frozenset[Endpoint] | Error:
+        """hold4Endpoint before ``ok`` (RFC 3342 section 3): data for recipients of this
+        domain that are attached nowhere is written to Redis now, so that the ``ok`` is
+        only given once it is durable. A refused hold refuses the whole data (450 quota,
+        554 policy), taking back what was already written for its other recipients."""
+        holder = self.holder
+        if holder is None:
+            return frozenset()
+        parts = tuple(payload.parts.values())
+        written: list[tuple[Endpoint, int]] = []
+        for rplan in plan.recipients:
+            endpoint = rplan.recipient.identity
+            if (
+                rplan.failure is not None
+                or not rplan.final
+                or rplan.forward is None
+                or endpoint.is_service
+                or not wants_hold(rplan)
+                or endpoint in self.local
+                or await self._attached_elsewhere(endpoint)
+                or not await self._may_send(endpoint, data.originator.identity)
+            ):
+                continue  # delivered (or refused) after ok, as without the option
+            timing = timing_state(rplan, data, received_at)
+            body = payload_for(rplan.forward, data, parts, raw)
+            decision = holder.decide(rplan, timing, len(body))
+            refusal: Error | None = None
+            if decision.hold:
+                result = await holder.hold(endpoint, body, decision, timing)
+                if isinstance(result, Refused):
+                    refusal = Error(code=for_code(result.code) or QUOTA_CODE, text=result.text)
+                else:
+                    written.append((endpoint, result))
+            elif decision.code is not None and decision.code != EXPIRED_CODE:
+                refusal = Error(code=decision.code, text=decision.text)
+            if refusal is not None:
+                for endpoint_, entry in written:
+                    await holder.forget(endpoint_, [entry])
+                return refusal
+        for endpoint, _ in written:
+            await self._wake_drainer(endpoint)
+        return frozenset(endpoint for endpoint, _ in written)
+
+    async def _attached_elsewhere(self, endpoint: Endpoint) -> bool:
+        found = await self.attachments.locate(str(endpoint))
+        return found is not None and bool(found[1]) and found[0] != self.attachments.pod_id
+
+    async def _may_send(self, endpoint: Endpoint, originator: Endpoint) -> bool:
+        """Step 5.3's access check (core:data), which holding must not bypass."""
+        decision = self.access.lookup(str(endpoint), str(originator), CORE_DATA)
+        if decision is None:
+            decision = await self.access.check(str(endpoint), str(originator), CORE_DATA)
+        return decision.allowed
+
+    async def _wake_drainer(self, endpoint: Endpoint) -> None:
+        """The endpoint may have attached while its data was being held (after the
+        drain of its attach had looked): have the pod holding it drain again."""
+        if self.holder is None:
+            return
+        if endpoint in self.local:
+            self.holder.drain(endpoint)
+            return
+        found = await self.attachments.locate(str(endpoint))
+        if found is not None and found[1] and found[0] != self.attachments.pod_id:
+            self.peers.drain(found[1], endpoint)
+
+    def attached_ready(self, endpoint: Endpoint) -> None:
+        """An attach was answered ``ok``: deliver what is held for the endpoint."""
+        if self.holder is not None and endpoint in self.local:
+            self.holder.drain(endpoint)
+
+    def attached_channel(self, endpoint: Endpoint) -> ApexChannel | None:
+        """The APEX channel the endpoint is attached over on this pod, if any."""
+        held = self.local.get(endpoint)
+        return None if held is None else held[0]
 
     def is_final(self, endpoint: Endpoint) -> bool:
         """This relay delivers to endpoints of its own domains directly."""
@@ -336,15 +474,21 @@ class Router:
                     continue
                 if step.forward is not plan.forward:
                     plan = dataclasses.replace(plan, forward=step.forward)
-                foreign.setdefault(endpoint.domain, []).append(plan)
-            else:
-                outcomes[endpoint] = await self._deliver_here(job, plan)
+                timed = self._time_next_hop(job, plan)
+                if isinstance(timed, Outcome):
+                    outcomes[endpoint] = _done(timed)
+                    continue
+                foreign.setdefault(endpoint.domain, []).append(timed)
+            elif endpoint not in job.held:
+                outcomes[endpoint] = await self._deliver_final(job, plan)
         for domain, plans in foreign.items():
             forwarded = combine(plans)
             sent = self.mesh.send(domain, self._payload(job, forwarded))
             for plan in plans:
                 outcomes[plan.recipient.identity] = sent
         reports = (*pending_reports(job.data, job.plan), *hopped)
+        if job.held:
+            reports = _without(reports, job.held)
         if not reports and not _may_owe_reports(job):
             # Nothing to report whatever happens: outcomes are only counted and logged,
             # by callbacks rather than one more task per data (the common case).
@@ -365,6 +509,9 @@ class Router:
         self._count_outcome(job, endpoint, outcome)
 
     def _count_outcome(self, job: Job, endpoint: Endpoint, outcome: Outcome) -> None:
+        if outcome is HELD:
+            self.metrics.count(self.metrics.outcomes, "held")
+            return
         self.metrics.count(self.metrics.outcomes, "delivered" if outcome.ok else str(outcome.code))
         if not outcome.ok:
             _log.info(
@@ -374,6 +521,61 @@ class Router:
                 outcome.code,
                 outcome.text,
             )
+
+    def _time_next_hop(self, job: Job, plan: RecipientPlan) -> RecipientPlan | Outcome:
+        """Step 5.2 with dataTiming: the remaining times lowered by the time spent here,
+        or the 550 when the deadline is reached or cannot be met."""
+        if plan.forward is None or not timing_options(plan):
+            return plan
+        keeper = self.timekeeper
+        state = timing_state(plan, job.data, job.received_at)
+        assert state is not None  # noqa: S101  (timing options exist)
+        moved = forward(state, plan.forward, keeper.now(), min_transit_ms=keeper.min_transit_ms)
+        if moved.data is None:
+            return keeper.missed(moved.step)
+        keeper.report(moved.step.reports)
+        return dataclasses.replace(plan, forward=moved.data)
+
+    async def _deliver_final(self, job: Job, plan: RecipientPlan) -> asyncio.Future[Outcome]:
+        """Step 5.3, with the party pack: dataTiming deadlines and reports around the
+        delivery, hold4Endpoint when the endpoint turns out not to be attached."""
+        if not plan.process:
+            return await self._deliver_here(job, plan)
+        keeper = self.timekeeper
+        state = timing_state(plan, job.data, job.received_at)
+        timers: tuple[Timer, ...] = ()
+        if state is not None and plan.forward is not None:
+            moved = forward(state, plan.forward, keeper.now())
+            if moved.data is None:
+                return _done(keeper.missed(moved.step))
+            keeper.report(moved.step.reports)
+            state, timers = moved.step.state, moved.step.timers
+            plan = dataclasses.replace(plan, forward=moved.data)
+        delivery = await self._deliver_here(job, plan)
+        if self.holder is not None and wants_hold(plan):
+            delivery = _chain(
+                delivery, _not_attached, lambda outcome: self._hold_late(job, plan, outcome)
+            )
+        if state is None:
+            return delivery
+        return keeper.track(state, timers, delivery)
+
+    async def _hold_late(self, job: Job, plan: RecipientPlan, outcome: Outcome) -> Outcome:
+        """The endpoint detached between ``ok`` and delivery: hold its data now."""
+        holder = self.holder
+        endpoint = plan.recipient.identity
+        if holder is None or plan.forward is None:
+            return outcome
+        timing = timing_state(plan, job.data, job.received_at)
+        body = payload_for(plan.forward, job.data, job.parts, job.raw)
+        decision = holder.decide(plan, timing, len(body))
+        if not decision.hold:
+            return outcome if decision.code is None else Outcome(int(decision.code), decision.text)
+        result = await holder.hold(endpoint, body, decision, timing)
+        if isinstance(result, Refused):
+            return Outcome(result.code, result.text)
+        await self._wake_drainer(endpoint)
+        return HELD
 
     async def _deliver_here(self, job: Job, plan: RecipientPlan) -> asyncio.Future[Outcome]:
         endpoint = plan.recipient.identity
@@ -436,11 +638,7 @@ class Router:
 
     def _payload(self, job: Job, forward: Data) -> bytes:
         """The BEEP payload carrying ``forward``: the received bytes when unchanged."""
-        if forward is job.data or forward == job.data:
-            return job.raw
-        if not job.parts:
-            return beep_xml(forward.to_xml())
-        return build_payload(forward, job.parts, boundary=secrets.token_hex(16))
+        return payload_for(forward, job.data, job.parts, job.raw)
 
     async def _conclude(
         self,
@@ -457,7 +655,8 @@ class Router:
                 results[endpoint] = Outcome(ApexReplyCode.ACTION_ABORTED, "local error")
         for endpoint, outcome in results.items():
             self._count_outcome(job, endpoint, outcome)
-        for report in (*reports, *self._forwarding_failures(job, results, reports)):
+        held = frozenset(endpoint for endpoint, outcome in results.items() if outcome is HELD)
+        for report in _without((*reports, *self._forwarding_failures(job, results, reports)), held):
             response = status_response(
                 report,
                 (
@@ -477,8 +676,13 @@ class Router:
     def _report_domain(self, report: PendingReport) -> str:
         """The domain whose apex=report speaks for this relay (RFC 3340 section 5.1): the
         reported recipients' domain when this relay serves it, else its primary domain."""
-        domain = report.recipients[0].domain if report.recipients else ""
-        return domain if domain in self.domains else self.primary_domain
+        if not report.recipients:
+            return self.primary_domain
+        return self._voice_for(report.recipients[0])
+
+    def _voice_for(self, recipient: Endpoint) -> str:
+        """The domain whose apex=report reports on ``recipient``."""
+        return recipient.domain if recipient.domain in self.domains else self.primary_domain
 
     def _forwarding_failures(
         self, job: Job, results: dict[Endpoint, Outcome], reports: tuple[PendingReport, ...]
@@ -507,6 +711,7 @@ class Router:
         """Wait for background conclusions (bounded by the caller's shutdown grace)."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        await self.timekeeper.close()
 
 
 #: Text of the 550 a pod answers when asked to deliver to an endpoint it does not hold.
@@ -543,6 +748,25 @@ def _may_owe_reports(job: Job) -> bool:
         for plan in job.plan.recipients
         for option in plan.recipient.options
     )
+
+
+def _not_attached(outcome: Outcome) -> bool:
+    """The recipient turned out not to be attached (or detached meanwhile)."""
+    if outcome in (UNKNOWN_ENDPOINT, ENDPOINT_DETACHED):
+        return True
+    return outcome.code == ApexReplyCode.ACTION_NOT_TAKEN and outcome.text == NOT_HERE
+
+
+def _without(
+    reports: tuple[PendingReport, ...], held: frozenset[Endpoint]
+) -> tuple[PendingReport, ...]:
+    """statusRequest reports minus held recipients: their fate is not known yet."""
+    kept = []
+    for report in reports:
+        recipients = tuple(e for e in report.recipients if e not in held)
+        if recipients:
+            kept.append(dataclasses.replace(report, recipients=recipients))
+    return tuple(kept)
 
 
 def _stale_location(outcome: Outcome) -> bool:

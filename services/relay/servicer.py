@@ -148,3 +148,15 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
             wait=request.code != OVERRIDE_CODE,
         )
         return relay_pb2.TerminateAttachmentResponse(terminated=True)
+
+    async def DrainHeld(  # noqa: N802
+        self, request: relay_pb2.DrainHeldRequest, context: grpc.aio.ServicerContext
+    ) -> relay_pb2.DrainHeldResponse:
+        try:
+            endpoint = Endpoint.parse(request.endpoint)
+        except EndpointError:
+            return relay_pb2.DrainHeldResponse(draining=False)
+        if endpoint not in self._router.local or self._router.holder is None:
+            return relay_pb2.DrainHeldResponse(draining=False)
+        self._router.attached_ready(endpoint)
+        return relay_pb2.DrainHeldResponse(draining=True)

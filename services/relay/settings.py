@@ -23,6 +23,19 @@
 - ``APEXMESH_RELAY_SASL_FILE``: ``identity:password`` lines for SASL (mount a Secret).
 - ``APEXMESH_RELAY_LEASE_MS`` (``10000``): attachment lease; renewed every third.
 - ``APEXMESH_RELAY_MAX_MESSAGE`` (``4194304``): largest BEEP message accepted.
+- ``APEXMESH_RELAY_HOLD`` (``1``): offer hold4Endpoint (RFC 3342 section 3); ``0``
+  makes it an option this relay does not understand.
+- Administrative limits on held data (RFC 3342 section 7; 0 means no limit):
+  ``APEXMESH_RELAY_HOLD_MAX_MS`` (``86400000``, longest hold),
+  ``APEXMESH_RELAY_HOLD_ENDPOINT_BYTES`` (16 MiB) / ``_ENDPOINT_COUNT`` (``100000``),
+  ``APEXMESH_RELAY_HOLD_DOMAIN_BYTES`` (1 GiB) / ``_DOMAIN_COUNT`` (``1000000``),
+  ``APEXMESH_RELAY_HOLD_REQUIRE_TIMING`` (``0``: ``1`` holds only data with a dataTiming
+  noLaterThan), ``APEXMESH_RELAY_HOLD_MAX_NO_LATER_THAN`` (``0``); a full quota answers
+  450, a policy 554.
+- ``APEXMESH_RELAY_HOLD_SWEEP_MS`` (``250``): how often each pod expires held data and
+  sends the transient reports of held data that are due.
+- ``APEXMESH_RELAY_MIN_TRANSIT_MS`` (``0``): the least time a hop to another relay takes;
+  dataTiming deadlines closer than that fail early (RFC 3342 section 2.1, prediction).
 - ``APEXMESH_DEV`` (``0``): ``1`` allows plaintext, unauthenticated attach and binds.
 
 Outside a development run the relay refuses to start without TLS and SASL credentials:
@@ -38,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from apexmesh.apex.endpoint import EndpointError, normalize_domain
+from apexmesh.apex.holding import HoldLimits
 from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
 from apexmesh.ops.settings import (
     DEV_FLAG,
@@ -102,6 +116,9 @@ class RelaySettings:
     max_message: int
     shutdown_grace: float
     dev: bool
+    hold_limits: HoldLimits | None = None
+    hold_sweep_ms: int = 250
+    min_transit_ms: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RelaySettings:
@@ -164,4 +181,31 @@ class RelaySettings:
             ),
             shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
             dev=dev,
+            hold_limits=_hold_limits(env),
+            hold_sweep_ms=env_int(env, "APEXMESH_RELAY_HOLD_SWEEP_MS", 250, low=10, high=60_000),
+            min_transit_ms=env_int(
+                env, "APEXMESH_RELAY_MIN_TRANSIT_MS", 0, low=0, high=_MAX_MILLISECS
+            ),
         )
+
+
+_MAX_MILLISECS = 2_147_483_647
+
+
+def _hold_limits(env: Mapping[str, str]) -> HoldLimits | None:
+    """The operator's limits on held data, None when hold4Endpoint is switched off."""
+    if not env_flag(env, "APEXMESH_RELAY_HOLD", default=True):
+        return None
+
+    def limit(name: str, default: int) -> int | None:
+        return env_int(env, name, default, low=0, high=1 << 62) or None
+
+    return HoldLimits(
+        max_hold_ms=limit("APEXMESH_RELAY_HOLD_MAX_MS", 86_400_000),
+        max_bytes_per_endpoint=limit("APEXMESH_RELAY_HOLD_ENDPOINT_BYTES", 16 << 20),
+        max_count_per_endpoint=limit("APEXMESH_RELAY_HOLD_ENDPOINT_COUNT", 100_000),
+        max_bytes_per_domain=limit("APEXMESH_RELAY_HOLD_DOMAIN_BYTES", 1 << 30),
+        max_count_per_domain=limit("APEXMESH_RELAY_HOLD_DOMAIN_COUNT", 1_000_000),
+        require_timing=env_flag(env, "APEXMESH_RELAY_HOLD_REQUIRE_TIMING"),
+        max_no_later_than=limit("APEXMESH_RELAY_HOLD_MAX_NO_LATER_THAN", 0),
+    )

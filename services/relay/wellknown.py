@@ -20,6 +20,7 @@ from apexmesh.apex.content import MimePart, Payload, resolve_content
 from apexmesh.apex.data import Data, DataContent, Originator, Recipient
 from apexmesh.apex.endpoint import Endpoint, well_known
 from apexmesh.apex.errors import ApexError
+from apexmesh.apex.options import Option
 from apexmesh.apex.report import StatusResponse
 from apexmesh.beep.mime import beep_xml
 from apexmesh.contracts.common.v1 import common_pb2
@@ -116,10 +117,19 @@ class WellKnownServices:
                 _log.warning("could not send access reply to %s: %s", target, error.text)
         return DELIVERED
 
-    async def report(self, domain: str, recipient: Endpoint, response: StatusResponse) -> None:
-        """Ask the report service to send ``response`` to ``recipient`` (section 5.1)."""
+    async def report(
+        self,
+        domain: str,
+        recipient: Endpoint,
+        response: StatusResponse,
+        *,
+        options: tuple[Option, ...] = (),
+    ) -> None:
+        """Ask the report service to send ``response`` to ``recipient`` (RFC 3340 section
+        5.1; RFC 3342 section 2 for timing reports, whose final hop report carries
+        ``options``)."""
         if self._report is None:
-            _log.warning("statusRequest from %s: no report service configured", recipient)
+            _log.warning("report to %s: no report service configured", recipient)
             return
         request = report_pb2.ReportRequest(
             domain=domain,
@@ -131,6 +141,7 @@ class WellKnownServices:
                 )
                 for d in response.destinations
             ],
+            options=[option.to_xml() for option in options],
         )
         try:
             answer = await self._report.Report(request, timeout=SERVICE_TIMEOUT_SECONDS)

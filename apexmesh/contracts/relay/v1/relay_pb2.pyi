@@ -208,3 +208,42 @@ class TerminateAttachmentResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TerminateAttachmentResponse: _TypeAlias = TerminateAttachmentResponse  # noqa: Y015
+
+@_typing.final
+class DrainHeldRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENDPOINT_FIELD_NUMBER: _builtins.int
+    endpoint: _builtins.str
+    def __init__(
+        self,
+        *,
+        endpoint: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint", b"endpoint"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainHeldRequest: _TypeAlias = DrainHeldRequest  # noqa: Y015
+
+@_typing.final
+class DrainHeldResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRAINING_FIELD_NUMBER: _builtins.int
+    draining: _builtins.bool
+    """True when this pod holds the attachment and (re)started draining."""
+    def __init__(
+        self,
+        *,
+        draining: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["draining", b"draining"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainHeldResponse: _TypeAlias = DrainHeldResponse  # noqa: Y015

@@ -56,6 +56,11 @@ class RelayServiceStub:
                 request_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.TerminateAttachmentRequest.SerializeToString,
                 response_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.TerminateAttachmentResponse.FromString,
                 _registered_method=True)
+        self.DrainHeld = channel.unary_unary(
+                '/apexmesh.contracts.relay.v1.RelayService/DrainHeld',
+                request_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DrainHeldRequest.SerializeToString,
+                response_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DrainHeldResponse.FromString,
+                _registered_method=True)
 
 
 class RelayServiceServicer:
@@ -97,6 +102,14 @@ class RelayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DrainHeld(self, request, context):
+        """Deliver the data held for an endpoint attached to this pod (hold4Endpoint, RFC 3342
+        section 3): sent by a pod that held data for it while it was attaching here.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RelayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -119,6 +132,11 @@ def add_RelayServiceServicer_to_server(servicer, server):
                     servicer.TerminateAttachment,
                     request_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.TerminateAttachmentRequest.FromString,
                     response_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.TerminateAttachmentResponse.SerializeToString,
+            ),
+            'DrainHeld': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainHeld,
+                    request_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DrainHeldRequest.FromString,
+                    response_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DrainHeldResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -230,6 +248,33 @@ class RelayService:
             '/apexmesh.contracts.relay.v1.RelayService/TerminateAttachment',
             apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.TerminateAttachmentRequest.SerializeToString,
             apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.TerminateAttachmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainHeld(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/apexmesh.contracts.relay.v1.RelayService/DrainHeld',
+            apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DrainHeldRequest.SerializeToString,
+            apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.DrainHeldResponse.FromString,
             options,
             channel_credentials,
             insecure,

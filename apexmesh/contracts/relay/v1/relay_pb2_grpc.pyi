@@ -54,6 +54,10 @@ class RelayServiceStub:
     """
     TerminateAttachment: _grpc.UnaryUnaryMultiCallable[_relay_pb2.TerminateAttachmentRequest, _relay_pb2.TerminateAttachmentResponse]
     """Terminate an attachment held by this pod (relay-initiated terminate, 4.4.3)."""
+    DrainHeld: _grpc.UnaryUnaryMultiCallable[_relay_pb2.DrainHeldRequest, _relay_pb2.DrainHeldResponse]
+    """Deliver the data held for an endpoint attached to this pod (hold4Endpoint, RFC 3342
+    section 3): sent by a pod that held data for it while it was attaching here.
+    """
 
 @_typing.type_check_only
 class RelayServiceAsyncStub(RelayServiceStub):
@@ -78,6 +82,10 @@ class RelayServiceAsyncStub(RelayServiceStub):
     """
     TerminateAttachment: _aio.UnaryUnaryMultiCallable[_relay_pb2.TerminateAttachmentRequest, _relay_pb2.TerminateAttachmentResponse]  # type: ignore[assignment]
     """Terminate an attachment held by this pod (relay-initiated terminate, 4.4.3)."""
+    DrainHeld: _aio.UnaryUnaryMultiCallable[_relay_pb2.DrainHeldRequest, _relay_pb2.DrainHeldResponse]  # type: ignore[assignment]
+    """Deliver the data held for an endpoint attached to this pod (hold4Endpoint, RFC 3342
+    section 3): sent by a pod that held data for it while it was attaching here.
+    """
 
 class RelayServiceServicer(metaclass=_abc_1.ABCMeta):
     """Implemented by every relay pod."""
@@ -123,5 +131,15 @@ class RelayServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_relay_pb2.TerminateAttachmentResponse, _abc.Awaitable[_relay_pb2.TerminateAttachmentResponse]]:
         """Terminate an attachment held by this pod (relay-initiated terminate, 4.4.3)."""
+
+    @_abc_1.abstractmethod
+    def DrainHeld(
+        self,
+        request: _relay_pb2.DrainHeldRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_relay_pb2.DrainHeldResponse, _abc.Awaitable[_relay_pb2.DrainHeldResponse]]:
+        """Deliver the data held for an endpoint attached to this pod (hold4Endpoint, RFC 3342
+        section 3): sent by a pod that held data for it while it was attaching here.
+        """
 
 def add_RelayServiceServicer_to_server(servicer: RelayServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
