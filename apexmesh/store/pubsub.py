@@ -65,10 +65,19 @@ EVENT_FIELDS: Final = (
     "pod",
 )
 
-# KEYS: version. ARGV: expected version ("" = unchecked), JSON list of operations.
-# Returns 0 when the version moved (the caller re-reads and decides again), else 1.
+#: A live pod's journal entry is taken over only when it is this many times older than
+#: the retry delay (its pod keeps failing); a dead pod's entries at once.
+STUCK_FACTOR: Final = 6
+
+# KEYS: version, topics. ARGV: expected version ("" = unchecked), JSON list of
+# operations, topic field, "1" when the topic must (still) exist ("" = unchecked).
+# Returns 0 when the version moved or the topic went (the caller re-reads and decides
+# again), else 1.
 _COMMIT: Final = """
 if ARGV[1] ~= '' and (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] then
+    return 0
+end
+if ARGV[4] == '1' and redis.call('HEXISTS', KEYS[2], ARGV[3]) == 0 then
     return 0
 end
 for _, op in ipairs(cjson.decode(ARGV[2])) do
@@ -406,11 +415,15 @@ class PubsubStore:
         changes: Iterable[Change],
         work: Iterable[JournalEntry],
         now_ms: int,
+        *,
+        topic_exists: bool = False,
     ) -> list[JournalEntry] | None:
         """Apply ``changes`` and journal ``work`` at once, unless the topic's version is no
-        longer ``expected_version`` (None: re-read and decide again). Presence and access
-        side effects of the changes are journalled too (kinds ``presence``, ``access``);
-        returns every entry journalled, ``work`` first."""
+        longer ``expected_version`` or, with ``topic_exists``, the topic is gone (None:
+        re-read and decide again). Subscriptions only need the topic to exist: checking
+        the version for them would make concurrent subscribers of one topic retry each
+        other. Presence and access side effects of the changes are journalled too (kinds
+        ``presence``, ``access``); returns every entry journalled, ``work`` first."""
         effects: list[JournalEntry] = []
         ops: list[list[str]] = []
         for change in changes:
@@ -419,8 +432,13 @@ class PubsubStore:
         journal = self._keys.pubsub_journal(domain)
         ops += [["hset", journal, e.id, e.encode(self.pod_id, now_ms)] for e in work]
         done = await self._commit(
-            keys=[self._keys.pubsub_version(domain, topic)],
-            args=["" if expected_version is None else str(expected_version), json.dumps(ops)],
+            keys=[self._keys.pubsub_version(domain, topic), self._keys.pubsub_topics()],
+            args=[
+                "" if expected_version is None else str(expected_version),
+                json.dumps(ops),
+                self.topic_field(domain, topic),
+                "1" if topic_exists else "",
+            ],
         )
         return entries if done else None
 
@@ -493,8 +511,9 @@ class PubsubStore:
         await self._redis.delete(self._keys.pubsub_pod(self.pod_id))
 
     async def orphans(self, domain: str, now_ms: int, retry_after_ms: int) -> list[JournalEntry]:
-        """Journal entries to redo: those of pods whose lease lapsed, and any older than
-        ``retry_after_ms`` (its send failed). They are taken over by this pod."""
+        """Journal entries to redo: those of pods whose lease lapsed, this pod's own older
+        than ``retry_after_ms`` (the send failed), and a live pod's much older ones. They
+        are taken over by this pod."""
         raw = await self._redis.hgetall(self._keys.pubsub_journal(domain))
         entries = [JournalEntry.decode(_text(k), _text(v)) for k, v in raw.items()]
         pods = sorted({e.fields.get("pod", "") for e in entries} - {self.pod_id})
@@ -505,8 +524,14 @@ class PubsubStore:
         out = []
         for entry in entries:
             pod = entry.fields.get("pod", "")
-            old = now_ms - int(entry.fields.get("at_ms", "0") or 0) >= retry_after_ms
-            if (pod != self.pod_id and pod not in alive) or old:
+            age = now_ms - int(entry.fields.get("at_ms", "0") or 0)
+            if pod == self.pod_id:
+                redo = age >= retry_after_ms  # this pod's send failed: retry
+            elif pod in alive:
+                redo = age >= STUCK_FACTOR * retry_after_ms  # a live pod that never got it done
+            else:
+                redo = True  # its pod is gone
+            if redo:
                 out.append(entry)
         if out:
             await self._redis.hset(

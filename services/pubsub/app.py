@@ -16,7 +16,7 @@ import time
 
 import grpc
 from prometheus_client import CollectorRegistry, Gauge
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2_grpc
@@ -34,6 +34,9 @@ from services.pubsub.settings import PubsubSettings
 
 _log = logging.getLogger(__name__)
 
+#: Redis connections of one pod (the access cache's subscription takes one more).
+REDIS_CONNECTIONS = 64
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -45,7 +48,12 @@ class PubsubApp:
     def __init__(self, settings: PubsubSettings) -> None:
         self.settings = settings
         self.registry = CollectorRegistry()
-        self.redis: Redis = Redis.from_url(settings.redis_url)
+        # Bounded and blocking: a burst of operations waits for a connection instead of
+        # failing (MaxConnectionsError) or opening thousands of sockets.
+        pool = BlockingConnectionPool.from_url(
+            settings.redis_url, max_connections=REDIS_CONNECTIONS, timeout=settings.relay_timeout
+        )
+        self.redis: Redis = Redis(connection_pool=pool)
         self.keys = Keys(settings.redis_prefix)
         self.store = PubsubStore(self.redis, self.keys, settings.pod_id)
         self.metrics = PubsubMetrics.create(self.registry)
@@ -56,6 +64,7 @@ class PubsubApp:
         self._cache: CachedAccessChecker | None = None
         self._grpc: grpc.aio.Server | None = None
         self._loop: asyncio.Task[None] | None = None
+        self._alive: asyncio.Task[None] | None = None
         self.grpc_port = 0
         self.http_port = 0
 
@@ -94,7 +103,6 @@ class PubsubApp:
             "1 while this pod ends leases and redoes orphaned work.",
             registry=self.registry,
         ).set_function(lambda: 1.0 if service.leader else 0.0)
-        await self.store.heartbeat(settings.lease_ms)
         self._grpc, self.grpc_port = await create_server(
             [
                 lambda server: endpoint_pb2_grpc.add_WellKnownEndpointServicer_to_server(
@@ -104,8 +112,19 @@ class PubsubApp:
             host=settings.grpc_host,
             port=settings.grpc_port,
         )
+        await service.keep_alive()
+        self._alive = asyncio.create_task(self._keep_alive(service), name="pubsub-alive")
         self._loop = asyncio.create_task(self._run_timers(service), name="pubsub-leases")
         self.http_port = await self.http.start(settings.http_host, settings.http_port)
+
+    async def _keep_alive(self, service: PubsubService) -> None:
+        """Pod lease and leader locks, every third of the lease."""
+        while True:
+            try:
+                await service.keep_alive()
+            except (RedisError, OSError) as exc:
+                _log.warning("lease renewal: %s", exc)
+            await asyncio.sleep(self.settings.lease_ms / 3000)
 
     async def _run_timers(self, service: PubsubService) -> None:
         """The lease loop: sleep at most a tick, less when a lease ends sooner."""
@@ -130,11 +149,12 @@ class PubsubApp:
         if self._grpc is not None:
             await graceful_stop(self._grpc, self.settings.shutdown_grace)
             self._grpc = None
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(self._loop, 2.0)
-            self._loop = None
+        for task in (self._loop, self._alive):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(task, 2.0)
+        self._loop = self._alive = None
         with contextlib.suppress(RedisError, OSError):
             if self.service is not None:
                 await self.service.resign()

@@ -353,13 +353,29 @@ class PubsubService:
         ]
 
     async def _decided(
-        self, domain: str, outcome: Outcome, topic: str | None, version: int | None
+        self,
+        domain: str,
+        outcome: Outcome,
+        topic: str | None,
+        version: int | None,
+        *,
+        subscription: bool = False,
     ) -> bool:
-        """Commit (with the journal) and send; False when the topic moved meanwhile."""
+        """Commit (with the journal) and send; False when the topic moved meanwhile.
+        A subscription change needs only the topic to exist still (``subscription``);
+        topic creation and deletion need the version they were decided on."""
         work = self._entries(domain, outcome.sends)
         now = self._clock()
         if outcome.changes and topic is not None:
-            entries = await self.store.commit(domain, topic, version, outcome.changes, work, now)
+            entries = await self.store.commit(
+                domain,
+                topic,
+                None if subscription else version,
+                outcome.changes,
+                work,
+                now,
+                topic_exists=subscription,
+            )
             if entries is None:
                 return False
         else:
@@ -369,12 +385,17 @@ class PubsubService:
         return True
 
     async def _run(
-        self, domain: str, topic: str, decide: Callable[[TopicView], Outcome]
+        self,
+        domain: str,
+        topic: str,
+        decide: Callable[[TopicView], Outcome],
+        *,
+        subscription: bool = True,
     ) -> Outcome:
         for _ in range(COMMIT_ATTEMPTS):
             view = await self.store.read_topic(domain, topic)
             outcome = decide(view)
-            if await self._decided(domain, outcome, topic, view.version):
+            if await self._decided(domain, outcome, topic, view.version, subscription=subscription):
                 return outcome
         raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, f"topic {topic} is busy")
 
@@ -393,6 +414,7 @@ class PubsubService:
                 domain,
                 op.topic,
                 lambda v: core.create_topic(op, originator, allowed=allowed, exists=v.exists),
+                subscription=False,
             )
         if isinstance(op, DeleteTopic):
             allowed = await self._allowed(service, originator, DELETETOPIC_TOKEN, op.trans_id)
@@ -406,6 +428,7 @@ class PubsubService:
                     exists=v.exists,
                     subscriptions=v.subscriptions.values(),
                 ),
+                subscription=False,
             )
         owner = topic_endpoint(op.topic, domain)
         if isinstance(op, Subscribe):
@@ -624,19 +647,24 @@ class PubsubService:
 
     # ------------------------------------------------------------------ time
 
-    async def tick(self) -> None:
-        """Pod lease; for each domain this pod leads: due leases, orphaned journal,
-        upstream subscriptions."""
+    async def keep_alive(self) -> None:
+        """Renew the pod's lease and the leader locks. Runs in its own loop (every third
+        of the lease), never behind a long round of work: a pod busy sending cancels
+        must not look dead, or its journal would be redone by another pod."""
         await self.store.heartbeat(self._lease_ms)
-        scan = self._clock() - self._last_scan >= ORPHAN_SCAN_MS
-        if scan:
-            self._last_scan = self._clock()
         for domain in sorted(self.domains):
             if await self.store.lead(domain, self._lease_ms):
                 self.leading.add(domain)
             else:
                 self.leading.discard(domain)
-                continue
+
+    async def tick(self) -> None:
+        """For each domain this pod leads: due leases (a cancel each), orphaned journal
+        entries, upstream subscriptions."""
+        scan = self._clock() - self._last_scan >= ORPHAN_SCAN_MS
+        if scan:
+            self._last_scan = self._clock()
+        for domain in sorted(self.leading):
             while True:
                 due = await self.store.claim_expired(domain, self._clock(), EXPIRY_BATCH)
                 if not due:
