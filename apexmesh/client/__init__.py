@@ -22,6 +22,7 @@ from apexmesh.client.errors import (
     SessionClosedError,
 )
 from apexmesh.client.outgoing import CONTENT_NAME, Content, RecipientLike, XmlContent, encode_data
+from apexmesh.client.pubsub import PubsubClient  # pubsub helpers (issue #7)
 from apexmesh.client.received import ReceivedData, decode_data
 from apexmesh.client.reports import SendResult
 
@@ -36,6 +37,7 @@ __all__ = [
     "AttachmentState",
     "AttachmentTerminatedError",
     "Content",
+    "PubsubClient",
     "ReceivedData",
     "RecipientLike",
     "SendResult",
