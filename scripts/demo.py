@@ -23,8 +23,10 @@ from pathlib import Path
 
 from apexmesh.apex.presence import Publish, check_timestamp
 from apexmesh.client import ApexClient, XmlContent, connect_endpoint
+from apexmesh.client.attachment import Attachment
 from apexmesh.client.presence import PresenceClient
-from apexmesh.ops.localmesh import LocalMesh, Relay
+from apexmesh.client.pubsub import PubsubClient
+from apexmesh.ops.localmesh import DEMO_TOPIC, LocalMesh, Relay
 
 TIMEOUT = 10.0
 
@@ -53,6 +55,33 @@ async def fred_state(presence: PresenceClient) -> str:
                     stamp = check_timestamp(message.time_stamp, "timeStamp")
                     attached = item.available_at(stamp)
                     return "fred@example.com " + ("attached" if attached else "left")
+
+
+async def pubsub_step(fred: Attachment, barney: Attachment, wilma: Attachment) -> None:
+    """A topic with two subscribers on different relay pods and a publisher."""
+    pubsub = {
+        "fred@example.com": PubsubClient(fred),
+        "barney@example.com": PubsubClient(barney),
+        "wilma@rubble.com": PubsubClient(wilma, domain="example.com"),
+    }
+    try:
+        answer = await pubsub["barney@example.com"].create_topic(DEMO_TOPIC)
+        say("barney@example.com", f"createtopic {DEMO_TOPIC}: {answer.to_xml().decode()}")
+        for who in ("fred@example.com", "barney@example.com"):
+            answer = await pubsub[who].subscribe(DEMO_TOPIC, duration=60)
+            say(who, f"subscribe {DEMO_TOPIC}: {answer.to_xml().decode()}")
+        topics = await pubsub["fred@example.com"].list_topics()
+        say("fred@example.com", f"listtopics: {', '.join(topics)}")
+        await pubsub["wilma@rubble.com"].publish(
+            DEMO_TOPIC, b"bedrock quarry closes early", content_type="text/plain"
+        )
+        say("wilma@rubble.com", f"published to apex=pubsub/{DEMO_TOPIC}@example.com")
+        for who in ("fred@example.com", "barney@example.com"):
+            topic, data = await asyncio.wait_for(pubsub[who].next_publication(), TIMEOUT)
+            say(who, f"pubsub {topic}: received {data.content!r} from {data.originator}")
+    finally:
+        for helper in pubsub.values():
+            await helper.aclose()
 
 
 async def demo(mesh: LocalMesh) -> None:
@@ -122,6 +151,11 @@ async def demo(mesh: LocalMesh) -> None:
         await presence.terminate(subscription)
         answer = await asyncio.wait_for(presence.next_message(), TIMEOUT)
         say("barney@example.com", f"ended the subscription: {answer.to_xml().decode()}")
+
+        # Pubsub (draft-schwartz-apex-pubsub, issue #7): barney creates a topic, fred
+        # (pod 1) and barney (pod 2) subscribe, wilma publishes from rubble.com; the
+        # relays replicate one data element to both subscribers.
+        await pubsub_step(fred, barney, wilma)
     finally:
         for client in clients:
             with contextlib.suppress(Exception):

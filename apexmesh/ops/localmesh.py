@@ -79,6 +79,22 @@ class Relay:
     http_port: int
 
 
+#: The topic the demo creates in each domain (pubsub, issue #7).
+DEMO_TOPIC: Final = "demo.news"
+
+
+def pubsub_access_entries(domain: str) -> str:
+    """Access entries of draft-schwartz-apex-pubsub section 7 for the local mesh: the
+    domain's own endpoints manage topics; anyone may subscribe to, cancel and publish to
+    the demo topic."""
+    return (
+        f"<access owner='apex=pubsub@{domain}' actor='*@{domain}' "
+        "actions='pubsub:createtopic pubsub:deletetopic pubsub:listtopics' />"
+        f"<access owner='apex=pubsub/{DEMO_TOPIC}@{domain}' actor='*@*' "
+        "actions='pubsub:subscribe pubsub:cancel core:data' />"
+    )
+
+
 class LocalMesh:
     """Start, observe and stop the local mesh. See the module docstring."""
 
@@ -131,6 +147,8 @@ class LocalMesh:
                 )
                 + f"<access owner='apex=presence@{domain}' actor='*@*' actions='core:data' />"
             )
+            # pubsub (issue #7): who may manage topics, and the demo's topic.
+            entries += pubsub_access_entries(domain)
             seed.write_text(f"<access-entries>{entries}</access-entries>", encoding="utf-8")
             seeds[domain] = seed
         return {
@@ -248,6 +266,46 @@ class LocalMesh:
                         },
                     )
                 )
+
+        # pubsub (issue #7): one pubsub pod behind each relay pod.
+        self._plan_pubsub(common, {d: (p[0], p[2]) for d, p in ports.items()})
+
+    # ------------------------------------------------------------ pubsub (issue #7)
+
+    def _plan_pubsub(self, common: dict[str, str], ports: dict[str, tuple[int, int]]) -> None:
+        """One pubsub pod per relay pod (each relay reaches "its" pod; any pod can serve
+        any request, state is in Redis); ``ports``: domain -> (access, presence) gRPC."""
+        for domain in DOMAINS:
+            access_grpc, presence_grpc = ports[domain]
+            relays = [r for r in self.relays if r.domain == domain]
+            for index, relay in enumerate(relays):
+                grpc_port = free_port()
+                name = f"pubsub-{domain}-{index + 1}"
+                self.children.append(
+                    self._child(
+                        name,
+                        "services.pubsub",
+                        {
+                            **common,
+                            "APEXMESH_REDIS_PREFIX": domain.split(".")[0],
+                            "APEXMESH_PUBSUB_DOMAINS": domain,
+                            "APEXMESH_PUBSUB_POD_ID": name,
+                            "APEXMESH_ACCESS_ADDRESS": f"127.0.0.1:{access_grpc}",
+                            "APEXMESH_PRESENCE_ADDRESS": f"127.0.0.1:{presence_grpc}",
+                            "APEXMESH_PUBSUB_GRPC_PORT": str(grpc_port),
+                            "APEXMESH_PUBSUB_HTTP_PORT": str(free_port()),
+                            "APEXMESH_RELAY_ADDRESSES": ",".join(
+                                f"127.0.0.1:{r.grpc_port}" for r in relays
+                            ),
+                        },
+                    )
+                )
+                for child in self.children:
+                    if child.name == relay.name:
+                        services = child.env.get("APEXMESH_RELAY_SERVICES", "")
+                        child.env["APEXMESH_RELAY_SERVICES"] = ",".join(
+                            item for item in (services, f"pubsub=127.0.0.1:{grpc_port}") if item
+                        )
 
     def _child(self, name: str, module: str, env: dict[str, str]) -> Child:
         return Child(name, module, env, self.workdir / f"{name}.log")

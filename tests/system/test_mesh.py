@@ -34,8 +34,21 @@ def test_run_command_demo(tmp_path: Path) -> None:
         "barney@example.com | presence: fred@example.com attached",
         "barney@example.com | presence: fred@example.com left",
         "ended the subscription: <reply code='250' transID='1' />",
+        # pubsub (issue #7): two subscribers on different relay pods, one publisher.
+        "barney@example.com | createtopic demo.news: <reply code='250' transID='1' />",
+        "fred@example.com | subscribe demo.news: <reply code='250' transID='1' />",
+        "fred@example.com | listtopics: demo.news",
+        (
+            "fred@example.com | pubsub demo.news: received b'bedrock quarry closes early' "
+            "from apex=pubsub/demo.news@example.com"
+        ),
+        (
+            "barney@example.com | pubsub demo.news: received b'bedrock quarry closes early' "
+            "from apex=pubsub/demo.news@example.com"
+        ),
     ):
         assert line in out, out
     assert "relay-example.com-2 ready" in out
     assert "presence-example.com ready" in out
+    assert "pubsub-example.com-2 ready" in out
     assert "'relay-rubble.com-1': 0" in out
