@@ -9,10 +9,16 @@ element model) and re-implements neither::
         result = await fred.send("barney@example.com", b"hello", status_request=True)
         reports = await result.reports(1, timeout=5)
         incoming = await fred.receive()
+
+The party pack (RFC 3342) rides on the same calls: ``attach(..., options=[...])`` for
+attachOverride, ``send(..., timing=DataTiming(no_later_than=10_000, return_trip=20_000))``
+for dataTiming (its reports come back through ``result.reports``), ``send(..., hold=True)``
+for hold4Endpoint.
 """
 
 from __future__ import annotations
 
+from apexmesh.apex.timing import DataTiming
 from apexmesh.client.attachment import DEFAULT_QUEUE_LIMIT, Attachment, AttachmentState
 from apexmesh.client.client import APEX_PROFILE, ApexClient, connect_endpoint
 from apexmesh.client.errors import (
@@ -37,6 +43,7 @@ __all__ = [
     "AttachmentState",
     "AttachmentTerminatedError",
     "Content",
+    "DataTiming",
     "PubsubClient",
     "ReceivedData",
     "RecipientLike",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.options import Option
+from apexmesh.apex.timing import DataTiming
 from apexmesh.client.errors import AttachmentTerminatedError
 from apexmesh.client.outgoing import OCTET_STREAM, Content, RecipientLike
 from apexmesh.client.received import ReceivedData
@@ -95,6 +96,8 @@ class Attachment:
         content_type: str = OCTET_STREAM,
         options: Iterable[Option] = (),
         status_request: bool = False,
+        timing: DataTiming | None = None,
+        hold: bool = False,
     ) -> SendResult:
         """Send data from this endpoint (RFC 3340 section 4.4.4).
 
@@ -103,8 +106,12 @@ class Attachment:
         an element travels inline as ``data-content`` referenced as ``#Content``
         (section 4.1). ``options`` are per-data options; ``status_request`` adds the
         statusRequest option of section 5.1 (targetHop final, mustUnderstand true) and
-        the result collects the reports. Raises ApexRequestError with the relay's code,
-        AttachmentTerminatedError once the attachment ended.
+        the result collects the reports. ``timing`` adds the dataTiming option of RFC
+        3342 section 2 (targetHop all, mustUnderstand true) and the result collects its
+        final hop, timing error and transient reports too; ``hold`` adds hold4Endpoint
+        (section 3): a recipient that is not attached gets the data when it attaches.
+        Raises ApexRequestError with the relay's code (450 when held data would exceed
+        the relay's quota), AttachmentTerminatedError once the attachment ended.
         """
         return await self._client._send_data(
             self,
@@ -113,6 +120,8 @@ class Attachment:
             content_type=content_type,
             options=tuple(options),
             status_request=status_request,
+            timing=timing,
+            hold=hold,
         )
 
     async def receive(self) -> ReceivedData:

@@ -35,8 +35,10 @@ from apexmesh.apex.data import Data
 from apexmesh.apex.elements import Attach, Error, Ok, Terminate, parse_message
 from apexmesh.apex.endpoint import SERVICE_PREFIX, Endpoint
 from apexmesh.apex.errors import ApexError
+from apexmesh.apex.holding import HOLD_FOR_ENDPOINT
 from apexmesh.apex.options import STATUS_REQUEST, Option, TargetHop
 from apexmesh.apex.report import SERVICE_NAME, StatusResponse, parse_status_response
+from apexmesh.apex.timing import DataTiming, data_timing_option
 from apexmesh.beep.errors import BeepError
 from apexmesh.beep.management import MAX_PROFILE_CONTENT_OCTETS, ProfileOffer
 from apexmesh.beep.mime import beep_xml, split_entity
@@ -252,6 +254,8 @@ class ApexClient:
         content_type: str,
         options: tuple[Option, ...],
         status_request: bool,
+        timing: DataTiming | None = None,
+        hold: bool = False,
     ) -> SendResult:
         if attachment.ended is not None:
             raise attachment.ended
@@ -271,7 +275,18 @@ class ApexClient:
                     trans_id=status_id,
                 ),
             )
+        timing_id: int | None = None
+        allocated = [status_id] if status_id is not None else []
         try:
+            if hold:
+                # RFC 3342 section 3 (a transID is #REQUIRED by RFC 3340's DTD).
+                hold_id = self._ids.allocate()
+                allocated.append(hold_id)
+                options = (*options, Option(internal=HOLD_FOR_ENDPOINT, trans_id=hold_id))
+            if timing is not None:
+                timing_id = self._ids.allocate()
+                allocated.append(timing_id)
+                options = (*options, data_timing_option(timing_id, timing))
             payload = encode_data(
                 originator=attachment.endpoint,
                 recipients=targets,
@@ -280,17 +295,20 @@ class ApexClient:
                 options=options,
             )
         except BaseException:
-            if status_id is not None:
-                self._ids.release(status_id)
+            for trans_id in allocated:
+                self._ids.release(trans_id)
             raise
+        if hold:
+            self._ids.release(allocated[-2 if timing_id is not None else -1])  # no report uses it
         result = SendResult(
             recipients=tuple(str(r.identity) for r in targets),
             status_trans_id=status_id,
-            on_close=self._unregister_result if status_id is not None else None,
+            timing_trans_id=timing_id,
+            on_close=self._unregister_result if status_id or timing_id else None,
         )
-        if status_id is not None:
-            # Registered before sending: the report may overtake the ok.
-            self._reports[status_id] = result
+        for trans_id in result.trans_ids:
+            # Registered before sending: a report may overtake the ok.
+            self._reports[trans_id] = result
             attachment._results.add(result)
         try:
             reply = await channel.send(payload)
@@ -304,10 +322,10 @@ class ApexClient:
         return result
 
     def _unregister_result(self, result: SendResult) -> None:
-        trans_id = result.status_trans_id
-        if trans_id is not None and self._reports.get(trans_id) is result:
-            del self._reports[trans_id]
-            self._ids.release(trans_id)
+        for trans_id in result.trans_ids:
+            if self._reports.get(trans_id) is result:
+                del self._reports[trans_id]
+                self._ids.release(trans_id)
         for attachment in self._by_trans_id.values():
             attachment._results.discard(result)
 

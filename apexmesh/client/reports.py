@@ -22,23 +22,40 @@ from apexmesh.client.errors import ApexClientError
 class SendResult:
     """A data operation the relay accepted (it answered ``<ok />``, section 4.4.4.1)."""
 
-    __slots__ = ("_collected", "_end", "_on_close", "_ready", "recipients", "status_trans_id")
+    __slots__ = (
+        "_collected",
+        "_end",
+        "_on_close",
+        "_ready",
+        "recipients",
+        "status_trans_id",
+        "timing_trans_id",
+    )
 
     def __init__(
         self,
         *,
         recipients: tuple[str, ...],
         status_trans_id: int | None,
+        timing_trans_id: int | None = None,
         on_close: Callable[[SendResult], None] | None = None,
     ) -> None:
         #: The recipients named by the data, as text.
         self.recipients = recipients
         #: transID of the statusRequest option, or None when none was requested.
         self.status_trans_id = status_trans_id
+        #: transID of the dataTiming option (RFC 3342 section 2), whose final hop (250),
+        #: timing error (550) and transient (350) reports are collected here too.
+        self.timing_trans_id = timing_trans_id
         self._collected: list[StatusResponse] = []
         self._ready = asyncio.Event()
         self._end: ApexClientError | None = None
         self._on_close = on_close
+
+    @property
+    def trans_ids(self) -> tuple[int, ...]:
+        """The transIDs whose statusResponses this result collects."""
+        return tuple(t for t in (self.status_trans_id, self.timing_trans_id) if t is not None)
 
     @property
     def collected(self) -> tuple[StatusResponse, ...]:
@@ -53,9 +70,10 @@ class SendResult:
     ) -> tuple[StatusResponse, ...]:
         """Wait until at least ``count`` statusResponses arrived, return them all and
         stop collecting. Raises TimeoutError after ``timeout`` seconds, the attachment's
-        error if it ends first, ValueError when no statusRequest was sent."""
-        if self.status_trans_id is None:
-            raise ValueError("this data was sent without a statusRequest option")
+        error if it ends first, ValueError when neither a statusRequest nor a dataTiming
+        option was sent."""
+        if not self.trans_ids:
+            raise ValueError("this data was sent without a statusRequest or dataTiming option")
         async with asyncio.timeout(timeout):
             while len(self._collected) < count:
                 if self._end is not None:

@@ -40,6 +40,7 @@ from apexmesh.beep.mime import beep_xml
 from services.relay.outcomes import ENDPOINT_DETACHED, Outcome, code_of, outcome_from_reply
 
 if TYPE_CHECKING:
+    from apexmesh.apex.endpoint import Endpoint
     from services.relay.router import Router
 
 _log = logging.getLogger(__name__)
@@ -71,6 +72,9 @@ class ApexChannel:
         self.channel: Channel | None = None
         self._ready = asyncio.Event()
         self._closed = False
+        #: Endpoint attached by the channel start's piggybacked attach: its held data is
+        #: delivered once the channel serves.
+        self._piggybacked: Endpoint | None = None
 
     # ---------------------------------------------------------------- channel start
 
@@ -83,7 +87,10 @@ class ApexChannel:
         except ApexError as exc:
             return Error.from_exception(exc).to_xml().decode()
         if isinstance(element, Attach | Bind):
-            return (await self._associate(element)).decode()
+            answer = await self._associate(element)
+            if isinstance(element, Attach) and element_is_ok(answer):
+                self._piggybacked = element.endpoint
+            return answer.decode()
         return (
             Error(
                 code=ApexReplyCode.PARAMETER_SYNTAX_ERROR,
@@ -97,6 +104,8 @@ class ApexChannel:
         """Process the MSGs of the channel in order until the session ends."""
         self.channel = channel
         self._ready.set()
+        if self._piggybacked is not None:
+            self.router.attached_ready(self._piggybacked)
         try:
             while True:
                 incoming = await channel.receive()

@@ -126,6 +126,7 @@ class Holder:
         self._sweep_seconds = sweep_seconds
         self._drains: dict[Endpoint, asyncio.Task[None]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     # ----------------------------------------------------------------- hold
 
@@ -141,8 +142,11 @@ class Holder:
         payload: bytes,
         decision: HoldDecision,
         timing: RecipientTiming | None,
+        received_at: int,
     ) -> int | Refused:
-        """Write one recipient's data to Redis; the entry id once it is there."""
+        """Write one recipient's data to Redis; the entry id once it is there. It is held
+        as of ``received_at``, when this relay received it: the time it spends here before
+        and while held counts against its dataTiming."""
         report_at = None
         if timing is not None:
             report_at = next(
@@ -152,7 +156,7 @@ class Holder:
             str(endpoint),
             endpoint.domain,
             payload,
-            now=self._timekeeper.now(),
+            now=received_at,
             deadline=decision.deadline,
             limits=self.limits,
             report_at=report_at,
@@ -270,12 +274,15 @@ class Holder:
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
 
     async def _sweep_forever(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self.sweep()
             except Exception:  # noqa: BLE001  (Redis away: try again next round)
                 _log.exception("sweeping held data failed")
-            await asyncio.sleep(self._sweep_seconds)
+            # Woken by close() too: a cancellation swallowed inside a Redis call must not
+            # leave this loop sleeping forever.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._sweep_seconds)
 
     async def sweep(self) -> None:
         """One round: expire, send due transient reports, refresh the gauges."""
@@ -316,14 +323,17 @@ class Holder:
             _log.warning("held entry %s of %s is unreadable: %s", entry.id, entry.endpoint, exc)
             return None
 
-    async def close(self) -> None:
-        """Stop sweeping and draining (held data stays in Redis for the next attach)."""
+    async def close(self, timeout: float = 2.0) -> None:  # noqa: ASYNC109
+        """Stop sweeping and draining (held data stays in Redis for the next attach;
+        a drain stopped between a delivery and its removal delivers it again later)."""
+        self._stopping.set()
         tasks = [t for t in (self._sweeper, *self._drains.values()) if t is not None]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=timeout)
+            if stuck:
+                _log.warning("%d held-data tasks did not stop within %.1fs", len(stuck), timeout)
 
 
 __all__ = ["DRAIN_BATCH", "HELD", "Holder", "payload_for", "timing_state"]

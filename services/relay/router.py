@@ -391,7 +391,7 @@ class Router:
             decision = holder.decide(rplan, timing, len(body))
             refusal: Error | None = None
             if decision.hold:
-                result = await holder.hold(endpoint, body, decision, timing)
+                result = await holder.hold(endpoint, body, decision, timing, received_at)
                 if isinstance(result, Refused):
                     refusal = Error(code=for_code(result.code) or QUOTA_CODE, text=result.text)
                 else:
@@ -571,7 +571,7 @@ class Router:
         decision = holder.decide(plan, timing, len(body))
         if not decision.hold:
             return outcome if decision.code is None else Outcome(int(decision.code), decision.text)
-        result = await holder.hold(endpoint, body, decision, timing)
+        result = await holder.hold(endpoint, body, decision, timing, job.received_at)
         if isinstance(result, Refused):
             return Outcome(result.code, result.text)
         await self._wake_drainer(endpoint)
