@@ -17,7 +17,19 @@ Figures (messages per second):
   them by id (one script each), until empty;
   baseline ``lpop_pipelined``: pipelines of DEPTH ``LPOP``.
 
-Run: ``.venv/bin/python bench/held_data.py [--quick]``. The last line of output is JSON:
+Through the running relays (``apexmesh.ops.localmesh.LocalMesh(dev=True)``, every
+service its own process, as bench/relay_throughput.py starts it; example.com's two relay
+pods share one redis-server):
+
+* ``mesh_hold``: fred, attached to pod 1 with the SDK, sends 10,000 data of 256 octets
+  with ``hold=True`` to an endpoint attached nowhere, DEPTH sends in flight; counted when
+  every send got ``ok`` (the relay answers ``ok`` once the data is in Redis), from the
+  first send; baseline ``rpush_pipelined`` as above;
+* ``mesh_drain``: the endpoint then attaches on pod 2; from the attach request until the
+  10,000th data is received (in order: checked); baseline ``lpop_pipelined``.
+
+Run: ``.venv/bin/python bench/held_data.py [--quick]`` (``--no-mesh``: the store figures
+only). The last line of output is JSON:
 a list of figures with name, value, unit, and baseline/ratio where one applies.
 """
 
@@ -39,6 +51,8 @@ sys.path.insert(0, str(ROOT))
 from redis.asyncio import Redis  # noqa: E402
 
 from apexmesh.apex.holding import HoldLimits  # noqa: E402
+from apexmesh.client import ApexClient, Attachment, connect_endpoint  # noqa: E402
+from apexmesh.ops.localmesh import LocalMesh  # noqa: E402
 from apexmesh.store.held import HeldStore, HoldRequest  # noqa: E402
 from apexmesh.store.keys import Keys  # noqa: E402
 
@@ -125,7 +139,68 @@ async def lpop_all(redis: Redis, key: str, expected: int) -> float:
     return popped / elapsed
 
 
-async def run(quick: bool) -> list[dict[str, Any]]:
+async def mesh_hold(fred: Attachment, endpoint: str, payloads: list[bytes]) -> float:
+    """Every payload sent with hold=True, DEPTH in flight, until every one got ok."""
+    window = asyncio.Semaphore(DEPTH)
+
+    async def one(payload: bytes) -> None:
+        try:
+            await fred.send(endpoint, payload, hold=True)  # raises unless ok
+        finally:
+            window.release()
+
+    started = time.perf_counter()
+    sends = []
+    for payload in payloads:
+        await window.acquire()  # a sliding window; MSGs leave in this order
+        sends.append(asyncio.ensure_future(one(payload)))
+    await asyncio.gather(*sends)
+    return len(payloads) / (time.perf_counter() - started)
+
+
+async def mesh_drain(port: int, endpoint: str, payloads: list[bytes]) -> tuple[float, ApexClient]:
+    """Attach on ``port``; until the last held data is received, in order."""
+    client = await connect_endpoint("127.0.0.1", port)
+    started = time.perf_counter()
+    attachment = await client.attach(endpoint)
+    for index, payload in enumerate(payloads):
+        got = await asyncio.wait_for(attachment.receive(), 60)
+        assert got.content == payload, (index, got.content[:16])
+    elapsed = time.perf_counter() - started
+    return len(payloads) / elapsed, client
+
+
+async def through_mesh(payloads: list[bytes], rounds: int) -> tuple[list[float], list[float]]:
+    """Held and drained per second through the relays, one round per recipient."""
+    holds: list[float] = []
+    drains: list[float] = []
+    mesh = LocalMesh(Path(tempfile.mkdtemp(prefix="apex-held-bench-")), dev=True)
+    await mesh.start()
+    clients: list[ApexClient] = []
+    try:
+        pod1, pod2 = mesh.relay("example.com", 0), mesh.relay("example.com", 1)
+        sender = await connect_endpoint("127.0.0.1", pod1.edge_port)
+        clients.append(sender)
+        fred = await sender.attach("fred@example.com")
+        # warm-up: connections, access decisions, Lua scripts loaded in the relays
+        await mesh_hold(fred, "dino@example.com", payloads[:200])
+        _, client = await mesh_drain(pod2.edge_port, "dino@example.com", payloads[:200])
+        await client.close()
+        for n in range(rounds):
+            # a fresh endpoint each round: the last one is still attached
+            endpoint = ("barney@example.com", "dino@example.com", "barney@example.com")[n]
+            holds.append(await mesh_hold(fred, endpoint, payloads))
+            rate, client = await mesh_drain(pod2.edge_port, endpoint, payloads)
+            drains.append(rate)
+            await client.close()
+    finally:
+        for client in clients:
+            await client.close()
+        await mesh.stop()
+    return holds, drains
+
+
+async def run(quick: bool, with_mesh: bool = True) -> list[dict[str, Any]]:
     rounds = 1 if quick else 3
     support = importlib.import_module("tests.support.redis_server")
     payloads = [(b"%08d" % i).ljust(SIZE, b".") for i in range(MESSAGES)]
@@ -160,10 +235,19 @@ async def run(quick: bool) -> list[dict[str, Any]]:
             await redis.aclose()
             server.stop()
     best = max
+    mesh_holds, mesh_drains = await through_mesh(payloads, rounds) if with_mesh else ([], [])
     rows = [
         result("hold", best(holds), "messages/s", best(pushes)),
         result("hold_pipelined", best(piped), "messages/s", best(pushes)),
         result("drain", best(drains), "messages/s", best(pops)),
+        *(
+            [
+                result("mesh_hold", best(mesh_holds), "messages/s", best(pushes)),
+                result("mesh_drain", best(mesh_drains), "messages/s", best(pops)),
+            ]
+            if with_mesh
+            else []
+        ),
         result("rpush_pipelined_baseline", best(pushes), "messages/s"),
         result("lpop_pipelined_baseline", best(pops), "messages/s"),
     ]
@@ -177,8 +261,9 @@ async def run(quick: bool) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="one round instead of three")
+    parser.add_argument("--no-mesh", action="store_true", help="the store figures only")
     args = parser.parse_args()
-    rows = asyncio.run(run(args.quick))
+    rows = asyncio.run(run(args.quick, with_mesh=not args.no_mesh))
     print(json.dumps(rows))
 
 
