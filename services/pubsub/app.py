@@ -28,6 +28,7 @@ from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import PubsubStore
+from apexmesh.store.pubsub_leader import elector_for
 from services.pubsub.http import create_http_app
 from services.pubsub.servicer import PubsubEndpointServicer, PubsubMetrics, PubsubService
 from services.pubsub.settings import PubsubSettings
@@ -58,6 +59,7 @@ class PubsubApp:
         self.store = PubsubStore(self.redis, self.keys, settings.pod_id)
         self.metrics = PubsubMetrics.create(self.registry)
         self.relays = RelaySubmitter(settings.relay_addresses, timeout=settings.relay_timeout)
+        self.fanout = RelaySubmitter(settings.relay_addresses, timeout=settings.fanout_timeout)
         self.http = HttpServer(create_http_app(self.registry, self.redis, self.relays))
         self.service: PubsubService | None = None
         self._channels: list[grpc.aio.Channel] = []
@@ -87,6 +89,7 @@ class PubsubApp:
             access=access,
             access_cache=self._cache,
             relays=self.relays,
+            fanout=self.fanout,
             presence=presence,
             metrics=self.metrics,
             clock=now_ms,
@@ -96,6 +99,13 @@ class PubsubApp:
             upstreams=settings.upstreams,
             upstream_duration=settings.upstream_duration,
             timeout=settings.relay_timeout,
+            elector=elector_for(
+                settings.leader_election,
+                self.store,
+                settings.pod_id,
+                settings.redis_prefix,
+                settings.namespace,
+            ),
         )
         self.service = service
         Gauge(
@@ -164,6 +174,7 @@ class PubsubApp:
             await self._cache.aclose()
             self._cache = None
         await self.relays.aclose()
+        await self.fanout.aclose()
         for channel in self._channels:
             await channel.close()
         self._channels.clear()

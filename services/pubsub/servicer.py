@@ -74,6 +74,7 @@ from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.pubsub import JournalEntry, PubsubStore, TopicView, new_entry
+from apexmesh.store.pubsub_leader import Elector, RedisLeader
 from services.pubsub.settings import Upstream
 
 _log = logging.getLogger(__name__)
@@ -193,6 +194,7 @@ class PubsubService:
         access: AccessClient,
         access_cache: CachedAccessChecker | None,
         relays: RelaySubmitter,
+        fanout: RelaySubmitter | None = None,
         presence: presence_pb2_grpc.PresenceServiceStub | None,
         metrics: PubsubMetrics,
         clock: Clock,
@@ -202,12 +204,16 @@ class PubsubService:
         upstreams: Sequence[Upstream] = (),
         upstream_duration: int = 3600,
         timeout: float = 2.0,
+        elector: Elector | None = None,
     ) -> None:
         self.domains = frozenset(domains)
         self.store = store
+        self._elector: Elector = elector or RedisLeader(store)
         self._access = access
         self._access_cache = access_cache
         self._relays = relays
+        #: Submits of forwarded data (longer deadline than replies').
+        self._fanout = fanout or relays
         self._presence = presence
         self._metrics = metrics
         self._clock = clock
@@ -535,7 +541,7 @@ class PubsubService:
                 hops=hops,
                 trans_id=self._next_id(),
             )
-            outcome = await self._relays.submit(
+            outcome = await self._fanout.submit(
                 str(owner), forward_payload(forward, parts), key=str(owner)
             )
             if outcome.code != ApexReplyCode.SUCCESS:
@@ -653,7 +659,7 @@ class PubsubService:
         must not look dead, or its journal would be redone by another pod."""
         await self.store.heartbeat(self._lease_ms)
         for domain in sorted(self.domains):
-            if await self.store.lead(domain, self._lease_ms):
+            if await self._elector.lead(domain, self._lease_ms):
                 self.leading.add(domain)
             else:
                 self.leading.discard(domain)
@@ -685,7 +691,7 @@ class PubsubService:
 
     async def resign(self) -> None:
         for domain in sorted(self.leading):
-            await self.store.resign(domain)
+            await self._elector.resign(domain)
         self.leading.clear()
 
 

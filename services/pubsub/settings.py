@@ -6,6 +6,8 @@
 - ``APEXMESH_ACCESS_ADDRESS`` (required): gRPC address of the access service.
 - ``APEXMESH_RELAY_ADDRESSES``: relay gRPC addresses replies and data are submitted to.
 - ``APEXMESH_RELAY_TIMEOUT_SECONDS`` (``2.0``): deadline of one Submit or access call.
+- ``APEXMESH_PUBSUB_FANOUT_TIMEOUT_SECONDS`` (``10.0``): deadline of the Submit of
+  forwarded data (up to 1,000 recipients: a busy relay takes longer to accept it).
 - ``APEXMESH_PRESENCE_ADDRESS`` (optional): the presence service; each topic is then a
   tuple of ``apex=pubsub@DOMAIN``'s presence entry (sections 4.2/4.3 step 3.2).
 - ``APEXMESH_PUBSUB_POD_ID`` (host name): this pod's id (journal ownership, leader lock).
@@ -19,6 +21,11 @@
   as ``apex=pubsub/TOPIC@DOMAIN`` to ``apex=pubsub@UPSTREAM`` and redistributes (2.6).
 - ``APEXMESH_PUBSUB_UPSTREAM_DURATION`` (``3600``): seconds of that subscription; it is
   renewed at half-life.
+- ``APEXMESH_PUBSUB_LEADER_ELECTION`` (``auto``): ``redis`` (a lock in Redis),
+  ``kubernetes`` (a coordination.k8s.io Lease per domain) or ``auto`` (Kubernetes when
+  ``KUBERNETES_SERVICE_HOST`` is set, i.e. inside a cluster).
+- ``APEXMESH_PUBSUB_NAMESPACE``: the Leases' namespace (default: the pod's own, from the
+  service account mount).
 - ``APEXMESH_PUBSUB_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7414``; 0 = any port).
 - ``APEXMESH_PUBSUB_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8414``): admin HTTP.
 - ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``), ``APEXMESH_DEV`` (``0``).
@@ -104,6 +111,7 @@ class PubsubSettings:
     access_address: str
     relay_addresses: tuple[str, ...]
     relay_timeout: float
+    fanout_timeout: float
     presence_address: str
     pod_id: str
     lease_ms: int
@@ -112,6 +120,8 @@ class PubsubSettings:
     hops: int
     upstreams: tuple[Upstream, ...]
     upstream_duration: int
+    leader_election: str
+    namespace: str
     grpc_host: str
     grpc_port: int
     http_host: str
@@ -142,6 +152,9 @@ class PubsubSettings:
         if not 2 <= duration <= 2_147_483_647:
             raise SettingsError("APEXMESH_PUBSUB_UPSTREAM_DURATION must be at least 2")
         pod_id = env.get("APEXMESH_PUBSUB_POD_ID", "") or socket.gethostname()
+        election = env.get("APEXMESH_PUBSUB_LEADER_ELECTION", "auto") or "auto"
+        if election not in ("auto", "redis", "kubernetes"):
+            raise SettingsError("APEXMESH_PUBSUB_LEADER_ELECTION must be auto, redis or kubernetes")
         return cls(
             domains=domains,
             redis_url=check_redis_url(
@@ -156,6 +169,7 @@ class PubsubSettings:
                 )
             ),
             relay_timeout=env_float(env, "APEXMESH_RELAY_TIMEOUT_SECONDS", 2.0),
+            fanout_timeout=env_float(env, "APEXMESH_PUBSUB_FANOUT_TIMEOUT_SECONDS", 10.0),
             presence_address=_address("APEXMESH_PRESENCE_ADDRESS", presence) if presence else "",
             pod_id=pod_id,
             lease_ms=lease_ms,
@@ -164,6 +178,8 @@ class PubsubSettings:
             hops=hops,
             upstreams=_upstreams(env, domains),
             upstream_duration=duration,
+            leader_election=election,
+            namespace=env.get("APEXMESH_PUBSUB_NAMESPACE", ""),
             grpc_host=_bind(env, "APEXMESH_PUBSUB_GRPC_HOST", dev=dev),
             grpc_port=env_int(env, "APEXMESH_PUBSUB_GRPC_PORT", 7414),
             http_host=_bind(env, "APEXMESH_PUBSUB_HTTP_HOST", dev=dev),
