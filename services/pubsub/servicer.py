@@ -165,11 +165,40 @@ def forward_payload(data: Data, parts: Sequence[MimePart]) -> bytes:
             # The boundary occurred in a part (vanishingly rare): draw another.
 
 
-def _access_set(owner: Endpoint, actor: Endpoint, *, grant: bool, trans_id: int) -> bytes:
-    pattern = str(ActorPattern.exactly(actor))
-    head = f"<access owner='{owner}' actor='{pattern}'"
-    head += " actions='core:data' />" if grant else " />"
-    return f"<set transID='{trans_id}'>{head}</set>".encode()
+def _access_set(
+    owner: Endpoint, actor: Endpoint, actions: Sequence[str], last_update: str, trans_id: int
+) -> bytes:
+    """RFC 3341 ``set`` of the entry (owner, exactly actor); no actions deletes it; an
+    existing entry is changed only with the ``lastUpdate`` a ``get`` returned."""
+    head = _dtd.attr("owner", str(owner)) + _dtd.attr("actor", str(ActorPattern.exactly(actor)))
+    if actions:
+        head += _dtd.attr("actions", " ".join(actions))
+    if last_update:
+        head += _dtd.attr("lastUpdate", last_update)
+    return f"<set{_dtd.attr('transID', str(trans_id))}><access{head} /></set>".encode()
+
+
+def _reply_code(answer: bytes) -> int:
+    """The code of the access service's ``reply`` (0 when it is something else)."""
+    try:
+        root = _dtd.parse_root(answer)
+        return reply_from(root, require_trans_id=False).code if _dtd.tag_of(root) == "reply" else 0
+    except ApexError:
+        return 0
+
+
+def _last_update(answer: bytes) -> str:
+    """The lastUpdate of the entry a ``get`` returned (a ``set``), "" for none (551)."""
+    try:
+        root = _dtd.parse_root(answer)
+    except ApexError:
+        return ""
+    if _dtd.tag_of(root) != "set":
+        return ""
+    for child in root:
+        if _dtd.tag_of(child) == "access":
+            return str(child.get("lastUpdate", ""))
+    return ""
 
 
 def _content(payload: bytes) -> tuple[Data, bytes, tuple[MimePart, ...]]:
@@ -316,17 +345,40 @@ class PubsubService:
         return True
 
     async def _grant_data(self, domain: str, topic: str, subscriber: Endpoint, grant: bool) -> bool:
-        """Section 7: core:data on the topic for a subscriber (or its removal)."""
-        content = _access_set(
-            topic_endpoint(topic, domain), subscriber, grant=grant, trans_id=self._next_id()
-        )
+        """Section 7: core:data on the topic for a subscriber, or its removal.
+
+        The grant is an entry for exactly the subscriber, which takes precedence over
+        the wildcard entries that let it subscribe (RFC 3341 section 3.1): it therefore
+        keeps the pubsub tokens the subscriber holds now, plus ``core:data``. Removal
+        deletes that entry, so the subscriber falls back to the wildcard entries (an
+        explicit entry it had before the grant is not restored: docs/pubsub.md)."""
+        owner = topic_endpoint(topic, domain)
+        service = str(service_endpoint(domain))
+        actions: list[str] = []
         try:
-            result = await self._access.handle_operation(str(service_endpoint(domain)), content)
+            get = (
+                f"<get{_dtd.attr('transID', str(self._next_id()))}{_dtd.attr('owner', str(owner))}"
+                f"{_dtd.attr('actor', str(ActorPattern.exactly(subscriber)))} />"
+            ).encode()
+            found = _last_update((await self._access.handle_operation(service, get)).reply.content)
+            if grant:
+                tokens = (SUBSCRIBE_TOKEN, CANCEL_TOKEN)
+                decisions, _ = await self._access.check_many(
+                    [(str(owner), str(subscriber), token) for token in tokens]
+                )
+                actions = [t for t, d in zip(tokens, decisions, strict=True) if d.allowed]
+                actions.append(DATA_TOKEN)
+            elif not found:
+                return True  # nothing to remove
+            content = _access_set(owner, subscriber, actions, found, self._next_id())
+            result = await self._access.handle_operation(service, content)
         except grpc.aio.AioRpcError as exc:
             _log.warning("access service unreachable: %s", exc.code())
             return False
-        if self._access_cache is None and result.reply.content:
-            _log.debug("access answered %r", result.reply.content[:80])
+        if _reply_code(result.reply.content) != ApexReplyCode.SUCCESS:
+            _log.warning(
+                "access refused %s for %s: %r", owner, subscriber, result.reply.content[:120]
+            )
         return True
 
     # ------------------------------------------------------------------ access
