@@ -55,7 +55,7 @@ class HoldLimits:
     #: Held bytes (payload octets) per endpoint.
     max_bytes_per_endpoint: int | None = 16 * 1024 * 1024
     #: Held entries per endpoint.
-    max_count_per_endpoint: int | None = 10_000
+    max_count_per_endpoint: int | None = 100_000
     #: Held bytes per domain.
     max_bytes_per_domain: int | None = 1024 * 1024 * 1024
     #: Held entries per domain.

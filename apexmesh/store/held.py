@@ -84,10 +84,14 @@ end
 
 # ARGV 10 endpoint, 11 domain, 12 payload, 13 heldAt, 14 deadline (0 none),
 # 15 max endpoint bytes, 16 max endpoint count, 17 max domain bytes, 18 max domain count
-# (0: no limit), 19 reportAfter time (0 none). Returns {1, id} or {0, reason}.
+# (0: no limit), 19 reportAfter time (0 none), 20 the endpoint's attachment key ('' for no
+# check). Returns {1, id} or {0, reason}.
 _HOLD: Final = (
     _COMMON
     + """
+if ARGV[20] ~= '' and redis.call('EXISTS', ARGV[20]) == 1 then
+    return {0, 'attached'}
+end
 local endpoint, domain, payload = ARGV[10], ARGV[11], ARGV[12]
 local size = string.len(payload)
 local usage = redis.call('HMGET', U .. endpoint, 'count', 'bytes')
@@ -229,6 +233,8 @@ ENDPOINT_BYTES: Final = "endpoint-bytes"
 ENDPOINT_COUNT: Final = "endpoint-count"
 DOMAIN_BYTES: Final = "domain-bytes"
 DOMAIN_COUNT: Final = "domain-count"
+#: Not a quota: the endpoint is attached (``hold(..., unless_attached=True)``), deliver it.
+ATTACHED: Final = "attached"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -368,13 +374,18 @@ class HeldStore:
         deadline: int | None,
         limits: HoldLimits,
         report_at: int | None = None,
+        unless_attached: bool = False,
     ) -> int | Refused:
         """Hold ``payload`` for ``endpoint`` (of ``domain``) until ``deadline`` (ms, None:
         until attach), checking the quotas of ``limits`` atomically. ``report_at``: when
         the data's transient timing report (350) is due (the first REPORT_AFTER timer of
         its dataTiming state), kept in Redis so that any pod sends it, once
         (:meth:`due_reports`). Returns the entry id once the data is in Redis, or
-        :class:`Refused`."""
+        :class:`Refused`. With ``unless_attached``, nothing is held when the endpoint has
+        an attachment record (:mod:`apexmesh.store.attachments`), checked in the same
+        script: ``Refused(reason=ATTACHED)`` then says "deliver it instead". Every drain
+        starts after its attach claimed that record, so data held this way is always
+        seen by the next attach's drain: holding and attaching cannot race."""
         result = await self._hold(
             keys=self._reports_key,
             args=self._hold_args(
@@ -385,6 +396,7 @@ class HeldStore:
                 deadline=deadline,
                 limits=limits,
                 report_at=report_at,
+                attachment=self._keys.attachment(endpoint) if unless_attached else "",
             ),
         )
         return _hold_result(result)
@@ -399,6 +411,7 @@ class HeldStore:
         deadline: int | None,
         limits: HoldLimits,
         report_at: int | None,
+        attachment: str = "",
     ) -> list[str | bytes | int]:
         return [
             *self._common,
@@ -412,6 +425,7 @@ class HeldStore:
             _limit(limits.max_bytes_per_domain),
             _limit(limits.max_count_per_domain),
             0 if report_at is None else report_at,
+            attachment,
         ]
 
     async def hold_many(

@@ -48,7 +48,7 @@ from apexmesh.apex.timing import (
     timing_options,
 )
 from apexmesh.beep.mime import beep_xml
-from apexmesh.store.held import HeldEntry, HeldStore, Refused
+from apexmesh.store.held import ATTACHED, HeldEntry, HeldStore, Refused
 from services.relay.outcomes import Outcome
 
 if TYPE_CHECKING:
@@ -143,6 +143,8 @@ class Holder:
         decision: HoldDecision,
         timing: RecipientTiming | None,
         received_at: int,
+        *,
+        unless_attached: bool = False,
     ) -> int | Refused:
         """Write one recipient's data to Redis; the entry id once it is there. It is held
         as of ``received_at``, when this relay received it: the time it spends here before
@@ -160,10 +162,13 @@ class Holder:
             deadline=decision.deadline,
             limits=self.limits,
             report_at=report_at,
+            unless_attached=unless_attached,
         )
-        self._metrics.count(
-            self._metrics.held, "refused" if isinstance(result, Refused) else "held"
-        )
+        if isinstance(result, Refused):
+            if result.reason != ATTACHED:
+                self._metrics.count(self._metrics.held, "refused")
+        else:
+            self._metrics.count(self._metrics.held, "held")
         return result
 
     async def forget(self, endpoint: Endpoint, ids: list[int]) -> None:

@@ -51,7 +51,7 @@ from apexmesh.apex.party import (
 )
 from apexmesh.apex.report import PendingReport, pending_reports, status_response
 from apexmesh.apex.timing import Timer, forward, timing_options
-from apexmesh.store.held import Refused
+from apexmesh.store.held import ATTACHED, Refused
 from services.relay.holder import HELD, Holder, payload_for, timing_state
 from services.relay.outcomes import DELIVERED, ENDPOINT_DETACHED, Outcome, code_of
 from services.relay.peers import UNAVAILABLE as POD_UNAVAILABLE
@@ -366,8 +366,11 @@ class Router:
     ) -> frozenset[Endpoint] | Error:
         """hold4Endpoint before ``ok`` (RFC 3342 section 3): data for recipients of this
         domain that are attached nowhere is written to Redis now, so that the ``ok`` is
-        only given once it is durable. A refused hold refuses the whole data (450 quota,
-        554 policy), taking back what was already written for its other recipients."""
+        only given once it is durable. "Attached nowhere" is checked by the same Redis
+        script that holds (so an attach cannot slip in between: every drain starts after
+        its attach's claim); attached recipients get their data after ``ok`` as usual. A
+        refused hold refuses the whole data (450 quota, 554 policy), taking back what was
+        already written for its other recipients."""
         holder = self.holder
         if holder is None:
             return frozenset()
@@ -382,7 +385,6 @@ class Router:
                 or endpoint.is_service
                 or not wants_hold(rplan)
                 or endpoint in self.local
-                or await self._attached_elsewhere(endpoint)
                 or not await self._may_send(endpoint, data.originator.identity)
             ):
                 continue  # delivered (or refused) after ok, as without the option
@@ -391,24 +393,21 @@ class Router:
             decision = holder.decide(rplan, timing, len(body))
             refusal: Error | None = None
             if decision.hold:
-                result = await holder.hold(endpoint, body, decision, timing, received_at)
-                if isinstance(result, Refused):
-                    refusal = Error(code=for_code(result.code) or QUOTA_CODE, text=result.text)
-                else:
+                result = await holder.hold(
+                    endpoint, body, decision, timing, received_at, unless_attached=True
+                )
+                if isinstance(result, int):
                     written.append((endpoint, result))
+                elif result.reason != ATTACHED:
+                    refusal = Error(code=for_code(result.code) or QUOTA_CODE, text=result.text)
             elif decision.code is not None and decision.code != EXPIRED_CODE:
+                self.metrics.count(self.metrics.held, "refused")  # an operator policy (554)
                 refusal = Error(code=decision.code, text=decision.text)
             if refusal is not None:
                 for endpoint_, entry in written:
                     await holder.forget(endpoint_, [entry])
                 return refusal
-        for endpoint, _ in written:
-            await self._wake_drainer(endpoint)
         return frozenset(endpoint for endpoint, _ in written)
-
-    async def _attached_elsewhere(self, endpoint: Endpoint) -> bool:
-        found = await self.attachments.locate(str(endpoint))
-        return found is not None and bool(found[1]) and found[0] != self.attachments.pod_id
 
     async def _may_send(self, endpoint: Endpoint, originator: Endpoint) -> bool:
         """Step 5.3's access check (core:data), which holding must not bypass."""

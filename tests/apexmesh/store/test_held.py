@@ -9,7 +9,9 @@ import pytest
 from redis.asyncio import Redis
 
 from apexmesh.apex.holding import HoldLimits
+from apexmesh.store.attachments import AttachmentRegistry
 from apexmesh.store.held import (
+    ATTACHED,
     DOMAIN_BYTES,
     DOMAIN_COUNT,
     ENDPOINT_BYTES,
@@ -315,3 +317,24 @@ async def test_report_after_taken_once_by_one_pod_entry_stays_held(
     assert isinstance(third, int)
     await pod_a.ack(BARNEY, [third])
     assert await pod_a.due_reports(T0 + 10**6) == []
+
+
+async def test_unless_attached_holds_nothing_for_an_attached_endpoint(
+    redis: Redis, keys: Keys
+) -> None:
+    """The attachment check and the hold are one script: an endpoint with an attachment
+    record gets Refused(ATTACHED) and nothing is written; without one it is held."""
+    store = HeldStore(redis, keys)
+    attachments = AttachmentRegistry(redis, keys, "pod-a")
+    assert await attachments.claim(BARNEY) is None
+    refused = await store.hold(
+        BARNEY, DOMAIN, b"x", now=T0, deadline=None, limits=UNLIMITED, unless_attached=True
+    )
+    assert refused == Refused(reason=ATTACHED)
+    assert await store.usage(BARNEY) == (0, 0)
+    await attachments.release(BARNEY)
+    held = await store.hold(
+        BARNEY, DOMAIN, b"x", now=T0, deadline=None, limits=UNLIMITED, unless_attached=True
+    )
+    assert isinstance(held, int)
+    assert await store.usage(BARNEY) == (1, 1)
