@@ -50,7 +50,7 @@ CONTENT_OCTETS = 256
 #: Publications in flight from the publisher (each is 1,000 deliveries).
 DEPTH = 4
 #: Attachments per BEEP session of the subscribers.
-PER_SESSION = 100
+PER_SESSION = 10
 
 
 def result(name: str, value: float, unit: str, baseline: float | None = None) -> dict[str, Any]:

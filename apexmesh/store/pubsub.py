@@ -301,6 +301,24 @@ class PubsubStore:
             return True, version, None
         return True, version, _subscriptions(topic, answer[3:])
 
+    async def placement(self, endpoints: Sequence[Endpoint]) -> dict[Endpoint, str]:
+        """The gRPC address of the relay pod holding each endpoint's attachment (the
+        relays' table, :mod:`apexmesh.store.attachments`), for those attached now."""
+        if not endpoints:
+            return {}
+        pods = await self._redis.mget([self._keys.attachment(str(e)) for e in endpoints])
+        ids = sorted({_text(p) for p in pods if p is not None})
+        if not ids:
+            return {}
+        found = await self._redis.mget([self._keys.relay_pod(i) for i in ids])
+        addresses = {i: _text(a) for i, a in zip(ids, found, strict=True) if a is not None}
+        out: dict[Endpoint, str] = {}
+        for endpoint, pod in zip(endpoints, pods, strict=True):
+            address = None if pod is None else addresses.get(_text(pod))
+            if address is not None:
+                out[endpoint] = address
+        return out
+
     async def next_expiry(self, domain: str) -> int | None:
         """The earliest lease end (ms) in ``domain``, None when no lease runs."""
         first = await self._redis.zrange(self._keys.pubsub_expiry(domain), 0, 0, withscores=True)

@@ -60,6 +60,11 @@ class PubsubApp:
         self.metrics = PubsubMetrics.create(self.registry)
         self.relays = RelaySubmitter(settings.relay_addresses, timeout=settings.relay_timeout)
         self.fanout = RelaySubmitter(settings.relay_addresses, timeout=settings.fanout_timeout)
+        #: Per relay pod, for forwarded data sent to the pod holding its recipients.
+        self.direct = {
+            address: RelaySubmitter([address], timeout=settings.fanout_timeout)
+            for address in settings.relay_addresses
+        }
         self.http = HttpServer(create_http_app(self.registry, self.redis, self.relays))
         self.service: PubsubService | None = None
         self._channels: list[grpc.aio.Channel] = []
@@ -90,6 +95,7 @@ class PubsubApp:
             access_cache=self._cache,
             relays=self.relays,
             fanout=self.fanout,
+            direct=self.direct,
             presence=presence,
             metrics=self.metrics,
             clock=now_ms,
@@ -175,6 +181,8 @@ class PubsubApp:
             self._cache = None
         await self.relays.aclose()
         await self.fanout.aclose()
+        for submitter in self.direct.values():
+            await submitter.aclose()
         for channel in self._channels:
             await channel.close()
         self._channels.clear()

@@ -28,7 +28,7 @@ import asyncio
 import itertools
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -94,6 +94,9 @@ EXPIRY_BATCH = 500
 #: An entry still in the journal this long after it was written is redone (its send
 #: failed, e.g. no relay reachable): at-least-once for journalled work.
 RETRY_AFTER_MS = 10_000
+
+#: Milliseconds a topic's placement of subscribers on relay pods is reused.
+PLACEMENT_TTL_MS = 2_000
 
 #: How often the leader scans the journal for orphaned work.
 ORPHAN_SCAN_MS = 1_000
@@ -224,6 +227,7 @@ class PubsubService:
         access_cache: CachedAccessChecker | None,
         relays: RelaySubmitter,
         fanout: RelaySubmitter | None = None,
+        direct: Mapping[str, RelaySubmitter] | None = None,
         presence: presence_pb2_grpc.PresenceServiceStub | None,
         metrics: PubsubMetrics,
         clock: Clock,
@@ -243,6 +247,9 @@ class PubsubService:
         self._relays = relays
         #: Submits of forwarded data (longer deadline than replies').
         self._fanout = fanout or relays
+        #: One submitter per relay address, to reach the pod holding a recipient.
+        self._direct: Mapping[str, RelaySubmitter] = direct or {}
+        self._placements: dict[tuple[str, str], tuple[int, int, dict[Endpoint, str]]] = {}
         self._presence = presence
         self._metrics = metrics
         self._clock = clock
@@ -547,7 +554,10 @@ class PubsubService:
 
     # ------------------------------------------------------------------ 4.7.1
 
-    async def _subscriptions(self, domain: str, topic: str) -> dict[Endpoint, Subscription] | None:
+    async def _subscriptions(
+        self, domain: str, topic: str
+    ) -> tuple[int, dict[Endpoint, Subscription]] | None:
+        """(version, subscriptions) of a known topic, from the pod's cache when current."""
         cached = self._subscribers.get((domain, topic))
         exists, version, fresh = await self.store.accept_publish(
             domain, topic, -1 if cached is None else cached[0], None, self._clock()
@@ -560,14 +570,46 @@ class PubsubService:
             if len(self._subscribers) > 100_000:
                 self._subscribers.clear()
             self._subscribers[(domain, topic)] = (version, subs)
-            return subs
-        return cached[1]
+            return version, subs
+        return cached
+
+    async def _groups(
+        self, domain: str, topic: str, version: int, recipients: Sequence[Endpoint]
+    ) -> dict[str, list[Endpoint]]:
+        """Recipients by the relay pod holding their attachment ("" for the others:
+        other domains, not attached). Submitting each group to its own pod spares the
+        relays a pod-to-pod hop per recipient and shares the replication between them.
+        Cached per topic version for :data:`PLACEMENT_TTL_MS` (a stale placement only
+        costs that hop: any pod delivers anywhere)."""
+        now = self._clock()
+        cached = self._placements.get((domain, topic))
+        if cached is not None and cached[0] == version and cached[1] > now:
+            placed = cached[2]
+        else:
+            placed = await self.store.placement(recipients)
+            if len(self._placements) > 10_000:
+                self._placements.clear()
+            self._placements[(domain, topic)] = (version, now + PLACEMENT_TTL_MS, placed)
+        groups: dict[str, list[Endpoint]] = {}
+        for recipient in recipients:
+            address = placed.get(recipient, "")
+            groups.setdefault(address if address in self._direct else "", []).append(recipient)
+        return groups
+
+    async def _forward(self, owner: Endpoint, submitter: RelaySubmitter, payload: bytes) -> int:
+        outcome = await submitter.submit(str(owner), payload, key=str(owner))
+        if outcome.source == "unavailable" and submitter is not self._fanout:
+            outcome = await self._fanout.submit(str(owner), payload, key=str(owner))
+        if outcome.code != ApexReplyCode.SUCCESS:
+            _log.info("forwarded data for %s: relay answered %d", owner, outcome.code)
+        return outcome.code
 
     async def publish(
         self, domain: str, topic: str, originator: Endpoint, payload: bytes
     ) -> tuple[int, str]:
         """Section 4.7.1: (code, text) for the delivering relay."""
-        subs = await self._subscriptions(domain, topic)
+        known = await self._subscriptions(domain, topic)
+        version, subs = (0, None) if known is None else known
         owner = topic_endpoint(topic, domain)
         allowed = subs is not None and await self._allowed(owner, originator, DATA_TOKEN, None)
         plan = core.publish(
@@ -584,21 +626,24 @@ class PubsubService:
         data, _body, parts = _content(payload)
         hops = core.hops_left(data, self._hops)
         recipients = plan.recipients
-        for start in range(0, len(recipients), MAX_RECIPIENTS_PER_DATA):
-            forward = core.forward_data(
-                data,
-                topic,
-                domain,
-                recipients[start : start + MAX_RECIPIENTS_PER_DATA],
-                hops=hops,
-                trans_id=self._next_id(),
-            )
-            outcome = await self._fanout.submit(
-                str(owner), forward_payload(forward, parts), key=str(owner)
-            )
-            if outcome.code != ApexReplyCode.SUCCESS:
-                self._metrics.publications.labels(str(outcome.code)).inc()
-                return outcome.code, outcome.text
+        sends = []
+        for address, group in (await self._groups(domain, topic, version, recipients)).items():
+            submitter = self._direct.get(address, self._fanout)
+            for start in range(0, len(group), MAX_RECIPIENTS_PER_DATA):
+                forward = core.forward_data(
+                    data,
+                    topic,
+                    domain,
+                    group[start : start + MAX_RECIPIENTS_PER_DATA],
+                    hops=hops,
+                    trans_id=self._next_id(),
+                )
+                sends.append(self._forward(owner, submitter, forward_payload(forward, parts)))
+        codes = await asyncio.gather(*sends)
+        failed = [code for code in codes if code != ApexReplyCode.SUCCESS]
+        if failed:
+            self._metrics.publications.labels(str(failed[0])).inc()
+            return failed[0], "forwarding failed"
         self._metrics.forwarded.inc(len(recipients))
         self._metrics.publications.labels("250").inc()
         return 250, ""

@@ -171,3 +171,20 @@ def test_journal_entries_round_trip() -> None:
 
 def test_core_outcome_fits_the_store() -> None:
     assert core.DEFAULT_HOPS > 1
+
+
+async def test_placement_follows_the_relays_attachment_table(redis: Redis, keys: Keys) -> None:
+    store = PubsubStore(redis, keys, "pod-a")
+    bob = Endpoint.parse("bob@example.com")
+    gone = Endpoint.parse("gone@example.com")
+    await redis.set(keys.attachment(str(MIKE)), "relay-1")
+    await redis.set(keys.attachment(str(bob)), "relay-2")
+    await redis.set(keys.attachment(str(gone)), "relay-dead")
+    await redis.set(keys.relay_pod("relay-1"), "127.0.0.1:1001")
+    await redis.set(keys.relay_pod("relay-2"), "127.0.0.1:1002")
+    nobody = Endpoint.parse("nobody@example.com")
+    assert await store.placement([MIKE, bob, gone, nobody]) == {
+        MIKE: "127.0.0.1:1001",
+        bob: "127.0.0.1:1002",
+    }
+    assert await store.placement([]) == {}
