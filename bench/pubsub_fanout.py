@@ -8,7 +8,9 @@ section 3: one data element per publication; the pubsub service sends one data e
 back naming every subscriber and the relays replicate it). It measures:
 
 * deliveries per second: publications x subscribers, counted when every subscriber has
-  every publication, from the first publish;
+  every publication, from the first publish, with at most 4 publications not yet
+  delivered everywhere (closed loop: the publisher's ``ok`` comes before the deliveries,
+  so an open loop would only measure how fast queues grow);
 * p99 publish-to-delivery latency over every delivery of that run (the content carries
   the send time);
 * baseline, same run: Redis PUBLISH of the same messages on one channel to 1,000
@@ -47,7 +49,7 @@ from apexmesh.ops.localmesh import DEMO_TOPIC, LocalMesh, free_port
 from apexmesh.pubsub.elements import Subscribe, topic_endpoint
 
 CONTENT_OCTETS = 256
-#: Publications in flight from the publisher (each is 1,000 deliveries).
+#: Publications not yet delivered to every subscriber (each is 1,000 deliveries).
 DEPTH = 4
 #: Attachments per BEEP session of the subscribers.
 PER_SESSION = 10
@@ -88,32 +90,35 @@ async def measure(
     *,
     deadline: float = 120.0,
 ) -> tuple[float, float]:
-    """(deliveries per second, p99 latency in ms) of ``count`` publications; Lost when
-    some deliveries have not arrived ``deadline`` seconds after the first publish."""
+    """(deliveries per second, p99 latency in ms) of ``count`` publications; raises
+    LostDeliveriesError when some have not arrived ``deadline`` seconds after the first
+    publish.
+
+    Closed loop: at most :data:`DEPTH` publications are out that have not reached every
+    subscriber yet (the publisher's ``ok`` comes long before the deliveries, so an open
+    loop would only measure how fast queues grow)."""
     latencies: list[float] = []
+    remaining = [len(receivers)] * count
+    window = asyncio.Semaphore(DEPTH)
 
     async def drain(receive: Callable[[], Awaitable[bytes]]) -> None:
         for _ in range(count):
             content = await receive()
             try:
-                latencies.append(time.perf_counter() - float(content[:24]))
+                sent, index = float(content[:24]), int(content[24:32])
             except ValueError:
                 continue  # not a publication (a late reply): not counted
+            latencies.append(time.perf_counter() - sent)
+            remaining[index] -= 1
+            if remaining[index] == 0:
+                window.release()
 
     draining = [asyncio.ensure_future(drain(r)) for r in receivers]
-    window = asyncio.Semaphore(DEPTH)
-
-    async def one(index: int) -> None:
-        try:
-            await publish(message(index))
-        finally:
-            window.release()
-
     started = time.perf_counter()
     sends = []
     for index in range(count):
-        await window.acquire()
-        sends.append(asyncio.ensure_future(one(index)))
+        await asyncio.wait_for(window.acquire(), deadline)
+        sends.append(asyncio.ensure_future(publish(message(index))))
     await asyncio.gather(*sends)
     _done, pending = await asyncio.wait(draining, timeout=deadline)
     for task in pending:
