@@ -109,8 +109,17 @@ class ApexChannel:
         try:
             while True:
                 incoming = await channel.receive()
-                await self._handle(incoming)
-        except ConnectionClosedError:
+                try:
+                    await self._handle(incoming)
+                except (ConnectionClosedError, BeepError):
+                    raise
+                except Exception:  # noqa: BLE001  (Redis or a bug: answer, keep serving)
+                    _log.exception("processing an APEX message failed")
+                    with contextlib.suppress(BeepError):  # unless it was answered already
+                        incoming.error(
+                            error_payload(ApexReplyCode.ACTION_ABORTED, "local error")
+                        )
+        except (ConnectionClosedError, BeepError):
             pass
         finally:
             await self.release()

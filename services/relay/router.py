@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from apexmesh.apex.access import CORE_ATTACH, CORE_DATA
+from apexmesh.apex.access import CORE_ATTACH, CORE_DATA, Decision
 from apexmesh.apex.associations import Association, Attachment
 from apexmesh.apex.codes import ApexReplyCode, for_code
 from apexmesh.apex.content import MimePart, Payload
@@ -198,9 +198,9 @@ class Router:
                 "authenticate before attaching",
                 trans_id=attach.trans_id,
             )
-        decision = self.access.lookup(str(endpoint.base), str(identity), CORE_ATTACH)
-        if decision is None:
-            decision = await self.access.check(str(endpoint.base), str(identity), CORE_ATTACH)
+        decision = await self._decide(str(endpoint.base), str(identity), CORE_ATTACH)
+        if decision.code == ApexReplyCode.SERVICE_NOT_AVAILABLE:
+            raise ApexError(decision.code, decision.text, trans_id=attach.trans_id)
         if not decision.allowed:
             raise ApexError(ApexReplyCode.NOT_AUTHORIZED, "access denied", trans_id=attach.trans_id)
 
@@ -411,10 +411,23 @@ class Router:
 
     async def _may_send(self, endpoint: Endpoint, originator: Endpoint) -> bool:
         """Step 5.3's access check (core:data), which holding must not bypass."""
-        decision = self.access.lookup(str(endpoint), str(originator), CORE_DATA)
-        if decision is None:
-            decision = await self.access.check(str(endpoint), str(originator), CORE_DATA)
-        return decision.allowed
+        return (await self._decide(str(endpoint), str(originator), CORE_DATA)).allowed
+
+    async def _decide(self, owner: str, actor: str, token: str) -> Decision:
+        """An access decision, from the cache when possible; an unreachable access
+        service fails closed as 421 (the operation is refused, never let through)."""
+        decision = self.access.lookup(owner, actor, token)
+        if decision is not None:
+            return decision
+        try:
+            return await self.access.check(owner, actor, token)
+        except Exception as exc:  # noqa: BLE001  (gRPC, Redis, timeouts: all fail closed)
+            _log.warning("access check %s %s %s failed: %s", owner, actor, token, exc)
+            return Decision(
+                allowed=False,
+                code=ApexReplyCode.SERVICE_NOT_AVAILABLE,
+                text="access service not available",
+            )
 
     async def _wake_drainer(self, endpoint: Endpoint) -> None:
         """The endpoint may have attached while its data was being held (after the
@@ -583,9 +596,7 @@ class Router:
         if endpoint.is_service:
             payload = self._payload(job, plan.forward)
             return self.services.deliver(endpoint, job.data, payload, job.parts, self)
-        decision = self.access.lookup(str(endpoint), str(originator), CORE_DATA)
-        if decision is None:
-            decision = await self.access.check(str(endpoint), str(originator), CORE_DATA)
+        decision = await self._decide(str(endpoint), str(originator), CORE_DATA)
         if not decision.allowed:
             return _done(Outcome(int(decision.code), decision.text or "access denied"))
         payload = self._payload(job, plan.forward)

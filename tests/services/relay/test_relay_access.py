@@ -13,6 +13,7 @@ import pytest
 from apexmesh.beep.xml import Element, parse_xml
 from apexmesh.client import Attachment, XmlContent
 from tests.support.mesh import Mesh, endpoint_client
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -111,3 +112,33 @@ async def test_operation_from_another_domain(mesh: Mesh) -> None:
         root = parse_xml(got.content)
         # betty may not query barney's entries (RFC 3341 access:query): 537, from afar
         assert (root.tag, root.get("code"), root.get("transID")) == ("reply", "537", "4")
+
+
+async def test_access_service_down_fails_closed_with_421(mesh: Mesh) -> None:
+    """An uncached core:data decision while the access service is unreachable: the data
+    was accepted (step 1 needs no access service), the recipient's outcome is 421 (never
+    delivered, counted in the relay's outcome metric), and the channel goes on serving."""
+    async with (
+        endpoint_client(mesh.a.edge_port) as one,
+        endpoint_client(mesh.b.edge_port) as two,
+    ):
+        fred = await one.attach("fred@example.com")
+        wilma = await two.attach("wilma@example.com")
+        barney = await two.attach("barney@example.com")
+        await fred.send("wilma@example.com", b"cached")
+        assert (await wilma.receive()).content == b"cached"
+        await mesh.access.stop()
+        await fred.send("barney@example.com", b"not now")
+        await eventually(lambda: outcomes(mesh, "421") == 1)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await barney.receive()
+        await fred.send("wilma@example.com", b"still served")
+        assert (await wilma.receive()).content == b"still served"
+
+
+def outcomes(mesh: Mesh, result: str) -> float:
+    value = mesh.a.registry.get_sample_value(
+        "apexmesh_relay_delivery_outcomes_total", {"result": result}
+    )
+    return value or 0.0
