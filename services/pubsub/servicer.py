@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,15 +34,12 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter
 
 from apexmesh.apex import _dtd
-from apexmesh.apex.access import ActorPattern
 from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.apex.content import MimePart, build_payload, parse_payload, resolve_content
-from apexmesh.apex.data import MAX_RECIPIENTS_PER_DATA, Data, DataContent, Originator, Recipient
-from apexmesh.apex.elements import Reply, parse_message, reply_from
+from apexmesh.apex.data import MAX_RECIPIENTS_PER_DATA
+from apexmesh.apex.elements import Reply, reply_from
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.presence_core import error_reply
-from apexmesh.beep.mime import beep_xml
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
@@ -51,7 +47,6 @@ from apexmesh.pubsub import core
 from apexmesh.pubsub.core import Outcome, Send, Subscription
 from apexmesh.pubsub.elements import (
     CANCEL_TOKEN,
-    CONTENT_NAME,
     CREATETOPIC_TOKEN,
     DATA_TOKEN,
     DELETETOPIC_TOKEN,
@@ -69,6 +64,15 @@ from apexmesh.pubsub.elements import (
     service_endpoint,
     topic_endpoint,
     topic_of,
+)
+from apexmesh.pubsub.wire import (
+    access_get,
+    access_set,
+    delivered_content,
+    element_payload,
+    forward_payload,
+    last_update,
+    reply_code,
 )
 from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.relay import RelaySubmitter
@@ -142,77 +146,6 @@ class PubsubMetrics:
                 registry=registry,
             ),
         )
-
-
-def element_payload(origin: Endpoint, recipient: Endpoint, content: bytes) -> bytes:
-    """The BEEP payload of one element sent inline from ``origin`` to ``recipient``."""
-    data = Data(
-        content="#" + CONTENT_NAME,
-        originator=Originator(identity=origin),
-        recipients=(Recipient(identity=recipient),),
-        data_content=DataContent(name=CONTENT_NAME, content=content),
-    )
-    return beep_xml(data.to_xml())
-
-
-def forward_payload(data: Data, parts: Sequence[MimePart]) -> bytes:
-    """The payload of forwarded data: inline content as is, MIME parts copied."""
-    if not data.content.startswith("cid:") or not parts:
-        return beep_xml(data.to_xml())
-    while True:
-        try:
-            return build_payload(data, parts, boundary=f"apexmesh-{secrets.token_hex(12)}")
-        except ApexError:
-            if any(part.content_id is None for part in parts):
-                raise
-            # The boundary occurred in a part (vanishingly rare): draw another.
-
-
-def _access_set(
-    owner: Endpoint, actor: Endpoint, actions: Sequence[str], last_update: str, trans_id: int
-) -> bytes:
-    """RFC 3341 ``set`` of the entry (owner, exactly actor); no actions deletes it; an
-    existing entry is changed only with the ``lastUpdate`` a ``get`` returned."""
-    head = _dtd.attr("owner", str(owner)) + _dtd.attr("actor", str(ActorPattern.exactly(actor)))
-    if actions:
-        head += _dtd.attr("actions", " ".join(actions))
-    if last_update:
-        head += _dtd.attr("lastUpdate", last_update)
-    return f"<set{_dtd.attr('transID', str(trans_id))}><access{head} /></set>".encode()
-
-
-def _reply_code(answer: bytes) -> int:
-    """The code of the access service's ``reply`` (0 when it is something else)."""
-    try:
-        root = _dtd.parse_root(answer)
-        return reply_from(root, require_trans_id=False).code if _dtd.tag_of(root) == "reply" else 0
-    except ApexError:
-        return 0
-
-
-def _last_update(answer: bytes) -> str:
-    """The lastUpdate of the entry a ``get`` returned (a ``set``), "" for none (551)."""
-    try:
-        root = _dtd.parse_root(answer)
-    except ApexError:
-        return ""
-    if _dtd.tag_of(root) != "set":
-        return ""
-    for child in root:
-        if _dtd.tag_of(child) == "access":
-            return str(child.get("lastUpdate", ""))
-    return ""
-
-
-def _content(payload: bytes) -> tuple[Data, bytes, tuple[MimePart, ...]]:
-    """The data of a delivered payload, its content octets and its MIME parts."""
-    parsed = parse_payload(payload)
-    element = parse_message(parsed.control)
-    if not isinstance(element, Data):
-        raise ApexError(ApexReplyCode.PARAMETER_SYNTAX_ERROR, "payload is not data")
-    resolved = resolve_content(element, parsed.parts)
-    body = resolved.content if isinstance(resolved, DataContent) else resolved.body
-    return element, body, tuple(parsed.parts.values())
 
 
 class PubsubService:
@@ -363,11 +296,8 @@ class PubsubService:
         service = str(service_endpoint(domain))
         actions: list[str] = []
         try:
-            get = (
-                f"<get{_dtd.attr('transID', str(self._next_id()))}{_dtd.attr('owner', str(owner))}"
-                f"{_dtd.attr('actor', str(ActorPattern.exactly(subscriber)))} />"
-            ).encode()
-            found = _last_update((await self._access.handle_operation(service, get)).reply.content)
+            get = access_get(owner, subscriber, self._next_id())
+            found = last_update((await self._access.handle_operation(service, get)).reply.content)
             if grant:
                 tokens = (SUBSCRIBE_TOKEN, CANCEL_TOKEN)
                 decisions, _ = await self._access.check_many(
@@ -377,12 +307,12 @@ class PubsubService:
                 actions.append(DATA_TOKEN)
             elif not found:
                 return True  # nothing to remove
-            content = _access_set(owner, subscriber, actions, found, self._next_id())
+            content = access_set(owner, subscriber, actions, found, self._next_id())
             result = await self._access.handle_operation(service, content)
         except grpc.aio.AioRpcError as exc:
             _log.warning("access service unreachable: %s", exc.code())
             return False
-        if _reply_code(result.reply.content) != ApexReplyCode.SUCCESS:
+        if reply_code(result.reply.content) != ApexReplyCode.SUCCESS:
             _log.warning(
                 "access refused %s for %s: %r", owner, subscriber, result.reply.content[:120]
             )
@@ -623,7 +553,7 @@ class PubsubService:
             self._metrics.publications.labels(str(plan.code)).inc()
             text = {550: "no such topic", 537: "action not authorized"}.get(plan.code, "")
             return plan.code, text
-        data, _body, parts = _content(payload)
+        data, _body, parts = delivered_content(payload)
         hops = core.hops_left(data, self._hops)
         recipients = plan.recipients
         sends = []
@@ -833,7 +763,7 @@ class PubsubEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
             )
         try:
             if core.is_upstream_operation(originator):
-                _data, body, _parts = _content(bytes(request.payload))
+                _data, body, _parts = delivered_content(bytes(request.payload))
                 code = await service.from_upstream(domain, topic, originator, body)
                 return endpoint_pb2.EndpointDeliverResponse(status=_status(code))
             code, text = await service.publish(domain, topic, originator, bytes(request.payload))
@@ -845,7 +775,7 @@ class PubsubEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
         self, domain: str, originator: Endpoint, payload: bytes
     ) -> endpoint_pb2.EndpointDeliverResponse:
         try:
-            _data, body, _parts = _content(payload)
+            _data, body, _parts = delivered_content(payload)
         except ApexError as exc:
             # The operation cannot even be found: tell the originator, who sent it.
             await self._service.refuse(domain, originator, exc)
@@ -858,6 +788,4 @@ __all__ = [
     "PubsubEndpointServicer",
     "PubsubMetrics",
     "PubsubService",
-    "element_payload",
-    "forward_payload",
 ]
