@@ -66,7 +66,8 @@ class RelayApp:
             self.redis, self.keys, settings.pod_id, lease_ms=settings.lease_ms
         )
         self._service_channels = {
-            name: grpc.aio.insecure_channel(address) for name, address in settings.services.items()
+            name: tuple(grpc.aio.insecure_channel(address) for address in addresses)
+            for name, addresses in settings.services.items()
         }
         self._report_channel = (
             None
@@ -276,7 +277,10 @@ class RelayApp:
         await self.mesh.close()
         await self.peers.close()
         await self.checker.aclose()
-        for channel in (self._access_channel, *self._service_channels.values()):
+        for channel in (
+            self._access_channel,
+            *(c for pods in self._service_channels.values() for c in pods),
+        ):
             await channel.close()
         if self._report_channel is not None:
             await self._report_channel.close()

@@ -13,7 +13,9 @@
 - ``APEXMESH_PRESENCE_ADDRESS``: gRPC address of the presence service, told about
   attachments (optional; services/relay/presence_hook.py).
 - ``APEXMESH_RELAY_SERVICES``: ``name=host:port`` list of other well-known endpoint
-  services (presence, pubsub ...), reached with the WellKnownEndpoint contract.
+  services (presence, pubsub ...), reached with the WellKnownEndpoint contract; a
+  service with several pods is ``name=host:port|host:port`` (spread round-robin, the
+  next one tried when a pod is unreachable).
 - ``APEXMESH_RELAY_ROUTES``: ``domain=host:port`` static apex-mesh routes, used when DNS
   has no ``_apex-mesh._tcp.DOMAIN`` SRV record.
 - ``APEXMESH_RELAY_TRUSTED``: domains whose relays may bind without authenticating as
@@ -75,6 +77,17 @@ def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
     return pairs
 
 
+def _service_addresses(env: Mapping[str, str], name: str) -> dict[str, tuple[str, ...]]:
+    """``name=host:port|host:port`` pairs: the pods of each well-known service."""
+    services: dict[str, tuple[str, ...]] = {}
+    for service, addresses in _pairs(env, name).items():
+        pods = tuple(a.strip() for a in addresses.split("|") if a.strip())
+        if not pods:
+            raise SettingsError(f"{name}: {service} has no address")
+        services[service] = pods
+    return services
+
+
 def _read_credentials(path: Path) -> dict[str, str]:
     credentials: dict[str, str] = {}
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -105,7 +118,7 @@ class RelaySettings:
     access_address: str
     report_address: str | None
     presence_address: str | None
-    services: dict[str, str]
+    services: dict[str, tuple[str, ...]]
     routes: dict[str, str]
     trusted: tuple[str, ...]
     tls_cert: Path | None
@@ -168,7 +181,7 @@ class RelaySettings:
             access_address=access,
             report_address=env.get("APEXMESH_REPORT_ADDRESS") or None,
             presence_address=env.get("APEXMESH_PRESENCE_ADDRESS") or None,
-            services=_pairs(env, "APEXMESH_RELAY_SERVICES"),
+            services=_service_addresses(env, "APEXMESH_RELAY_SERVICES"),
             routes=routes,
             trusted=trusted,
             tls_cert=None if cert is None else Path(cert),

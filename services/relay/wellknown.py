@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import grpc
@@ -48,14 +49,16 @@ class WellKnownServices:
     def __init__(
         self,
         access: AccessClient,
-        channels: dict[str, grpc.aio.Channel],
+        channels: Mapping[str, Sequence[grpc.aio.Channel]],
         report: grpc.aio.Channel | None,
     ) -> None:
         self._access = access
+        #: The pods of each service, and where the next round-robin turn starts.
         self._endpoints = {
-            name: endpoint_pb2_grpc.WellKnownEndpointStub(channel)
-            for name, channel in channels.items()
+            name: [endpoint_pb2_grpc.WellKnownEndpointStub(channel) for channel in pods]
+            for name, pods in channels.items()
         }
+        self._turns = dict.fromkeys(self._endpoints, 0)
         self._report = None if report is None else report_pb2_grpc.ReportServiceStub(report)
 
     def deliver(
@@ -81,23 +84,39 @@ class WellKnownServices:
         try:
             if name == ACCESS:
                 return await self._access_operation(recipient, data, parts, router)
-            stub = self._endpoints.get(name)
-            if stub is None:
+            pods = self._endpoints.get(name)
+            if not pods:
                 return Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "unknown endpoint identity")
-            response = await stub.Deliver(
-                endpoint_pb2.EndpointDeliverRequest(
-                    recipient=str(recipient),
-                    originator=str(data.originator.identity),
-                    payload=payload,
-                ),
-                timeout=SERVICE_TIMEOUT_SECONDS,
+            request = endpoint_pb2.EndpointDeliverRequest(
+                recipient=str(recipient),
+                originator=str(data.originator.identity),
+                payload=payload,
             )
-            return Outcome(response.status.code, response.status.text)
-        except grpc.aio.AioRpcError as exc:
-            _log.warning("service %s unreachable: %s", name, exc.code())
-            return Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "service not available")
+            return await self._call(name, pods, request)
         except ApexError as exc:
             return Outcome(int(exc.code), str(exc))
+
+    async def _call(
+        self,
+        name: str,
+        pods: list[endpoint_pb2_grpc.WellKnownEndpointStub],
+        request: endpoint_pb2.EndpointDeliverRequest,
+    ) -> Outcome:
+        """Deliver through the service's pods, round-robin; only an UNAVAILABLE pod (the
+        call reached nobody, so nothing can be done twice) moves on to the next one."""
+        first = self._turns[name]
+        self._turns[name] = (first + 1) % len(pods)
+        for turn in range(len(pods)):
+            stub = pods[(first + turn) % len(pods)]
+            try:
+                response = await stub.Deliver(request, timeout=SERVICE_TIMEOUT_SECONDS)
+            except grpc.aio.AioRpcError as exc:
+                _log.warning("service %s pod %d unreachable: %s", name, turn, exc.code())
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    continue
+                return Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "service not available")
+            return Outcome(response.status.code, response.status.text)
+        return Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "service not available")
 
     async def _access_operation(
         self, recipient: Endpoint, data: Data, parts: tuple[MimePart, ...], router: Router

@@ -1,0 +1,95 @@
+"""Well-known endpoint services with several pods (``APEXMESH_RELAY_SERVICES=
+name=a|b``): deliveries spread round-robin over real gRPC servers, an unreachable pod is
+skipped, and with every pod unreachable the outcome is 421."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from apexmesh.apex.data import Data, Originator, Recipient
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.contracts.common.v1 import common_pb2
+from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
+from apexmesh.rpc.access import AccessClient
+from apexmesh.rpc.server import create_server
+from services.relay.settings import _service_addresses
+from services.relay.wellknown import WellKnownServices
+from tests.support.redis_server import free_port
+
+pytestmark = pytest.mark.integration
+
+PUBSUB = Endpoint.parse("apex=pubsub/news@example.com")
+DATA = Data(
+    content="cid:1@example.com",
+    originator=Originator(identity=Endpoint.parse("fred@example.com")),
+    recipients=(Recipient(identity=PUBSUB),),
+)
+
+
+class CountingEndpoint(endpoint_pb2_grpc.WellKnownEndpointServicer):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def Deliver(  # noqa: N802
+        self, request: endpoint_pb2.EndpointDeliverRequest, context: grpc.aio.ServicerContext
+    ) -> endpoint_pb2.EndpointDeliverResponse:
+        self.calls += 1
+        return endpoint_pb2.EndpointDeliverResponse(status=common_pb2.ApexStatus(code=250))
+
+
+@pytest.fixture
+async def pods() -> AsyncIterator[list[tuple[CountingEndpoint, int]]]:
+    started = []
+    for _ in range(2):
+        servicer = CountingEndpoint()
+        server, port = await create_server(
+            [lambda s, v=servicer: endpoint_pb2_grpc.add_WellKnownEndpointServicer_to_server(v, s)]
+        )
+        started.append((server, servicer, port))
+    yield [(servicer, port) for _, servicer, port in started]
+    for server, _, _ in started:
+        await server.stop(None)
+
+
+async def deliver_many(addresses: list[str], count: int) -> list[int]:
+    channels = [grpc.aio.insecure_channel(address) for address in addresses]
+    access = grpc.aio.insecure_channel(f"127.0.0.1:{free_port()}")
+    services = WellKnownServices(AccessClient(access), {"pubsub": channels}, None)
+    codes = []
+    try:
+        for _ in range(count):
+            outcome = await services.deliver(PUBSUB, DATA, b"payload", (), router=None)  # type: ignore[arg-type]
+            codes.append(outcome.code)
+    finally:
+        for channel in (*channels, access):
+            await channel.close()
+    return codes
+
+
+async def test_deliveries_spread_over_the_pods(pods: list[tuple[CountingEndpoint, int]]) -> None:
+    codes = await deliver_many([f"127.0.0.1:{port}" for _, port in pods], 10)
+    assert codes == [250] * 10
+    assert [servicer.calls for servicer, _ in pods] == [5, 5]
+
+
+async def test_an_unreachable_pod_is_skipped(pods: list[tuple[CountingEndpoint, int]]) -> None:
+    (servicer, port), _ = pods
+    codes = await deliver_many([f"127.0.0.1:{free_port()}", f"127.0.0.1:{port}"], 4)
+    assert codes == [250] * 4
+    assert servicer.calls == 4
+
+
+async def test_no_pod_reachable_is_421() -> None:
+    codes = await deliver_many([f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"], 1)
+    assert codes == [421]
+
+
+@pytest.mark.unit
+def test_service_addresses_setting() -> None:
+    assert _service_addresses({"S": "pubsub=a:1|b:2, presence=c:3"}, "S") == {
+        "pubsub": ("a:1", "b:2"),
+        "presence": ("c:3",),
+    }
