@@ -116,9 +116,7 @@ class ApexChannel:
                 except Exception:  # noqa: BLE001  (Redis or a bug: answer, keep serving)
                     _log.exception("processing an APEX message failed")
                     with contextlib.suppress(BeepError):  # unless it was answered already
-                        incoming.error(
-                            error_payload(ApexReplyCode.ACTION_ABORTED, "local error")
-                        )
+                        incoming.error(error_payload(ApexReplyCode.ACTION_ABORTED, "local error"))
         except (ConnectionClosedError, BeepError):
             pass
         finally:
