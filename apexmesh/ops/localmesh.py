@@ -273,13 +273,15 @@ class LocalMesh:
     # ------------------------------------------------------------ pubsub (issue #7)
 
     def _plan_pubsub(self, common: dict[str, str], ports: dict[str, tuple[int, int]]) -> None:
-        """One pubsub pod per relay pod (each relay reaches "its" pod; any pod can serve
-        any request, state is in Redis); ``ports``: domain -> (access, presence) gRPC."""
+        """One pubsub pod per relay pod; each relay knows every pubsub pod of its domain,
+        its own first (``pubsub=own|other``: the relay skips one that is down). Any pod
+        can serve any request, state is in Redis. ``ports``: domain -> (access,
+        presence) gRPC ports."""
         for domain in DOMAINS:
             access_grpc, presence_grpc = ports[domain]
             relays = [r for r in self.relays if r.domain == domain]
-            for index, relay in enumerate(relays):
-                grpc_port = free_port()
+            pods = [free_port() for _ in relays]
+            for index, grpc_port in enumerate(pods):
                 name = f"pubsub-{domain}-{index + 1}"
                 self.children.append(
                     self._child(
@@ -300,11 +302,14 @@ class LocalMesh:
                         },
                     )
                 )
+            for index, relay in enumerate(relays):
+                order = pods[index:] + pods[:index]
+                pubsub = "pubsub=" + "|".join(f"127.0.0.1:{port}" for port in order)
                 for child in self.children:
                     if child.name == relay.name:
                         services = child.env.get("APEXMESH_RELAY_SERVICES", "")
                         child.env["APEXMESH_RELAY_SERVICES"] = ",".join(
-                            item for item in (services, f"pubsub=127.0.0.1:{grpc_port}") if item
+                            item for item in (services, pubsub) if item
                         )
 
     def _child(self, name: str, module: str, env: dict[str, str]) -> Child:

@@ -122,7 +122,10 @@ async def pubsub_mesh(
     tmp_path: Path,
     *,
     pubsub_in_process: tuple[str, ...] = ("p1", "p2", "pr"),
+    both_pods: bool = False,
 ) -> AsyncIterator[PubsubMesh]:
+    """``both_pods``: each example.com relay knows both pubsub pods (its own first) and
+    skips an unreachable one; otherwise each relay knows only its own."""
     common = base_env(redis_server, keys)
     seed = tmp_path / "access-seed.xml"
     seed.write_bytes(SEED)
@@ -160,6 +163,9 @@ async def pubsub_mesh(
                 lease_ms=LEASE_MS,
             )
             services = f"pubsub=127.0.0.1:{ports[pubsub]}"
+            if both_pods and domain == "example.com":
+                other_pod = "p2" if pubsub == "p1" else "p1"
+                services += f"|127.0.0.1:{ports[other_pod]}"
             if domain == "example.com":
                 services += f",presence=127.0.0.1:{ports['presence']}"
                 env["APEXMESH_PRESENCE_ADDRESS"] = f"127.0.0.1:{ports['presence']}"
@@ -217,14 +223,25 @@ START_ATTEMPTS: Final = 4
 
 @contextlib.asynccontextmanager
 async def started_mesh(
-    redis_server: RedisServer, keys: Keys, tmp_path: Path, **kwargs: tuple[str, ...]
+    redis_server: RedisServer,
+    keys: Keys,
+    tmp_path: Path,
+    *,
+    pubsub_in_process: tuple[str, ...] = ("p1", "p2", "pr"),
+    both_pods: bool = False,
 ) -> AsyncIterator[PubsubMesh]:
     """:func:`pubsub_mesh`, retried when a port was taken meanwhile."""
     for attempt in range(START_ATTEMPTS):
         stack = contextlib.AsyncExitStack()
         try:
             running = await stack.enter_async_context(
-                pubsub_mesh(redis_server, keys, tmp_path, **kwargs)
+                pubsub_mesh(
+                    redis_server,
+                    keys,
+                    tmp_path,
+                    pubsub_in_process=pubsub_in_process,
+                    both_pods=both_pods,
+                )
             )
         except (OSError, RuntimeError):  # grpc raises RuntimeError for a taken port
             await stack.aclose()
