@@ -31,6 +31,7 @@ from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import (
     Option,
     OptionRegistry,
+    OptionSelection,
     applies,
     not_understood,
     select_options,
@@ -103,15 +104,42 @@ def plan_data(
             data_options.append(option)
         elif option.must_understand:
             raise not_understood(option)
+    shared: dict[bool, tuple[OptionSelection, OptionSelection] | ApexError] = {}
     plans = tuple(
-        _plan_recipient(data, recipient, registry, final=final)
+        _plan_recipient(data, recipient, registry, final=final, shared=shared)
         for recipient, final in zip(data.recipients, finals, strict=True)
     )
     return DataPlan(data_options=tuple(data_options), recipients=plans)
 
 
+def _shared_selections(
+    data: Data,
+    registry: OptionRegistry,
+    final: bool,
+    shared: dict[bool, tuple[OptionSelection, OptionSelection] | ApexError],
+) -> tuple[OptionSelection, OptionSelection] | ApexError:
+    """The per-data and per-originator selections, the same for every recipient with the
+    same ``final``: computed once per data (fan-out to many recipients)."""
+    found = shared.get(final)
+    if found is None:
+        try:
+            found = (
+                select_options(data.options, registry, final=final),
+                select_options(data.originator.options, registry, final=final),
+            )
+        except ApexError as exc:
+            found = exc
+        shared[final] = found
+    return found
+
+
 def _plan_recipient(
-    data: Data, recipient: Recipient, registry: OptionRegistry, *, final: bool
+    data: Data,
+    recipient: Recipient,
+    registry: OptionRegistry,
+    *,
+    final: bool,
+    shared: dict[bool, tuple[OptionSelection, OptionSelection] | ApexError],
 ) -> RecipientPlan:
     if not (data.options or data.originator.options or recipient.options):
         # No options anywhere (most data): nothing to process, and a data element with
@@ -120,9 +148,11 @@ def _plan_recipient(
         if len(data.recipients) != 1:
             data = dataclasses.replace(data, recipients=(recipient,))
         return RecipientPlan(recipient=recipient, final=final, forward=data)
+    common = _shared_selections(data, registry, final, shared)
+    if isinstance(common, ApexError):
+        return RecipientPlan(recipient=recipient, final=final, failure=common)
+    per_data, per_originator = common
     try:
-        per_data = select_options(data.options, registry, final=final)
-        per_originator = select_options(data.originator.options, registry, final=final)
         per_recipient = select_options(recipient.options, registry, final=final)
     except ApexError as exc:
         return RecipientPlan(recipient=recipient, final=final, failure=exc)
@@ -131,9 +161,10 @@ def _plan_recipient(
         (Placement.ORIGINATOR, per_originator),
         (Placement.RECIPIENT, per_recipient),
     )
+    originator = _forwarded_originator(data, per_originator)
     forward = Data(
         content=data.content,
-        originator=Originator(identity=data.originator.identity, options=per_originator.forward),
+        originator=originator,
         recipients=(Recipient(identity=recipient.identity, options=per_recipient.forward),),
         options=per_data.forward,
         data_content=data.data_content,
@@ -153,6 +184,13 @@ def _plan_recipient(
         ),
         forward=forward,
     )
+
+
+def _forwarded_originator(data: Data, selection: OptionSelection) -> Originator:
+    """The originator element to forward: the received one when no option is removed."""
+    if selection.forward == data.originator.options:
+        return data.originator
+    return Originator(identity=data.originator.identity, options=selection.forward)
 
 
 def combine(plans: Sequence[RecipientPlan]) -> Data:

@@ -8,6 +8,7 @@ relay) ends in an :class:`Outcome`: 250 when the next hop answered ``ok``, the c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from apexmesh.aio import Reply
 from apexmesh.apex.codes import ApexReplyCode, for_code
@@ -34,8 +35,21 @@ DELIVERED = Outcome(ApexReplyCode.SUCCESS)
 ENDPOINT_DETACHED = Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached")
 
 
+#: ``ok`` as applications and relays commonly write it: no parse needed (the hot path of
+#: every delivery); anything else goes through the parser.
+_OK_BODIES: Final = frozenset({b"<ok />", b"<ok/>", b"<ok></ok>"})
+_OK_ENTITY: Final = b"Content-Type: application/beep+xml\r\n\r\n"
+
+
 def outcome_from_reply(reply: Reply) -> Outcome:
     """Read the next hop's answer to a data MSG: ``ok`` or an ``error`` element."""
+    payload = reply.payload
+    if (
+        reply.kind == "RPY"
+        and payload.startswith(_OK_ENTITY)
+        and payload[len(_OK_ENTITY) :].strip() in _OK_BODIES
+    ):
+        return DELIVERED
     try:
         element = parse_message(split_entity(reply.payload).body)
     except (ApexError, BeepError):

@@ -35,13 +35,13 @@ from apexmesh.apex.access import CORE_ATTACH, CORE_DATA, Decision
 from apexmesh.apex.associations import Association, Attachment
 from apexmesh.apex.codes import ApexReplyCode, for_code
 from apexmesh.apex.content import MimePart, Payload
-from apexmesh.apex.data import Data
+from apexmesh.apex.data import Data, DataContent, Originator, Recipient
 from apexmesh.apex.elements import Attach, Bind, Error, Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.holding import EXPIRED_CODE, QUOTA_CODE, hold_options, wants_hold
 from apexmesh.apex.hops import DataPlan, RecipientPlan, combine, plan_data
-from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
+from apexmesh.apex.options import STATUS_REQUEST, Option, OptionRegistry
 from apexmesh.apex.party import (
     HOPS_EXHAUSTED,
     HOPS_EXHAUSTED_TEXT,
@@ -75,6 +75,12 @@ LOCATION_TTL_SECONDS: Final = 5.0
 
 UNKNOWN_ENDPOINT: Final = Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "unknown endpoint identity")
 
+#: Recipients from which a data's per-recipient payloads are built from a template.
+_TEMPLATE_FROM: Final = 8
+#: The recipient a template is built around (never a real endpoint: ``.invalid``).
+_PLACEHOLDER: Final = Recipient(identity=Endpoint.parse("apex-template@recipient.invalid"))
+_PLACEHOLDER_XML: Final = _PLACEHOLDER.to_xml()
+
 
 class OriginKind(enum.Enum):
     """Who handed the relay the data (RFC 3340 section 4.5)."""
@@ -96,6 +102,10 @@ class Job:
     received_at: int = 0
     #: Recipients whose data was held before ``ok`` (hold4Endpoint): nothing to deliver.
     held: frozenset[Endpoint] = frozenset()
+    #: Payload templates of a fan-out (see :meth:`Router._payload`), built once per job.
+    templates: dict[
+        tuple[Originator, tuple[Option, ...], DataContent | None], tuple[bytes, bytes]
+    ] = field(default_factory=dict, compare=False)
 
 
 @dataclass(eq=False)
@@ -647,8 +657,8 @@ class Router:
         return found[1]
 
     def _payload(self, job: Job, forward: Data) -> bytes:
-        """The BEEP payload carrying ``forward``: the received bytes when unchanged."""
-        return payload_for(forward, job.data, job.parts, job.raw)
+        """The BEEP payload carrying ``forward`` (see :func:`job_payload`)."""
+        return job_payload(job, forward)
 
     async def _conclude(
         self,
@@ -758,6 +768,28 @@ def _may_owe_reports(job: Job) -> bool:
         for plan in job.plan.recipients
         for option in plan.recipient.options
     )
+
+
+def job_payload(job: Job, forward: Data) -> bytes:
+    """The BEEP payload carrying ``forward``: the received bytes when unchanged.
+
+    A data with many recipients (a pubsub publication) becomes one data per
+    recipient that differ only in their recipient element: the payload is built once
+    around a placeholder recipient and each recipient's element spliced in.
+    """
+    if len(job.data.recipients) < _TEMPLATE_FROM or len(forward.recipients) != 1:
+        return payload_for(forward, job.data, job.parts, job.raw)
+    key = (forward.originator, forward.options, forward.data_content)
+    template = job.templates.get(key)
+    if template is None:
+        shaped = dataclasses.replace(forward, recipients=(_PLACEHOLDER,))
+        built = payload_for(shaped, job.data, job.parts, job.raw)
+        head, marker, tail = built.partition(_PLACEHOLDER_XML)
+        if not marker:
+            return payload_for(forward, job.data, job.parts, job.raw)
+        template = job.templates[key] = (head, tail)
+    head, tail = template
+    return b"".join((head, forward.recipients[0].to_xml(), tail))
 
 
 def _not_attached(outcome: Outcome) -> bool:
