@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from figures import figure
+
 from apexmesh.aio import (
     AcceptChannel,
     BeepConnection,
@@ -267,14 +269,6 @@ async def raw_tcp_echo(count: int, size: int = 256) -> float:
     return count / elapsed
 
 
-def result(name: str, value: float, unit: str, baseline: float | None = None) -> Result:
-    entry: Result = {"name": name, "value": round(value, 1), "unit": unit}
-    if baseline is not None:
-        entry["baseline"] = round(baseline, 1)
-        entry["ratio"] = round(value / baseline, 3)
-    return entry
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke test)")
@@ -294,13 +288,13 @@ def main(argv: list[str] | None = None) -> None:
         cuts = random_cuts(len(buf), min(payload_size, 1500), seed=payload_size)
         split_t, n = best_of(repeats, lambda buf=buf, cuts=cuts: parse_split(buf, cuts))
         assert n == count
-        results.append(result(f"parse_{label}_whole", count / whole_t, "frames/s", count / base_t))
-        results.append(result(f"parse_{label}_split", count / split_t, "frames/s", count / base_t))
+        results.append(figure(f"parse_{label}_whole", count / whole_t, "frames/s", count / base_t))
+        results.append(figure(f"parse_{label}_split", count / split_t, "frames/s", count / base_t))
         payload = buf[buf.find(b"\r\n") + 2 :][:payload_size]
         enc_count = count
         base_e, _ = best_of(repeats, lambda p=payload, c=enc_count: baseline_encode(p, c))
         enc_t, _ = best_of(repeats, lambda p=payload, c=enc_count: encode_many(p, c))
-        results.append(result(f"encode_{label}", enc_count / enc_t, "frames/s", enc_count / base_e))
+        results.append(figure(f"encode_{label}", enc_count / enc_t, "frames/s", enc_count / base_e))
         mib = len(buf) / (1 << 20)
         print(
             f"{label:>6}: parse whole {count / whole_t:>12,.0f} frames/s ({mib / whole_t:,.0f} "
@@ -311,15 +305,15 @@ def main(argv: list[str] | None = None) -> None:
     exchanges = 100_000 // scale
     echo_t, n = best_of(1, lambda: session_echo(exchanges))
     assert n == exchanges
-    results.append(result("session_echo_msg_rpy", n / echo_t, "exchanges/s"))
-    results.append(result("session_echo_messages", 2 * n / echo_t, "messages/s"))
+    results.append(figure("session_echo_msg_rpy", n / echo_t, "exchanges/s"))
+    results.append(figure("session_echo_messages", 2 * n / echo_t, "messages/s"))
     print(
         f"session echo: {n:,} MSG/RPY exchanges in {echo_t:.2f} s = {n / echo_t:,.0f} "
         f"exchanges/s ({2 * n / echo_t:,.0f} messages/s)"
     )
     tcp_rate = asyncio.run(loopback_echo(exchanges))
     raw_rate = asyncio.run(raw_tcp_echo(exchanges))
-    results.append(result("loopback_tcp_echo_msg_rpy", tcp_rate, "exchanges/s", raw_rate))
+    results.append(figure("loopback_tcp_echo_msg_rpy", tcp_rate, "exchanges/s", raw_rate))
     print(
         f"loopback TCP echo: {exchanges:,} MSG/RPY exchanges, {tcp_rate:,.0f} exchanges/s "
         f"(raw asyncio echo of the same 256-octet messages at the same depth: {raw_rate:,.0f}/s)"

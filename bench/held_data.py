@@ -48,6 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from figures import figure  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 
 from apexmesh.apex.holding import HoldLimits  # noqa: E402
@@ -63,14 +64,6 @@ BATCH = 256  # entries read and acknowledged at a time when draining
 ENDPOINT = "barney@example.com"
 DOMAIN = "example.com"
 T0 = 1_700_000_000_000
-
-
-def result(name: str, value: float, unit: str, baseline: float | None = None) -> dict[str, Any]:
-    figure: dict[str, Any] = {"name": name, "value": round(value, 1), "unit": unit}
-    if baseline:
-        figure["baseline"] = round(baseline, 1)
-        figure["ratio"] = round(value / baseline, 3)
-    return figure
 
 
 async def hold_all(store: HeldStore, payloads: list[bytes], limits: HoldLimits) -> float:
@@ -237,19 +230,19 @@ async def run(quick: bool, with_mesh: bool = True) -> list[dict[str, Any]]:
     best = max
     mesh_holds, mesh_drains = await through_mesh(payloads, rounds) if with_mesh else ([], [])
     rows = [
-        result("hold", best(holds), "messages/s", best(pushes)),
-        result("hold_pipelined", best(piped), "messages/s", best(pushes)),
-        result("drain", best(drains), "messages/s", best(pops)),
+        figure("hold", best(holds), "messages/s", best(pushes)),
+        figure("hold_pipelined", best(piped), "messages/s", best(pushes)),
+        figure("drain", best(drains), "messages/s", best(pops)),
         *(
             [
-                result("mesh_hold", best(mesh_holds), "messages/s", best(pushes)),
-                result("mesh_drain", best(mesh_drains), "messages/s", best(pops)),
+                figure("mesh_hold", best(mesh_holds), "messages/s", best(pushes)),
+                figure("mesh_drain", best(mesh_drains), "messages/s", best(pops)),
             ]
             if with_mesh
             else []
         ),
-        result("rpush_pipelined_baseline", best(pushes), "messages/s"),
-        result("lpop_pipelined_baseline", best(pops), "messages/s"),
+        figure("rpush_pipelined_baseline", best(pushes), "messages/s"),
+        figure("lpop_pipelined_baseline", best(pops), "messages/s"),
     ]
     print(f"{MESSAGES} messages of {SIZE} octets, best of {rounds} round(s), depth {DEPTH}")
     for row in rows:

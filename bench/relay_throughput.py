@@ -31,27 +31,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from beep_frames import loopback_echo
+from figures import figure
 
 from apexmesh.client import Attachment, connect_endpoint
 from apexmesh.ops.localmesh import LocalMesh
 
 CONTENT_OCTETS = 256
 DEPTH = 256  # data operations in flight per sender (the raw echo uses the same depth)
-
-
-def result(name: str, value: float, unit: str, baseline: float | None = None) -> dict[str, Any]:
-    figure: dict[str, Any] = {"name": name, "value": round(value, 1), "unit": unit}
-    if baseline:
-        figure["baseline"] = round(baseline, 1)
-        figure["ratio"] = round(value / baseline, 3)
-    return figure
 
 
 def cpu_seconds(pid: int) -> float:
@@ -165,16 +157,16 @@ async def main(argv: list[str]) -> None:
                 + ", ".join(f"{name} {micros:.0f} us" for name, micros in cpu.items())
             )
             results += [
-                result(f"relay_{label}_cpu_{name}", micros, "us/data")
+                figure(f"relay_{label}_cpu_{name}", micros, "us/data")
                 for name, micros in cpu.items()
                 if label == "other_pod" or name != "receiver_pod"
             ]
             results += [
-                result(f"relay_{label}_throughput", rate, "data/s", echo_rate),
-                result(f"relay_{label}_latency_p50", p50, "ms"),
-                result(f"relay_{label}_latency_p99", p99, "ms"),
+                figure(f"relay_{label}_throughput", rate, "data/s", echo_rate),
+                figure(f"relay_{label}_latency_p50", p50, "ms"),
+                figure(f"relay_{label}_latency_p99", p99, "ms"),
             ]
-        results.append(result("raw_beep_echo", echo_rate, "exchanges/s"))
+        results.append(figure("raw_beep_echo", echo_rate, "exchanges/s"))
     finally:
         for client in clients:
             await client.close()
