@@ -62,9 +62,6 @@ _log = logging.getLogger(__name__)
 #: Held data delivered per round of a drain (and in flight on the attachment at once).
 DRAIN_BATCH: Final = 64
 
-#: The outcome of a recipient whose data is held: not delivered yet, not failed either.
-HELD: Final = Outcome(ApexReplyCode.SUCCESS, "held for the endpoint (hold4Endpoint)")
-
 
 def payload_for(
     forward_data: Data, received: Data, parts: tuple[MimePart, ...], raw: bytes
@@ -226,10 +223,9 @@ class Holder:
                     left = True  # not delivered: the attachment ended; keep it held
                     break
                 done.append(entry.id)
-                if result is not HELD:
-                    self._metrics.count(
-                        self._metrics.held, "delivered" if result.ok else "refused_by_endpoint"
-                    )
+                self._metrics.count(
+                    self._metrics.held, "delivered" if result.ok else "refused_by_endpoint"
+                )
             await self.store.ack(key, done)
             if left:
                 return False
@@ -341,4 +337,4 @@ class Holder:
                 _log.warning("%d held-data tasks did not stop within %.1fs", len(stuck), timeout)
 
 
-__all__ = ["DRAIN_BATCH", "HELD", "Holder", "payload_for", "timing_state"]
+__all__ = ["DRAIN_BATCH", "Holder", "payload_for", "timing_state"]

@@ -31,6 +31,9 @@ class Outcome:
 
 
 DELIVERED = Outcome(ApexReplyCode.SUCCESS)
+#: Not delivered yet, not failed either: held for the endpoint (hold4Endpoint, RFC 3342
+#: section 3) until it attaches; no report speaks of it yet.
+HELD = Outcome(ApexReplyCode.SUCCESS, "held for the endpoint (hold4Endpoint)")
 #: The attachment ended before (or while) the data was sent to it.
 ENDPOINT_DETACHED = Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached")
 

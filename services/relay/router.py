@@ -52,8 +52,8 @@ from apexmesh.apex.party import (
 from apexmesh.apex.report import PendingReport, pending_reports, status_response
 from apexmesh.apex.timing import Timer, forward, timing_options
 from apexmesh.store.held import ATTACHED, Refused
-from services.relay.holder import HELD, Holder, payload_for, timing_state
-from services.relay.outcomes import DELIVERED, ENDPOINT_DETACHED, Outcome, code_of
+from services.relay.holder import Holder, payload_for, timing_state
+from services.relay.outcomes import DELIVERED, ENDPOINT_DETACHED, HELD, Outcome, code_of
 from services.relay.peers import UNAVAILABLE as POD_UNAVAILABLE
 from services.relay.timekeeper import Timekeeper, wall_ms
 
@@ -564,6 +564,7 @@ class Router:
         if not plan.process:
             return await self._deliver_here(job, plan)
         keeper = self.timekeeper
+        received = plan  # as received: what is held if the endpoint is gone
         state = timing_state(plan, job.data, job.received_at)
         timers: tuple[Timer, ...] = ()
         if state is not None and plan.forward is not None:
@@ -576,7 +577,7 @@ class Router:
         delivery = await self._deliver_here(job, plan)
         if self.holder is not None and wants_hold(plan):
             delivery = _chain(
-                delivery, _not_attached, lambda outcome: self._hold_late(job, plan, outcome)
+                delivery, _not_attached, lambda outcome: self._hold_late(job, received, outcome)
             )
         if state is None:
             return delivery
