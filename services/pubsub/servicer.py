@@ -766,7 +766,11 @@ class PubsubEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
                 _data, body, _parts = delivered_content(bytes(request.payload))
                 code = await service.from_upstream(domain, topic, originator, body)
                 return endpoint_pb2.EndpointDeliverResponse(status=_status(code))
-            code, text = await service.publish(domain, topic, originator, bytes(request.payload))
+            # Shielded: a relay that gives up waiting (its deadline) must not stop the
+            # fan-out between its per-pod submits (some subscribers served, others not).
+            code, text = await asyncio.shield(
+                service.publish(domain, topic, originator, bytes(request.payload))
+            )
         except ApexError as exc:
             return endpoint_pb2.EndpointDeliverResponse(status=_status(exc.code, str(exc)[:200]))
         return endpoint_pb2.EndpointDeliverResponse(status=_status(code, text))

@@ -93,7 +93,12 @@ class RelayApp:
             attachments=self.attachments,
             peers=self.peers,
             mesh=self.mesh,
-            services=WellKnownServices(self.access, self._service_channels, self._report_channel),
+            services=WellKnownServices(
+                self.access,
+                self._service_channels,
+                self._report_channel,
+                timeout=settings.service_timeout_ms / 1000,
+            ),
             metrics=self.metrics,
             trusted=settings.trusted,
             allow_anonymous=settings.dev,

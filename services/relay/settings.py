@@ -25,6 +25,8 @@
 - ``APEXMESH_RELAY_SASL_FILE``: ``identity:password`` lines for SASL (mount a Secret).
 - ``APEXMESH_RELAY_LEASE_MS`` (``10000``): attachment lease; renewed every third.
 - ``APEXMESH_RELAY_MAX_MESSAGE`` (``4194304``): largest BEEP message accepted.
+- ``APEXMESH_RELAY_SERVICE_TIMEOUT_MS`` (``30000``): how long a well-known service (pubsub,
+  presence, report) may take to answer the relay before the recipient's outcome is 421.
 - ``APEXMESH_RELAY_HOLD`` (``1``): offer hold4Endpoint (RFC 3342 section 3); ``0``
   makes it an option this relay does not understand.
 - Administrative limits on held data (RFC 3342 section 7; 0 means no limit):
@@ -132,6 +134,7 @@ class RelaySettings:
     hold_limits: HoldLimits | None = None
     hold_sweep_ms: int = 250
     min_transit_ms: int = 0
+    service_timeout_ms: int = 30_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RelaySettings:
@@ -196,6 +199,9 @@ class RelaySettings:
             dev=dev,
             hold_limits=_hold_limits(env),
             hold_sweep_ms=env_int(env, "APEXMESH_RELAY_HOLD_SWEEP_MS", 250, low=10, high=60_000),
+            service_timeout_ms=env_int(
+                env, "APEXMESH_RELAY_SERVICE_TIMEOUT_MS", 30_000, low=100, high=600_000
+            ),
             min_transit_ms=env_int(
                 env, "APEXMESH_RELAY_MIN_TRANSIT_MS", 0, low=0, high=_MAX_MILLISECS
             ),

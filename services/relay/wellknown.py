@@ -35,8 +35,10 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-#: Seconds a call to a service may take before the delivery counts as failed (421).
-SERVICE_TIMEOUT_SECONDS = 5.0
+#: Seconds a call to a service may take before the delivery counts as failed (421), by
+#: default (``APEXMESH_RELAY_SERVICE_TIMEOUT_MS``): a publication to 1,000 subscribers
+#: under load takes seconds, and a pubsub pod finishes a fan-out it has started anyway.
+SERVICE_TIMEOUT_SECONDS = 30.0
 
 ACCESS = "access"
 REPORT = "report"
@@ -51,8 +53,11 @@ class WellKnownServices:
         access: AccessClient,
         channels: Mapping[str, Sequence[grpc.aio.Channel]],
         report: grpc.aio.Channel | None,
+        *,
+        timeout: float = SERVICE_TIMEOUT_SECONDS,
     ) -> None:
         self._access = access
+        self._timeout = timeout
         #: The pods of each service, and where the next round-robin turn starts.
         self._endpoints = {
             name: [endpoint_pb2_grpc.WellKnownEndpointStub(channel) for channel in pods]
@@ -109,7 +114,7 @@ class WellKnownServices:
         for turn in range(len(pods)):
             stub = pods[(first + turn) % len(pods)]
             try:
-                response = await stub.Deliver(request, timeout=SERVICE_TIMEOUT_SECONDS)
+                response = await stub.Deliver(request, timeout=self._timeout)
             except grpc.aio.AioRpcError as exc:
                 _log.warning("service %s pod %d unreachable: %s", name, turn, exc.code())
                 if exc.code() == grpc.StatusCode.UNAVAILABLE:
@@ -163,7 +168,7 @@ class WellKnownServices:
             options=[option.to_xml() for option in options],
         )
         try:
-            answer = await self._report.Report(request, timeout=SERVICE_TIMEOUT_SECONDS)
+            answer = await self._report.Report(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
             _log.warning("report service unreachable: %s", exc.code())
             return
