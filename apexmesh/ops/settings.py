@@ -8,6 +8,7 @@ pod should fail at start, not run open.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from typing import Final
 from urllib.parse import urlsplit
@@ -94,12 +95,65 @@ def check_redis_url(url: str, *, dev: bool) -> str:
     return url
 
 
+#: Bind hosts that listen on every interface.
+WILDCARD_HOSTS: Final = frozenset({"", "*", "0.0.0.0", "::", "[::]"})  # noqa: S104
+
+
+def check_bind_host(name: str, host: str, *, dev: bool) -> str:
+    """Refuse a wildcard bind outside development: a pod binds its own address."""
+    if host.strip() in WILDCARD_HOSTS and not dev:
+        raise SettingsError(
+            f"{name}={host!r} binds every interface; bind the pod's own address, "
+            f"or set {DEV_FLAG}=1 for development"
+        )
+    return host
+
+
+def bind_host(env: Mapping[str, str], name: str, *, dev: bool, default: str = "127.0.0.1") -> str:
+    """The host variable ``name`` (loopback by default), checked by check_bind_host."""
+    return check_bind_host(name, env.get(name, default), dev=dev)
+
+
+def check_grpc_target(name: str, text: str) -> str:
+    """Validate one ``host:port`` (or ``[ipv6]:port``) gRPC target of ``name``."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host:
+        raise SettingsError(f"{name}: {text!r} is not host:port")
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise SettingsError(f"{name}: {text!r} has no valid port")
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host[1:-1] if host.endswith("]") else "")
+        except ValueError:
+            raise SettingsError(f"{name}: {text!r} has a bad IPv6 literal") from None
+    elif ":" in host or any(char.isspace() or char in "/@" for char in host):
+        raise SettingsError(f"{name}: {text!r} has a bad host")
+    return text
+
+
+def env_pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
+    """A comma list of ``key=value`` items (``domain=host:port``, ``name=host:port``)."""
+    pairs: dict[str, str] = {}
+    for item in env_list(env, name):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise SettingsError(f"{name}: {item!r} is not name=value")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
 __all__ = [
     "DEV_FLAG",
+    "WILDCARD_HOSTS",
     "SettingsError",
+    "bind_host",
+    "check_bind_host",
+    "check_grpc_target",
     "check_redis_url",
     "env_flag",
     "env_float",
     "env_int",
     "env_list",
+    "env_pairs",
+    "required_domains",
 ]

@@ -21,11 +21,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
 
 from apexmesh.ops.settings import (
     DEV_FLAG,
     SettingsError,
+    bind_host,
+    check_grpc_target,
     check_redis_url,
     env_flag,
     env_float,
@@ -33,23 +34,6 @@ from apexmesh.ops.settings import (
     env_list,
     required_domains,
 )
-
-#: Bind hosts that listen on every interface.
-WILDCARD_HOSTS: Final = frozenset({"", "*", "0.0.0.0", "::", "[::]"})  # noqa: S104
-
-
-def _bind(env: Mapping[str, str], name: str, *, dev: bool) -> str:
-    host = env.get(name, "127.0.0.1")
-    if host.strip() in WILDCARD_HOSTS and not dev:
-        raise SettingsError(f"{name}={host!r} binds every interface; set {DEV_FLAG}=1 for dev")
-    return host
-
-
-def _address(name: str, text: str) -> str:
-    host, colon, port = text.rpartition(":")
-    if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise SettingsError(f"{name}: {text!r} is not host:port")
-    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,18 +70,18 @@ class PresenceSettings:
                 env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
             ),
             redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
-            access_address=_address("APEXMESH_ACCESS_ADDRESS", access),
+            access_address=check_grpc_target("APEXMESH_ACCESS_ADDRESS", access),
             relay_addresses=tuple(
                 dict.fromkeys(
-                    _address("APEXMESH_RELAY_ADDRESSES", text)
+                    check_grpc_target("APEXMESH_RELAY_ADDRESSES", text)
                     for text in env_list(env, "APEXMESH_RELAY_ADDRESSES")
                 )
             ),
             relay_timeout=env_float(env, "APEXMESH_RELAY_TIMEOUT_SECONDS", 2.0),
             tick_seconds=tick,
-            grpc_host=_bind(env, "APEXMESH_PRESENCE_GRPC_HOST", dev=dev),
+            grpc_host=bind_host(env, "APEXMESH_PRESENCE_GRPC_HOST", dev=dev),
             grpc_port=env_int(env, "APEXMESH_PRESENCE_GRPC_PORT", 7413),
-            http_host=_bind(env, "APEXMESH_PRESENCE_HTTP_HOST", dev=dev),
+            http_host=bind_host(env, "APEXMESH_PRESENCE_HTTP_HOST", dev=dev),
             http_port=env_int(env, "APEXMESH_PRESENCE_HTTP_PORT", 8413),
             shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
             dev=dev,

@@ -65,24 +65,15 @@ from apexmesh.ops.settings import (
     env_float,
     env_int,
     env_list,
+    env_pairs,
     required_domains,
 )
-
-
-def _pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for item in env_list(env, name):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise SettingsError(f"{name}: {item!r} is not name=host:port")
-        pairs[key.strip()] = value.strip()
-    return pairs
 
 
 def _service_addresses(env: Mapping[str, str], name: str) -> dict[str, tuple[str, ...]]:
     """``name=host:port|host:port`` pairs: the pods of each well-known service."""
     services: dict[str, tuple[str, ...]] = {}
-    for service, addresses in _pairs(env, name).items():
+    for service, addresses in env_pairs(env, name).items():
         pods = tuple(a.strip() for a in addresses.split("|") if a.strip())
         if not pods:
             raise SettingsError(f"{name}: {service} has no address")
@@ -144,7 +135,7 @@ class RelaySettings:
         domains = required_domains(env, "APEXMESH_DOMAINS")
         try:
             routes = {
-                normalize_domain(k): v for k, v in _pairs(env, "APEXMESH_RELAY_ROUTES").items()
+                normalize_domain(k): v for k, v in env_pairs(env, "APEXMESH_RELAY_ROUTES").items()
             }
             trusted = tuple(normalize_domain(d) for d in env_list(env, "APEXMESH_RELAY_TRUSTED"))
         except EndpointError as exc:

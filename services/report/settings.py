@@ -20,55 +20,20 @@ interface nobody chose. There is no Redis, so no Redis URL rule applies.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
 
 from apexmesh.ops.settings import (
     DEV_FLAG,
-    SettingsError,
+    check_bind_host,
+    check_grpc_target,
     env_flag,
     env_float,
     env_int,
     env_list,
     required_domains,
 )
-
-#: Bind hosts that listen on every interface.
-WILDCARD_HOSTS: Final = frozenset({"", "*", "0.0.0.0", "::", "[::]"})  # noqa: S104
-
-
-def check_bind_host(name: str, host: str, *, dev: bool) -> str:
-    """Refuse a wildcard bind outside development (the rule of apexmesh/ops/settings.py)."""
-    if host.strip() in WILDCARD_HOSTS and not dev:
-        raise SettingsError(
-            f"{name}={host!r} binds every interface; bind the pod's own address, "
-            f"or set {DEV_FLAG}=1 for development"
-        )
-    return host
-
-
-def check_relay_address(text: str) -> str:
-    """Validate one ``host:port`` (or ``[ipv6]:port``) gRPC target and return it."""
-    host, colon, port = text.rpartition(":")
-    if not colon or not host:
-        raise SettingsError(f"APEXMESH_RELAY_ADDRESSES: {text!r} is not host:port")
-    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise SettingsError(f"APEXMESH_RELAY_ADDRESSES: {text!r} has no valid port")
-    if host.startswith("["):
-        if not host.endswith("]"):
-            raise SettingsError(f"APEXMESH_RELAY_ADDRESSES: {text!r} has a bad IPv6 literal")
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise SettingsError(
-                f"APEXMESH_RELAY_ADDRESSES: {text!r} has a bad IPv6 literal"
-            ) from None
-    elif ":" in host or any(char.isspace() or char in "/@" for char in host):
-        raise SettingsError(f"APEXMESH_RELAY_ADDRESSES: {text!r} has a bad host")
-    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +56,8 @@ class ReportSettings:
         domains = required_domains(env, "APEXMESH_REPORT_DOMAINS")
         relays = tuple(
             dict.fromkeys(
-                check_relay_address(text) for text in env_list(env, "APEXMESH_RELAY_ADDRESSES")
+                check_grpc_target("APEXMESH_RELAY_ADDRESSES", text)
+                for text in env_list(env, "APEXMESH_RELAY_ADDRESSES")
             )
         )
         return cls(
@@ -115,4 +81,4 @@ class ReportSettings:
         )
 
 
-__all__ = ["WILDCARD_HOSTS", "ReportSettings", "check_bind_host", "check_relay_address"]
+__all__ = ["ReportSettings"]
