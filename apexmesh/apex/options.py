@@ -136,18 +136,21 @@ def option_from(element: Element) -> Option:
         _dtd.fail("option: mustUnderstand must be true or false", trans_id=trans_id)
     localize = tuple(attrs["localize"].split()) if "localize" in attrs else DEFAULT_LOCALIZE
     try:
-        return Option(
+        option = Option(
             internal=internal,
             external=external,
             trans_id=trans_id,
             target_hop=target_hop,
             must_understand=must == "true",
             localize=localize,
-            content=_dtd.inner_xml(element),
         )
     except ApexError as exc:
         exc.trans_id = trans_id
         raise
+    # The parser's own serialization already is the canonical form __post_init__ would
+    # make of it (by parsing it again): set it directly, this is every received option.
+    object.__setattr__(option, "content", _dtd.inner_xml(element))
+    return option
 
 
 def parse_option(body: bytes | str) -> Option:

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.elements import Data, Originator, Recipient, parse_data
 from apexmesh.apex.endpoint import Endpoint
@@ -339,3 +340,23 @@ def test_plan_invariants(
         for placed in recipient_plan.ignored:
             assert not placed.option.must_understand
             assert not REGISTRY.understands(placed.option)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"<option internal='x' transID='1'><dataHopping noMoreThan='3' /></option>",
+        (
+            b"<option internal='x' transID='1'> t &amp; <a b='1'  c=\"2\">t<![CDATA[<x>]]></a>"
+            b"<!-- c --> tail </option>"
+        ),
+        b"<option internal='x' transID='1'><a xmlns='urn:x'><b/></a>\n</option>",
+        b"<option internal='x' transID='1'>&#233;&lt;</option>",
+    ],
+)
+def test_parsed_content_is_already_canonical(raw: bytes) -> None:
+    """option_from keeps the parser's serialization without canonicalizing it again: it
+    must be what canonicalization would give, so parsed and built options compare equal."""
+    parsed = parse_option(raw)
+    assert _dtd.canonical_content(parsed.content, "option") == parsed.content
+    assert Option(internal="x", trans_id=1, content=parsed.content) == parsed
