@@ -7,7 +7,10 @@ until all are ready, then: fred@example.com (on relay pod 1) sends to barney@exa
 and to dino@example.com, who is not attached. Every endpoint tunes TLS and
 authenticates with SASL SCRAM-SHA-256. It prints what arrives and the reports that come
 back; barney then subscribes to fred's presence (RFC 3343) and sees fred leave and
-attach again. It then keeps the mesh running until interrupted (or exits with --exit-after-demo).
+attach again; a pubsub topic gets two subscribers and a publication; finally fred sends
+to dino, not attached, with hold4Endpoint and dataTiming (RFC 3342): dino attaches and
+gets it, fred gets the final hop report. It then keeps the mesh running until
+interrupted (or exits with --exit-after-demo).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from apexmesh.apex.presence import Publish, check_timestamp
+from apexmesh.apex.timing import DATA_TIMING, DataTiming, data_timing_of
 from apexmesh.client import ApexClient, XmlContent, connect_endpoint
 from apexmesh.client.attachment import Attachment
 from apexmesh.client.presence import PresenceClient
@@ -82,6 +86,38 @@ async def pubsub_step(fred: Attachment, barney: Attachment, wilma: Attachment) -
     finally:
         for helper in pubsub.values():
             await helper.aclose()
+
+
+async def party_step(
+    mesh: LocalMesh, fred: Attachment, context: ssl.SSLContext, clients: list[ApexClient]
+) -> None:
+    """RFC 3342: data held for an endpoint that is not attached (hold4Endpoint), with a
+    deadline and a final hop report (dataTiming), delivered when it attaches."""
+    result = await fred.send(
+        "dino@example.com",
+        b"pick me up at five",
+        content_type="text/plain",
+        hold=True,
+        timing=DataTiming(no_later_than=60_000, return_trip=20_000),
+    )
+    say("fred@example.com", "sent to dino@example.com (not attached) with hold4Endpoint and")
+    say("fred@example.com", "dataTiming noLaterThan 60000 returnTrip 20000: relay said ok")
+    await asyncio.sleep(0.5)
+    pod2 = mesh.relay("example.com", 1)
+    dino_client = await endpoint(mesh, pod2, "dino@example.com", context)
+    clients.append(dino_client)
+    dino = await dino_client.attach("dino@example.com")
+    say("dino@example.com", f"attached to {pod2.name}")
+    data = await asyncio.wait_for(dino.receive(), TIMEOUT)
+    (option,) = [o for o in data.options if o.internal == DATA_TIMING]
+    left = data_timing_of(option).no_later_than
+    say("dino@example.com", f"received held {data.content!r}, noLaterThan now {left} ms")
+    for report in await result.reports(1, timeout=TIMEOUT):
+        for destination in report.destinations:
+            say(
+                "fred@example.com",
+                f"final hop report: {destination.identity} -> {int(destination.reply.code)}",
+            )
 
 
 async def demo(mesh: LocalMesh) -> None:
@@ -156,6 +192,9 @@ async def demo(mesh: LocalMesh) -> None:
         # (pod 1) and barney (pod 2) subscribe, wilma publishes from rubble.com; the
         # relays replicate one data element to both subscribers.
         await pubsub_step(fred, barney, wilma)
+
+        # The party pack (RFC 3342, issue #5): hold4Endpoint and dataTiming.
+        await party_step(mesh, fred, context, clients)
     finally:
         for client in clients:
             with contextlib.suppress(Exception):

@@ -46,6 +46,9 @@ def test_run_command_demo(tmp_path: Path) -> None:
             "barney@example.com | pubsub demo.news: received b'bedrock quarry closes early' "
             "from apex=pubsub/demo.news@example.com"
         ),
+        # party pack (issue #5): held for dino, delivered on attach, final hop report.
+        "dino@example.com | received held b'pick me up at five', noLaterThan now",
+        "fred@example.com | final hop report: dino@example.com -> 250",
     ):
         assert line in out, out
     assert "relay-example.com-2 ready" in out
