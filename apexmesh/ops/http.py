@@ -15,14 +15,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 
 import uvicorn
 from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 #: A readiness probe: returns None when ready, or the reason it is not.
 ReadinessProbe = Callable[[], Awaitable[str | None]]
+
+
+def redis_ready(
+    redis: Redis,
+    *,
+    relay_addresses: Sequence[str] | None = None,
+    also: Callable[[], str | None] | None = None,
+) -> ReadinessProbe:
+    """The usual probe: Redis answers PING; for a service that sends through relays, at
+    least one relay address is configured (without one nothing it sends can leave);
+    ``also`` adds a service's own condition (its reason, or None)."""
+
+    async def ready() -> str | None:
+        if relay_addresses is not None and not relay_addresses:
+            return "no relay address configured (APEXMESH_RELAY_ADDRESSES)"
+        try:
+            await redis.ping()
+        except (RedisError, OSError) as exc:
+            return f"redis unreachable: {exc}"
+        return None if also is None else also()
+
+    return ready
 
 
 def create_ops_app(service: str, registry: CollectorRegistry, ready: ReadinessProbe) -> FastAPI:

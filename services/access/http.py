@@ -10,25 +10,18 @@ from __future__ import annotations
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from apexmesh.ops.http import create_ops_app
+from apexmesh.ops.http import create_ops_app, redis_ready
 from apexmesh.store.access_cache import CachedAccessChecker
 
 
 def create_http_app(
     registry: CollectorRegistry, redis: Redis, checker: CachedAccessChecker
 ) -> FastAPI:
-    async def ready() -> str | None:
-        try:
-            await redis.ping()
-        except (RedisError, OSError) as exc:
-            return f"redis: {exc}"
-        if not checker.synced:
-            return "access cache not subscribed"
-        return None
+    def subscribed() -> str | None:
+        return None if checker.synced else "access cache not subscribed"
 
-    return create_ops_app("access", registry, ready)
+    return create_ops_app("access", registry, redis_ready(redis, also=subscribed))
 
 
 __all__ = ["create_http_app"]

@@ -11,9 +11,8 @@ from collections.abc import Callable
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from apexmesh.ops.http import create_ops_app
+from apexmesh.ops.http import create_ops_app, redis_ready
 from apexmesh.store.access_cache import CachedAccessChecker
 
 
@@ -23,15 +22,9 @@ def create_http_app(
     checker: CachedAccessChecker,
     listening: Callable[[], bool],
 ) -> FastAPI:
-    async def ready() -> str | None:
+    def serving() -> str | None:
         if not listening():
             return "BEEP listeners not started"
-        try:
-            await redis.ping()
-        except (RedisError, OSError) as exc:
-            return f"redis: {exc}"
-        if not checker.synced:
-            return "access cache not subscribed"
-        return None
+        return None if checker.synced else "access cache not subscribed"
 
-    return create_ops_app("relay", registry, ready)
+    return create_ops_app("relay", registry, redis_ready(redis, also=serving))
