@@ -5,8 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Counter
+from redis.asyncio import Redis
 
-from apexmesh.ops.http import HttpServer, create_ops_app
+from apexmesh.ops.http import HttpServer, create_ops_app, redis_ready
+from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -34,3 +36,17 @@ async def test_endpoints_over_a_real_socket() -> None:
             assert "apexmesh_test_things_total 3.0" in metrics.text
     finally:
         await server.stop()
+
+
+async def test_redis_ready_probe(redis: Redis) -> None:
+    """Redis answering and relays configured: ready; no relay, Redis down, or the
+    service's own condition failing: the reason."""
+    assert await redis_ready(redis)() is None
+    assert await redis_ready(redis, relay_addresses=("relay:7401",))() is None
+    assert "no relay address" in str(await redis_ready(redis, relay_addresses=())())
+    assert await redis_ready(redis, also=lambda: "not yet")() == "not yet"
+    dead = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    try:
+        assert "redis unreachable" in str(await redis_ready(dead)())
+    finally:
+        await dead.aclose()
