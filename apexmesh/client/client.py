@@ -276,6 +276,7 @@ class ApexClient:
                 ),
             )
         timing_id: int | None = None
+        hold_id: int | None = None
         allocated = [status_id] if status_id is not None else []
         try:
             if hold:
@@ -298,8 +299,8 @@ class ApexClient:
             for trans_id in allocated:
                 self._ids.release(trans_id)
             raise
-        if hold:
-            self._ids.release(allocated[-2 if timing_id is not None else -1])  # no report uses it
+        if hold_id is not None:
+            self._ids.release(hold_id)  # no report ever names it
         result = SendResult(
             recipients=tuple(str(r.identity) for r in targets),
             status_trans_id=status_id,
