@@ -131,6 +131,12 @@ def check_grpc_target(name: str, text: str) -> str:
     return text
 
 
+def grpc_targets(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma list of gRPC targets (``APEXMESH_RELAY_ADDRESSES``), each checked by
+    :func:`check_grpc_target`, duplicates dropped, order kept."""
+    return tuple(dict.fromkeys(check_grpc_target(name, text) for text in env_list(env, name)))
+
+
 def env_pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
     """A comma list of ``key=value`` items (``domain=host:port``, ``name=host:port``)."""
     pairs: dict[str, str] = {}
@@ -155,5 +161,6 @@ __all__ = [
     "env_int",
     "env_list",
     "env_pairs",
+    "grpc_targets",
     "required_domains",
 ]

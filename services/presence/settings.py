@@ -31,7 +31,7 @@ from apexmesh.ops.settings import (
     env_flag,
     env_float,
     env_int,
-    env_list,
+    grpc_targets,
     required_domains,
 )
 
@@ -71,12 +71,7 @@ class PresenceSettings:
             ),
             redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
             access_address=check_grpc_target("APEXMESH_ACCESS_ADDRESS", access),
-            relay_addresses=tuple(
-                dict.fromkeys(
-                    check_grpc_target("APEXMESH_RELAY_ADDRESSES", text)
-                    for text in env_list(env, "APEXMESH_RELAY_ADDRESSES")
-                )
-            ),
+            relay_addresses=grpc_targets(env, "APEXMESH_RELAY_ADDRESSES"),
             relay_timeout=env_float(env, "APEXMESH_RELAY_TIMEOUT_SECONDS", 2.0),
             tick_seconds=tick,
             grpc_host=bind_host(env, "APEXMESH_PRESENCE_GRPC_HOST", dev=dev),

@@ -52,6 +52,7 @@ from apexmesh.ops.settings import (
     env_float,
     env_int,
     env_list,
+    grpc_targets,
     required_domains,
 )
 from apexmesh.pubsub.elements import is_topic
@@ -146,12 +147,7 @@ class PubsubSettings:
             ),
             redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
             access_address=check_grpc_target("APEXMESH_ACCESS_ADDRESS", access),
-            relay_addresses=tuple(
-                dict.fromkeys(
-                    check_grpc_target("APEXMESH_RELAY_ADDRESSES", text)
-                    for text in env_list(env, "APEXMESH_RELAY_ADDRESSES")
-                )
-            ),
+            relay_addresses=grpc_targets(env, "APEXMESH_RELAY_ADDRESSES"),
             relay_timeout=env_float(env, "APEXMESH_RELAY_TIMEOUT_SECONDS", 2.0),
             fanout_timeout=env_float(env, "APEXMESH_PUBSUB_FANOUT_TIMEOUT_SECONDS", 10.0),
             presence_address=check_grpc_target("APEXMESH_PRESENCE_ADDRESS", presence)

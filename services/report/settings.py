@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from apexmesh.ops.settings import (
     DEV_FLAG,
     check_bind_host,
-    check_grpc_target,
     env_flag,
     env_float,
     env_int,
-    env_list,
+    grpc_targets,
     required_domains,
 )
 
@@ -54,12 +53,7 @@ class ReportSettings:
         env = os.environ if env is None else env
         dev = env_flag(env, DEV_FLAG)
         domains = required_domains(env, "APEXMESH_REPORT_DOMAINS")
-        relays = tuple(
-            dict.fromkeys(
-                check_grpc_target("APEXMESH_RELAY_ADDRESSES", text)
-                for text in env_list(env, "APEXMESH_RELAY_ADDRESSES")
-            )
-        )
+        relays = grpc_targets(env, "APEXMESH_RELAY_ADDRESSES")
         return cls(
             domains=domains,
             relay_addresses=relays,
