@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import grpc
 
+from apexmesh.apex.associations import Attachment
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.content import parse_payload
 from apexmesh.apex.data import Data
@@ -24,6 +26,9 @@ from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from services.relay.outcomes import Outcome
 from services.relay.router import NOT_HERE, Router
+
+if TYPE_CHECKING:
+    from services.relay.edge import ApexChannel
 
 
 def _status(outcome: Outcome) -> common_pb2.ApexStatus:
@@ -131,11 +136,7 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
     async def TerminateAttachment(  # noqa: N802
         self, request: relay_pb2.TerminateAttachmentRequest, context: grpc.aio.ServicerContext
     ) -> relay_pb2.TerminateAttachmentResponse:
-        try:
-            endpoint = Endpoint.parse(request.endpoint)
-        except EndpointError:
-            return relay_pb2.TerminateAttachmentResponse(terminated=False)
-        held = self._router.local.get(endpoint)
+        held = self._held_here(request.endpoint)
         if held is None:
             return relay_pb2.TerminateAttachmentResponse(terminated=False)
         channel, attachment = held
@@ -152,11 +153,16 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
     async def DrainHeld(  # noqa: N802
         self, request: relay_pb2.DrainHeldRequest, context: grpc.aio.ServicerContext
     ) -> relay_pb2.DrainHeldResponse:
-        try:
-            endpoint = Endpoint.parse(request.endpoint)
-        except EndpointError:
+        held = self._held_here(request.endpoint)
+        if held is None or self._router.holder is None:
             return relay_pb2.DrainHeldResponse(draining=False)
-        if endpoint not in self._router.local or self._router.holder is None:
-            return relay_pb2.DrainHeldResponse(draining=False)
-        self._router.attached_ready(endpoint)
+        self._router.attached_ready(held[1].endpoint)
         return relay_pb2.DrainHeldResponse(draining=True)
+
+    def _held_here(self, text: str) -> tuple[ApexChannel, Attachment] | None:
+        """The attachment of endpoint ``text`` on this pod, None when it is not here (or
+        ``text`` is no endpoint)."""
+        try:
+            return self._router.local.get(Endpoint.parse(text))
+        except EndpointError:
+            return None
