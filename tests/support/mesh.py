@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from apexmesh.aio import BeepConnection, Channel, connect
 from apexmesh.apex.content import parse_payload
@@ -126,7 +126,30 @@ class Mesh:
 #: meanwhile (as an ephemeral port of some connection); the whole mesh is then restarted.
 START_ATTEMPTS: Final = 4
 
+T = TypeVar("T")
+
 App = AccessApp | RelayApp | ReportApp
+
+
+@contextlib.asynccontextmanager
+async def retried(
+    start: Callable[[], contextlib.AbstractAsyncContextManager[T]],
+) -> AsyncIterator[T]:
+    """Enter ``start()``; when it fails because a port picked free a moment before was
+    taken meanwhile (OSError, or the RuntimeError grpc raises), it has cleaned up after
+    itself and a fresh one is entered, up to :data:`START_ATTEMPTS` times."""
+    for attempt in range(START_ATTEMPTS):
+        stack = contextlib.AsyncExitStack()
+        try:
+            running = await stack.enter_async_context(start())
+        except (OSError, RuntimeError):
+            await stack.aclose()
+            if attempt == START_ATTEMPTS - 1:
+                raise
+            continue
+        async with stack:
+            yield running
+        return
 
 
 async def stop_all(apps: list[App]) -> None:

@@ -22,7 +22,7 @@ from services.presence.app import PresenceApp
 from services.presence.settings import PresenceSettings
 from services.relay.app import RelayApp
 from services.relay.settings import RelaySettings
-from tests.support.mesh import base_env, endpoint_client, relay_env
+from tests.support.mesh import base_env, endpoint_client, relay_env, retried
 from tests.support.redis_server import RedisServer, free_port
 
 #: Access entries (RFC 3341): data to everybody; wilma and barney may subscribe to fred,
@@ -132,7 +132,7 @@ async def presence_mesh(
 async def pmesh(
     redis_server: RedisServer, keys: Keys, tmp_path: Path
 ) -> AsyncIterator[PresenceMesh]:
-    async with presence_mesh(redis_server, keys, tmp_path) as mesh:
+    async with retried(lambda: presence_mesh(redis_server, keys, tmp_path)) as mesh:
         yield mesh
 
 

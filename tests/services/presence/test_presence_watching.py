@@ -20,6 +20,7 @@ from apexmesh.client import connect_endpoint
 from apexmesh.client.presence import PresenceClient
 from apexmesh.store.keys import Keys
 from tests.services.presence.conftest import LEASE_MS, Attach, Party, PresenceMesh, presence_mesh
+from tests.support.mesh import retried
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer
 
@@ -109,7 +110,9 @@ async def test_subscriber_sees_killed_pod_within_lease(
 async def test_restart_keeps_subscriptions_and_entries(
     redis_server: RedisServer, keys: Keys, tmp_path: Path
 ) -> None:
-    async with presence_mesh(redis_server, keys, tmp_path, in_process=False) as mesh:
+    async with retried(
+        lambda: presence_mesh(redis_server, keys, tmp_path, in_process=False)
+    ) as mesh:
         presence = ServiceProcess("services.presence", mesh.presence_env(), tmp_path / "p.log")
         await asyncio.to_thread(presence.start)
         try:

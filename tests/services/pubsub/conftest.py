@@ -34,7 +34,7 @@ from services.relay.app import RelayApp
 from services.relay.settings import RelaySettings
 from services.report.app import ReportApp
 from services.report.settings import ReportSettings
-from tests.support.mesh import base_env, endpoint_client, relay_env
+from tests.support.mesh import base_env, endpoint_client, relay_env, retried
 from tests.support.redis_server import RedisServer, free_port
 
 TOPIC: Final = "music.jazz.milesdavis"
@@ -216,11 +216,6 @@ async def pubsub_mesh(
         await access.stop()
 
 
-#: Attempts at starting the mesh: a port picked free a moment before may have been taken
-#: meanwhile by another test run on this machine; the whole mesh is then restarted.
-START_ATTEMPTS: Final = 4
-
-
 @contextlib.asynccontextmanager
 async def started_mesh(
     redis_server: RedisServer,
@@ -231,26 +226,16 @@ async def started_mesh(
     both_pods: bool = False,
 ) -> AsyncIterator[PubsubMesh]:
     """:func:`pubsub_mesh`, retried when a port was taken meanwhile."""
-    for attempt in range(START_ATTEMPTS):
-        stack = contextlib.AsyncExitStack()
-        try:
-            running = await stack.enter_async_context(
-                pubsub_mesh(
-                    redis_server,
-                    keys,
-                    tmp_path,
-                    pubsub_in_process=pubsub_in_process,
-                    both_pods=both_pods,
-                )
-            )
-        except (OSError, RuntimeError):  # grpc raises RuntimeError for a taken port
-            await stack.aclose()
-            if attempt == START_ATTEMPTS - 1:
-                raise
-            continue
-        async with stack:
-            yield running
-        return
+    async with retried(
+        lambda: pubsub_mesh(
+            redis_server,
+            keys,
+            tmp_path,
+            pubsub_in_process=pubsub_in_process,
+            both_pods=both_pods,
+        )
+    ) as running:
+        yield running
 
 
 @pytest.fixture
