@@ -95,10 +95,10 @@ class RelayMetrics:
             ),
         )
 
-    def count(self, counter: Counter, label: str) -> None:
+    def count(self, counter: Counter, label: str, amount: int = 1) -> None:
         """Increment ``counter``'s child for ``label`` (its only label)."""
         key = (id(counter), label)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = counter.labels(label)
-        child.inc()
+        child.inc(amount)

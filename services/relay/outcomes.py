@@ -36,6 +36,9 @@ DELIVERED = Outcome(ApexReplyCode.SUCCESS)
 HELD = Outcome(ApexReplyCode.SUCCESS, "held for the endpoint (hold4Endpoint)")
 #: The attachment ended before (or while) the data was sent to it.
 ENDPOINT_DETACHED = Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "endpoint detached")
+#: Text of the 550 a pod answers when asked to deliver to an endpoint it does not hold.
+NOT_HERE: Final = "endpoint not attached to this relay pod"
+NOT_HERE_OUTCOME: Final = Outcome(ApexReplyCode.ACTION_NOT_TAKEN, NOT_HERE)
 
 
 #: ``ok`` as applications and relays commonly write it: no parse needed (the hot path of

@@ -20,6 +20,7 @@ import grpc
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from services.relay.grouping import Group
 from services.relay.outcomes import Outcome
 
 _log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class _Stream:
         self._stub = relay_pb2_grpc.RelayServiceStub(self.channel)
         self._requests: asyncio.Queue[relay_pb2.DeliverRequest | None] = asyncio.Queue()
         self._pending: dict[int, asyncio.Future[Outcome]] = {}
+        self._groups: dict[int, tuple[asyncio.Future[tuple[Outcome, ...]], int]] = {}
         self._ids = itertools.count(1)
         self._task = asyncio.get_running_loop().create_task(self._run())
         self.broken = False
@@ -53,6 +55,22 @@ class _Stream:
         self._requests.put_nowait(
             relay_pb2.DeliverRequest(
                 recipient=recipient, originator=originator, payload=payload, id=request_id
+            )
+        )
+        return future
+
+    def deliver_group(self, group: Group, originator: str) -> asyncio.Future[tuple[Outcome, ...]]:
+        future: asyncio.Future[tuple[Outcome, ...]] = asyncio.get_running_loop().create_future()
+        request_id = next(self._ids)
+        self._groups[request_id] = (future, len(group.recipients))
+        self._requests.put_nowait(
+            relay_pb2.DeliverRequest(
+                originator=originator,
+                id=request_id,
+                group=[str(endpoint) for endpoint in group.recipients],
+                group_elements=group.elements,
+                head=group.head,
+                tail=group.tail,
             )
         )
         return future
@@ -76,6 +94,9 @@ class _Stream:
             call = self._stub.DeliverStream(self._outgoing())
             async for outcomes in call:
                 for response in outcomes.responses:
+                    if response.statuses:
+                        self._settle_group(response)
+                        continue
                     future = self._pending.pop(response.id, None)
                     if future is not None and not future.done():
                         future.set_result(Outcome(response.status.code, response.status.text))
@@ -87,6 +108,18 @@ class _Stream:
                 if not future.done():
                     future.set_result(UNAVAILABLE)
             self._pending.clear()
+            for group, size in self._groups.values():
+                if not group.done():
+                    group.set_result((UNAVAILABLE,) * size)
+            self._groups.clear()
+
+    def _settle_group(self, response: relay_pb2.DeliverResponse) -> None:
+        entry = self._groups.pop(response.id, None)
+        if entry is None or entry[0].done():
+            return
+        entry[0].set_result(
+            tuple(Outcome(status.code, status.text) for status in response.statuses)
+        )
 
     async def close(self) -> None:
         self._requests.put_nowait(None)
@@ -107,6 +140,13 @@ class PeerDelivery:
         self, address: str, recipient: Endpoint, originator: Endpoint, payload: bytes
     ) -> asyncio.Future[Outcome]:
         return self._stream(address).deliver(str(recipient), str(originator), payload)
+
+    def deliver_group(
+        self, address: str, group: Group, originator: Endpoint
+    ) -> asyncio.Future[tuple[Outcome, ...]]:
+        """Deliver one data to several endpoints attached to the pod at ``address``; the
+        outcomes come back one per endpoint of the group, in its order."""
+        return self._stream(address).deliver_group(group, str(originator))
 
     def _stream(self, address: str) -> _Stream:
         stream = self._streams.get(address)

@@ -29,7 +29,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from apexmesh.apex.access import CORE_ATTACH, CORE_DATA, Decision
 from apexmesh.apex.associations import Association, Attachment
@@ -39,7 +39,13 @@ from apexmesh.apex.data import Data, DataContent, Originator, Recipient
 from apexmesh.apex.elements import Attach, Bind, Error, Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
-from apexmesh.apex.holding import EXPIRED_CODE, QUOTA_CODE, hold_options, wants_hold
+from apexmesh.apex.holding import (
+    EXPIRED_CODE,
+    HOLD_FOR_ENDPOINT,
+    QUOTA_CODE,
+    hold_options,
+    wants_hold,
+)
 from apexmesh.apex.hops import DataPlan, RecipientPlan, combine, plan_data
 from apexmesh.apex.options import STATUS_REQUEST, Option, OptionRegistry
 from apexmesh.apex.party import (
@@ -50,10 +56,18 @@ from apexmesh.apex.party import (
     next_relay,
 )
 from apexmesh.apex.report import PendingReport, pending_reports, status_response
-from apexmesh.apex.timing import Timer, forward, timing_options
+from apexmesh.apex.timing import DATA_TIMING, Timer, forward, timing_options
 from apexmesh.store.held import ATTACHED, Refused
+from services.relay.grouping import Group, deliver_here
 from services.relay.holder import Holder, payload_for, timing_state
-from services.relay.outcomes import DELIVERED, ENDPOINT_DETACHED, HELD, Outcome, code_of
+from services.relay.outcomes import (
+    DELIVERED,
+    ENDPOINT_DETACHED,
+    HELD,
+    NOT_HERE,
+    Outcome,
+    code_of,
+)
 from services.relay.peers import UNAVAILABLE as POD_UNAVAILABLE
 from services.relay.timekeeper import Timekeeper, wall_ms
 
@@ -69,6 +83,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 #: Seconds a located attachment (endpoint -> pod) is reused without asking Redis again.
 #: A stale entry costs one failed Deliver and a fresh lookup, never a lost message.
 LOCATION_TTL_SECONDS: Final = 5.0
@@ -77,6 +93,14 @@ UNKNOWN_ENDPOINT: Final = Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "unknown endpo
 
 #: Recipients from which a data's per-recipient payloads are built from a template.
 _TEMPLATE_FROM: Final = 8
+#: Recipients from which those attached over the same channel (or to the same pod) get
+#: one data element between them (services/relay/grouping.py).
+_GROUP_FROM: Final = 2
+
+#: What the data of one recipient shares with others' for one payload template.
+_TemplateKey = tuple[Originator, tuple[Option, ...], DataContent | None]
+#: The recipients of a group and the future of their outcomes, in the same order.
+_GroupDelivery = tuple[tuple[Endpoint, ...], asyncio.Future[tuple[Outcome, ...]]]
 #: The recipient a template is built around (never a real endpoint: ``.invalid``).
 _PLACEHOLDER: Final = Recipient(identity=Endpoint.parse("apex-template@recipient.invalid"))
 _PLACEHOLDER_XML: Final = _PLACEHOLDER.to_xml()
@@ -103,9 +127,7 @@ class Job:
     #: Recipients whose data was held before ``ok`` (hold4Endpoint): nothing to deliver.
     held: frozenset[Endpoint] = frozenset()
     #: Payload templates of a fan-out (see :meth:`Router._payload`), built once per job.
-    templates: dict[
-        tuple[Originator, tuple[Option, ...], DataContent | None], tuple[bytes, bytes]
-    ] = field(default_factory=dict, compare=False)
+    templates: dict[_TemplateKey, tuple[bytes, bytes]] = field(default_factory=dict, compare=False)
 
 
 @dataclass(eq=False)
@@ -472,6 +494,8 @@ class Router:
         outcomes: dict[Endpoint, asyncio.Future[Outcome]] = {}
         foreign: dict[str, list[RecipientPlan]] = {}
         hopped: list[PendingReport] = []
+        groupable = len(job.plan.recipients) >= _GROUP_FROM
+        plain: list[RecipientPlan] = []
         for plan in job.plan.recipients:
             endpoint = plan.recipient.identity
             if plan.failure is not None:
@@ -502,7 +526,11 @@ class Router:
                     continue
                 foreign.setdefault(endpoint.domain, []).append(timed)
             elif endpoint not in job.held:
-                outcomes[endpoint] = await self._deliver_final(job, plan)
+                if groupable and not endpoint.is_service and not _party_steps(plan):
+                    plain.append(plan)
+                else:
+                    outcomes[endpoint] = await self._deliver_final(job, plan)
+        groups = await self._deliver_grouped(job, plain, outcomes) if plain else []
         for domain, plans in foreign.items():
             forwarded = combine(plans)
             sent = self.mesh.send(domain, self._payload(job, forwarded))
@@ -516,8 +544,12 @@ class Router:
             # by callbacks rather than one more task per data (the common case).
             for endpoint, future in outcomes.items():
                 future.add_done_callback(functools.partial(self._record, job, endpoint))
+            for endpoints, grouped in groups:
+                grouped.add_done_callback(functools.partial(self._record_group, job, endpoints))
             return
-        task = asyncio.get_running_loop().create_task(self._conclude(job, outcomes, reports))
+        task = asyncio.get_running_loop().create_task(
+            self._conclude(job, outcomes, reports, groups)
+        )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -529,6 +561,27 @@ class Router:
             _log.warning("delivery to %s failed: %s", endpoint, exc)
             outcome = Outcome(ApexReplyCode.ACTION_ABORTED, "local error")
         self._count_outcome(job, endpoint, outcome)
+
+    def _record_group(
+        self,
+        job: Job,
+        endpoints: tuple[Endpoint, ...],
+        future: asyncio.Future[tuple[Outcome, ...]],
+    ) -> None:
+        """Count and log the outcomes of a group once its deliveries have settled."""
+        try:
+            results = future.result()
+        except Exception as exc:  # noqa: BLE001  (a route failed without an outcome)
+            _log.warning("delivery to a group of %d failed: %s", len(endpoints), exc)
+            results = (Outcome(ApexReplyCode.ACTION_ABORTED, "local error"),) * len(endpoints)
+        delivered = 0
+        for endpoint, outcome in zip(endpoints, results, strict=True):
+            if outcome is DELIVERED:
+                delivered += 1
+            else:
+                self._count_outcome(job, endpoint, outcome)
+        if delivered:
+            self.metrics.count(self.metrics.outcomes, "delivered", delivered)
 
     def _count_outcome(self, job: Job, endpoint: Endpoint, outcome: Outcome) -> None:
         if outcome is HELD:
@@ -625,6 +678,97 @@ class Router:
             lambda outcome: self._retry_elsewhere(endpoint, originator, payload, address, outcome),
         )
 
+    async def _deliver_grouped(
+        self,
+        job: Job,
+        plans: list[RecipientPlan],
+        outcomes: dict[Endpoint, asyncio.Future[Outcome]],
+    ) -> list[_GroupDelivery]:
+        """Step 5.3 for recipients with no option to process, grouped by where they are
+        attached: one data per APEX channel of this pod, one request per other pod
+        (services/relay/grouping.py). Refusals and unknown endpoints go to ``outcomes``;
+        the groups are returned with the future of their outcomes."""
+        originator = job.data.originator.identity
+        actor = str(originator)
+        here: dict[_TemplateKey, list[RecipientPlan]] = {}
+        pods: dict[tuple[str, _TemplateKey], list[RecipientPlan]] = {}
+        for plan in plans:
+            endpoint = plan.recipient.identity
+            forward = plan.forward
+            assert forward is not None  # noqa: S101  (no failure, so a forward exists)
+            owner = str(endpoint)
+            decision = self.access.lookup(owner, actor, CORE_DATA) or await self._decide(
+                owner, actor, CORE_DATA
+            )
+            if not decision.allowed:
+                refused = Outcome(int(decision.code), decision.text or "access denied")
+                outcomes[endpoint] = _done(refused)
+                continue
+            key = _template_key(forward)
+            if endpoint in self.local:
+                here.setdefault(key, []).append(plan)
+                continue
+            address = await self._locate(endpoint)
+            if address is None:
+                outcomes[endpoint] = _done(UNKNOWN_ENDPOINT)
+                continue
+            pods.setdefault((address, key), []).append(plan)
+        deliveries: list[_GroupDelivery] = []
+        targets = [("", members) for members in here.values()]
+        targets += [(address, members) for (address, _key), members in pods.items()]
+        for address, members in targets:
+            group = _group(job, members)
+            if group is None:  # no template: one data per recipient, as without grouping
+                for plan in members:
+                    outcomes[plan.recipient.identity] = await self._deliver_here(job, plan)
+                continue
+            self.metrics.count(self.metrics.deliveries, "pod" if address else "local", len(members))
+            sent = (
+                self.peers.deliver_group(address, group, originator)
+                if address
+                else deliver_here(group, self.local)
+            )
+            deliveries.append((group.recipients, self._relocate(group, originator, address, sent)))
+        return deliveries
+
+    def _relocate(
+        self,
+        group: Group,
+        originator: Endpoint,
+        address: str,
+        sent: asyncio.Future[tuple[Outcome, ...]],
+    ) -> asyncio.Future[tuple[Outcome, ...]]:
+        """The group's outcomes, after looking again for the recipients that were not
+        where they were thought to be (see :meth:`_retry_elsewhere`)."""
+        result: asyncio.Future[tuple[Outcome, ...]] = asyncio.get_running_loop().create_future()
+
+        async def again(outcomes: tuple[Outcome, ...], stale: list[int]) -> tuple[Outcome, ...]:
+            updated = list(outcomes)
+            for index in stale:
+                updated[index] = await self._retry_elsewhere(
+                    group.recipients[index],
+                    originator,
+                    group.payload((index,)),
+                    address,
+                    outcomes[index],
+                )
+            return tuple(updated)
+
+        def settled(future: asyncio.Future[tuple[Outcome, ...]]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                _copy(future, result)
+                return
+            outcomes = future.result()
+            stale = [i for i, outcome in enumerate(outcomes) if _stale_location(outcome)]
+            if not stale:
+                result.set_result(outcomes)
+                return
+            follow = asyncio.ensure_future(again(outcomes, stale))
+            follow.add_done_callback(lambda done: _copy(done, result))
+
+        sent.add_done_callback(settled)
+        return result
+
     async def _retry_elsewhere(
         self,
         endpoint: Endpoint,
@@ -666,6 +810,7 @@ class Router:
         job: Job,
         outcomes: dict[Endpoint, asyncio.Future[Outcome]],
         reports: tuple[PendingReport, ...],
+        groups: list[_GroupDelivery],
     ) -> None:
         results: dict[Endpoint, Outcome] = {}
         for endpoint, future in outcomes.items():
@@ -674,6 +819,15 @@ class Router:
             except Exception as exc:  # noqa: BLE001  (a route failed without an outcome)
                 _log.warning("delivery to %s failed: %s", endpoint, exc)
                 results[endpoint] = Outcome(ApexReplyCode.ACTION_ABORTED, "local error")
+        for endpoints, grouped in groups:
+            try:
+                results.update(zip(endpoints, await grouped, strict=True))
+            except Exception as exc:  # noqa: BLE001
+                _log.warning("delivery to a group of %d failed: %s", len(endpoints), exc)
+                results.update(
+                    (endpoint, Outcome(ApexReplyCode.ACTION_ABORTED, "local error"))
+                    for endpoint in endpoints
+                )
         for endpoint, outcome in results.items():
             self._count_outcome(job, endpoint, outcome)
         held = frozenset(endpoint for endpoint, outcome in results.items() if outcome is HELD)
@@ -735,10 +889,6 @@ class Router:
         await self.timekeeper.close()
 
 
-#: Text of the 550 a pod answers when asked to deliver to an endpoint it does not hold.
-NOT_HERE: Final = "endpoint not attached to this relay pod"
-
-
 def peer_endpoint(channel: ApexChannel, domain: str) -> Endpoint | None:
     """The BEEP peer's authenticated identity as an endpoint (RFC 3340 section 3.2).
 
@@ -780,17 +930,54 @@ def job_payload(job: Job, forward: Data) -> bytes:
     """
     if len(job.data.recipients) < _TEMPLATE_FROM or len(forward.recipients) != 1:
         return payload_for(forward, job.data, job.parts, job.raw)
-    key = (forward.originator, forward.options, forward.data_content)
+    template = _template(job, forward)
+    if template is None:
+        return payload_for(forward, job.data, job.parts, job.raw)
+    head, tail = template
+    return b"".join((head, forward.recipients[0].to_xml(), tail))
+
+
+def _template_key(forward: Data) -> _TemplateKey:
+    return (forward.originator, forward.options, forward.data_content)
+
+
+def _template(job: Job, forward: Data) -> tuple[bytes, bytes] | None:
+    """The payload carrying ``forward`` split around its recipient elements, built once
+    per job and template key; None when it cannot be split (it is then built whole)."""
+    key = _template_key(forward)
     template = job.templates.get(key)
     if template is None:
         shaped = dataclasses.replace(forward, recipients=(_PLACEHOLDER,))
         built = payload_for(shaped, job.data, job.parts, job.raw)
         head, marker, tail = built.partition(_PLACEHOLDER_XML)
         if not marker:
-            return payload_for(forward, job.data, job.parts, job.raw)
+            return None
         template = job.templates[key] = (head, tail)
-    head, tail = template
-    return b"".join((head, forward.recipients[0].to_xml(), tail))
+    return template
+
+
+def _group(job: Job, plans: list[RecipientPlan]) -> Group | None:
+    """The recipients of ``plans`` (which share a template key) as one :class:`Group`."""
+    forwards = [plan.forward for plan in plans if plan.forward is not None]
+    template = _template(job, forwards[0])
+    if template is None:
+        return None
+    return Group(
+        recipients=tuple(forward.recipients[0].identity for forward in forwards),
+        elements=tuple(forward.recipients[0].to_xml() for forward in forwards),
+        head=template[0],
+        tail=template[1],
+    )
+
+
+#: Options whose steps run around a final delivery (see Router._deliver_final).
+_PARTY_STEPS: Final = frozenset({DATA_TIMING, HOLD_FOR_ENDPOINT})
+
+
+def _party_steps(plan: RecipientPlan) -> bool:
+    """dataTiming or hold4Endpoint applies: the recipient's delivery is its own (its
+    timers, its hold), never part of a group."""
+    return any(placed.option.internal in _PARTY_STEPS for placed in plan.process)
 
 
 def _not_attached(outcome: Outcome) -> bool:
@@ -838,7 +1025,7 @@ def _chain(
     return result
 
 
-def _copy(source: asyncio.Future[Outcome], target: asyncio.Future[Outcome]) -> None:
+def _copy(source: asyncio.Future[_T], target: asyncio.Future[_T]) -> None:
     if target.done():
         return
     if source.cancelled():

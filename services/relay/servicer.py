@@ -1,7 +1,8 @@
 """The relay's gRPC servicer: deliveries from other pods, data from services, terminate.
 
 ``Deliver``/``DeliverStream`` send a ready-made payload to an endpoint attached to this
-pod (the caller built it; nothing is re-parsed here). ``Submit`` is how the domain's
+pod (the caller built it; nothing is re-parsed here), or a group of recipients to the
+channels they are attached over (services/relay/grouping.py). ``Submit`` is how the domain's
 APEX services originate data (RFC 3340 section 6). ``TerminateAttachment`` ends an
 attachment this pod holds with a relay-initiated terminate (section 4.4.3).
 """
@@ -9,8 +10,8 @@ attachment this pod holds with a relay-initiated terminate (section 4.4.3).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
@@ -24,15 +25,27 @@ from apexmesh.apex.errors import ApexError
 from apexmesh.apex.party import OVERRIDE_CODE
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
-from services.relay.outcomes import Outcome
-from services.relay.router import NOT_HERE, Router
+from services.relay.grouping import Group, deliver_here
+from services.relay.outcomes import NOT_HERE_OUTCOME, Outcome
+from services.relay.router import Router
 
 if TYPE_CHECKING:
     from services.relay.edge import ApexChannel
 
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
 def _status(outcome: Outcome) -> common_pb2.ApexStatus:
     return common_pb2.ApexStatus(code=outcome.code, text=outcome.text)
+
+
+def _then(source: asyncio.Future[_T], make: Callable[[_T], _R]) -> asyncio.Future[_R]:
+    """A future of ``make(result)`` once ``source`` has its result (a callback, no task)."""
+    target: asyncio.Future[_R] = asyncio.get_running_loop().create_future()
+    source.add_done_callback(lambda done: target.set_result(make(done.result())))
+    return target
 
 
 class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
@@ -48,16 +61,53 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
             return Outcome(ApexReplyCode.PARAMETER_INVALID, str(exc))
         held = self._router.local.get(endpoint)
         if held is None:
-            return Outcome(ApexReplyCode.ACTION_NOT_TAKEN, NOT_HERE)
+            return NOT_HERE_OUTCOME
         self._router.metrics.count(self._router.metrics.deliveries, "from-pod")
         return held[0].deliver(request.payload)
+
+    def _deliver_group(
+        self, request: relay_pb2.DeliverRequest
+    ) -> asyncio.Future[tuple[Outcome, ...]] | tuple[Outcome, ...]:
+        """A group of recipients (see services/relay/grouping.py), split by channel."""
+        try:
+            recipients = tuple(Endpoint.parse(name) for name in request.group)
+        except EndpointError as exc:
+            return (Outcome(ApexReplyCode.PARAMETER_INVALID, str(exc)),) * len(request.group)
+        if len(request.group_elements) != len(recipients):
+            invalid = Outcome(ApexReplyCode.PARAMETER_SYNTAX_ERROR, "one element per recipient")
+            return (invalid,) * len(recipients)
+        group = Group(recipients, tuple(request.group_elements), request.head, request.tail)
+        self._router.metrics.count(self._router.metrics.deliveries, "from-pod", len(recipients))
+        return deliver_here(group, self._router.local)
+
+    def _answer(
+        self, request: relay_pb2.DeliverRequest
+    ) -> asyncio.Future[relay_pb2.DeliverResponse] | relay_pb2.DeliverResponse:
+        """The response to one request, now or once its delivery has been answered."""
+        request_id = request.id
+        if request.group:
+            grouped = self._deliver_group(request)
+            if isinstance(grouped, tuple):
+                return relay_pb2.DeliverResponse(statuses=map(_status, grouped), id=request_id)
+            return _then(
+                grouped,
+                lambda outcomes: relay_pb2.DeliverResponse(
+                    statuses=map(_status, outcomes), id=request_id
+                ),
+            )
+        single = self._deliver(request)
+        if isinstance(single, Outcome):
+            return relay_pb2.DeliverResponse(status=_status(single), id=request_id)
+        return _then(
+            single,
+            lambda outcome: relay_pb2.DeliverResponse(status=_status(outcome), id=request_id),
+        )
 
     async def Deliver(  # noqa: N802  (gRPC method name)
         self, request: relay_pb2.DeliverRequest, context: grpc.aio.ServicerContext
     ) -> relay_pb2.DeliverResponse:
-        result = self._deliver(request)
-        outcome = result if isinstance(result, Outcome) else await result
-        return relay_pb2.DeliverResponse(status=_status(outcome), id=request.id)
+        answer = self._answer(request)
+        return answer if isinstance(answer, relay_pb2.DeliverResponse) else await answer
 
     async def DeliverStream(  # noqa: N802
         self,
@@ -65,25 +115,21 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[relay_pb2.DeliverOutcomes]:
         answers: asyncio.Queue[relay_pb2.DeliverResponse | None] = asyncio.Queue()
-        pending: set[asyncio.Future[Outcome]] = set()
+        pending: set[asyncio.Future[relay_pb2.DeliverResponse]] = set()
 
-        def answer(request_id: int, outcome: Outcome) -> None:
-            answers.put_nowait(relay_pb2.DeliverResponse(status=_status(outcome), id=request_id))
+        def answered(future: asyncio.Future[relay_pb2.DeliverResponse]) -> None:
+            pending.discard(future)
+            answers.put_nowait(future.result())
 
         async def read() -> None:
             async for batch in request_iterator:
                 for request in batch.requests:
-                    result = self._deliver(request)
-                    if isinstance(result, Outcome):
-                        answer(request.id, result)
+                    answer = self._answer(request)
+                    if isinstance(answer, relay_pb2.DeliverResponse):
+                        answers.put_nowait(answer)
                         continue
-
-                    def done(future: asyncio.Future[Outcome], request_id: int = request.id) -> None:
-                        pending.discard(future)
-                        answer(request_id, future.result())
-
-                    pending.add(result)
-                    result.add_done_callback(done)
+                    pending.add(answer)
+                    answer.add_done_callback(answered)
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             answers.put_nowait(None)

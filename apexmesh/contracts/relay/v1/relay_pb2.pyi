@@ -30,6 +30,10 @@ class DeliverRequest(_message.Message):
     ORIGINATOR_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    GROUP_ELEMENTS_FIELD_NUMBER: _builtins.int
+    HEAD_FIELD_NUMBER: _builtins.int
+    TAIL_FIELD_NUMBER: _builtins.int
     recipient: _builtins.str
     """The attached endpoint (RFC 3340 section 2.2 syntax)."""
     originator: _builtins.str
@@ -38,6 +42,22 @@ class DeliverRequest(_message.Message):
     """The complete BEEP message entity to send, untouched."""
     id: _builtins.int
     """Caller-chosen id echoed in the response (DeliverStream)."""
+    head: _builtins.bytes
+    """The payload up to the first recipient element, and from after the last one."""
+    tail: _builtins.bytes
+    @_builtins.property
+    def group(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """A group (RFC 3340 4.4.4.1: "a relay may choose to optimize its behavior by grouping
+        multiple recipients in a single data element"): when set, `recipient` and `payload`
+        are unused and this pod sends one data per APEX channel, `head`, the elements of
+        the group's recipients attached over that channel, then `tail`. A pubsub
+        publication to 500 endpoints of this pod is one request, not 500.
+        """
+
+    @_builtins.property
+    def group_elements(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """The recipient element of each endpoint of `group`, in the same order."""
+
     def __init__(
         self,
         *,
@@ -45,10 +65,14 @@ class DeliverRequest(_message.Message):
         originator: _builtins.str = ...,
         payload: _builtins.bytes = ...,
         id: _builtins.int = ...,
+        group: _abc.Iterable[_builtins.str] | None = ...,
+        group_elements: _abc.Iterable[_builtins.bytes] | None = ...,
+        head: _builtins.bytes = ...,
+        tail: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "originator", b"originator", "payload", b"payload", "recipient", b"recipient"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "group_elements", b"group_elements", "head", b"head", "id", b"id", "originator", b"originator", "payload", b"payload", "recipient", b"recipient", "tail", b"tail"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -60,18 +84,24 @@ class DeliverResponse(_message.Message):
 
     STATUS_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
+    STATUSES_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     @_builtins.property
     def status(self) -> _common_pb2.ApexStatus: ...
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ApexStatus]:
+        """A group's outcomes, one per endpoint of `group` in the same order (`status` unused)."""
+
     def __init__(
         self,
         *,
         status: _common_pb2.ApexStatus | None = ...,
         id: _builtins.int = ...,
+        statuses: _abc.Iterable[_common_pb2.ApexStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "status", b"status", "statuses", b"statuses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
