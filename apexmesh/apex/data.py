@@ -118,6 +118,18 @@ class Data:
         _check_recipient_count(len(self.recipients))
         check_option_count(self.options, "data")
 
+    def for_recipients(self, recipients: tuple[Recipient, ...]) -> Data:
+        """This data for other recipients: only their number is checked again (the rest
+        was checked when this data was built), which a fan-out does per recipient."""
+        if not recipients:
+            _dtd.fail("data: at least one recipient is required")
+        _check_recipient_count(len(recipients))
+        clone = object.__new__(Data)
+        for name in ("content", "originator", "options", "data_content"):
+            object.__setattr__(clone, name, getattr(self, name))
+        object.__setattr__(clone, "recipients", recipients)
+        return clone
+
     def to_xml(self) -> bytes:
         parts = [
             f"<data{_dtd.attr('content', self.content)}>".encode(),

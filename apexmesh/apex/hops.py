@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from apexmesh.apex.codes import ApexReplyCode
@@ -104,7 +104,7 @@ def plan_data(
             data_options.append(option)
         elif option.must_understand:
             raise not_understood(option)
-    shared: dict[bool, tuple[OptionSelection, OptionSelection] | ApexError] = {}
+    shared: dict[bool, _Shared | ApexError] = {}
     plans = tuple(
         _plan_recipient(data, recipient, registry, final=final, shared=shared)
         for recipient, final in zip(data.recipients, finals, strict=True)
@@ -112,25 +112,51 @@ def plan_data(
     return DataPlan(data_options=tuple(data_options), recipients=plans)
 
 
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What the per-data and per-originator options make of every recipient with the same
+    ``final``: computed once per data, so a fan-out to many recipients pays for its
+    options once, not once per recipient."""
+
+    #: The data as forwarded (its recipients replaced per recipient).
+    base: Data
+    process: tuple[PlacedOption, ...]
+    ignored: tuple[PlacedOption, ...]
+
+
 def _shared_selections(
-    data: Data,
-    registry: OptionRegistry,
-    final: bool,
-    shared: dict[bool, tuple[OptionSelection, OptionSelection] | ApexError],
-) -> tuple[OptionSelection, OptionSelection] | ApexError:
-    """The per-data and per-originator selections, the same for every recipient with the
-    same ``final``: computed once per data (fan-out to many recipients)."""
+    data: Data, registry: OptionRegistry, final: bool, shared: dict[bool, _Shared | ApexError]
+) -> _Shared | ApexError:
     found = shared.get(final)
     if found is None:
         try:
-            found = (
-                select_options(data.options, registry, final=final),
-                select_options(data.originator.options, registry, final=final),
-            )
+            per_data = select_options(data.options, registry, final=final)
+            per_originator = select_options(data.originator.options, registry, final=final)
         except ApexError as exc:
-            found = exc
-        shared[final] = found
+            found = shared[final] = exc
+            return found
+        groups = ((Placement.DATA, per_data), (Placement.ORIGINATOR, per_originator))
+        originator = _forwarded_originator(data, per_originator)
+        base = data
+        if originator is not data.originator or per_data.forward != data.options:
+            base = dataclasses.replace(data, originator=originator, options=per_data.forward)
+        found = shared[final] = _Shared(
+            base=base,
+            process=_placed(groups, "process"),
+            ignored=_placed(groups, "ignored"),
+        )
     return found
+
+
+def _placed(
+    groups: Iterable[tuple[Placement, OptionSelection]], kind: str
+) -> tuple[PlacedOption, ...]:
+    """The ``process`` or ``ignored`` options of each selection, with their placement."""
+    return tuple(
+        PlacedOption(placement=placement, option=option)
+        for placement, selection in groups
+        for option in getattr(selection, kind)
+    )
 
 
 def _plan_recipient(
@@ -139,50 +165,39 @@ def _plan_recipient(
     registry: OptionRegistry,
     *,
     final: bool,
-    shared: dict[bool, tuple[OptionSelection, OptionSelection] | ApexError],
+    shared: dict[bool, _Shared | ApexError],
 ) -> RecipientPlan:
     if not (data.options or data.originator.options or recipient.options):
         # No options anywhere (most data): nothing to process, and a data element with
         # this recipient alone is forwarded as is, which lets the relay send the bytes
         # it received.
         if len(data.recipients) != 1:
-            data = dataclasses.replace(data, recipients=(recipient,))
+            data = data.for_recipients((recipient,))
         return RecipientPlan(recipient=recipient, final=final, forward=data)
     common = _shared_selections(data, registry, final, shared)
     if isinstance(common, ApexError):
         return RecipientPlan(recipient=recipient, final=final, failure=common)
-    per_data, per_originator = common
+    if not recipient.options:
+        # The recipient element is forwarded as received; everything else is shared.
+        return RecipientPlan(
+            recipient=recipient,
+            final=final,
+            process=common.process,
+            ignored=common.ignored,
+            forward=common.base.for_recipients((recipient,)),
+        )
     try:
         per_recipient = select_options(recipient.options, registry, final=final)
     except ApexError as exc:
         return RecipientPlan(recipient=recipient, final=final, failure=exc)
-    groups = (
-        (Placement.DATA, per_data),
-        (Placement.ORIGINATOR, per_originator),
-        (Placement.RECIPIENT, per_recipient),
-    )
-    originator = _forwarded_originator(data, per_originator)
-    forward = Data(
-        content=data.content,
-        originator=originator,
-        recipients=(Recipient(identity=recipient.identity, options=per_recipient.forward),),
-        options=per_data.forward,
-        data_content=data.data_content,
-    )
+    groups = ((Placement.RECIPIENT, per_recipient),)
+    forwarded = Recipient(identity=recipient.identity, options=per_recipient.forward)
     return RecipientPlan(
         recipient=recipient,
         final=final,
-        process=tuple(
-            PlacedOption(placement=placement, option=option)
-            for placement, selection in groups
-            for option in selection.process
-        ),
-        ignored=tuple(
-            PlacedOption(placement=placement, option=option)
-            for placement, selection in groups
-            for option in selection.ignored
-        ),
-        forward=forward,
+        process=common.process + _placed(groups, "process"),
+        ignored=common.ignored + _placed(groups, "ignored"),
+        forward=common.base.for_recipients((forwarded,)),
     )
 
 

@@ -566,6 +566,27 @@ def test_recipient_limit() -> None:
     assert info.value.code == ApexReplyCode.TRANSACTION_FAILED
 
 
+def test_for_recipients_is_the_same_data_for_other_recipients() -> None:
+    option = Option(internal="statusRequest", trans_id=3)
+    data = Data(
+        content="cid:x",
+        originator=Originator(identity=FRED, options=(option,)),
+        recipients=(Recipient(identity=BARNEY),),
+        options=(option,),
+    )
+    other = (Recipient(identity=FRED), Recipient(identity=BARNEY, options=(option,)))
+    assert data.for_recipients(other) == Data(
+        content="cid:x",
+        originator=data.originator,
+        recipients=other,
+        options=(option,),
+    )
+    assert data.recipients == (Recipient(identity=BARNEY),)  # the original is untouched
+    for recipients in ((), (Recipient(identity=BARNEY),) * (MAX_RECIPIENTS_PER_DATA + 1)):
+        with pytest.raises(ApexError):
+            data.for_recipients(recipients)
+
+
 def test_option_limit() -> None:
     assert (
         len(parse_data(_data_with(1, MAX_OPTIONS_PER_ELEMENT)).options) == MAX_OPTIONS_PER_ELEMENT
