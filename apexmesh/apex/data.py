@@ -159,10 +159,28 @@ def originator_from(element: Element) -> Originator:
 
 
 def recipient_from(element: Element) -> Recipient:
+    items = element.items()
+    if len(items) == 1 and items[0][0] == "identity" and len(element) == 0 and element.text is None:
+        # ``<recipient identity='...' />``, every recipient of a fan-out: one shared
+        # (immutable) Recipient per identity instead of building and checking it again.
+        identity = str(items[0][1])
+        known = _PLAIN_RECIPIENTS.get(identity)
+        if known is None:
+            if len(_PLAIN_RECIPIENTS) >= _PLAIN_RECIPIENTS_MAX:
+                _PLAIN_RECIPIENTS.clear()
+            known = _PLAIN_RECIPIENTS[identity] = Recipient(
+                identity=_dtd.endpoint(identity, "recipient")
+            )
+        return known
     return Recipient(
         identity=_dtd.endpoint(_identity(element), "recipient"),
         options=_options_of(element, "recipient"),
     )
+
+
+#: Recipients without options by identity (see :func:`recipient_from`), bounded.
+_PLAIN_RECIPIENTS: dict[str, Recipient] = {}
+_PLAIN_RECIPIENTS_MAX: Final = 65536
 
 
 def _identity(element: Element) -> str:

@@ -33,7 +33,7 @@ from typing import Final
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.errors import ApexError
-from apexmesh.beep.xml import Element
+from apexmesh.beep.xml import Element, element_key
 
 #: Most ``option`` elements accepted in one containing element. RFC 3340 registers one
 #: option (statusRequest) and lets relays add administrative ones (section 4.4.4.1); 32
@@ -121,7 +121,30 @@ class Option:
 
 
 def option_from(element: Element) -> Option:
-    """Build an :class:`Option` from a parsed ``option`` element (501 if not valid)."""
+    """Build an :class:`Option` from a parsed ``option`` element (501 if not valid).
+
+    The same option arrives again and again (the dataHopping of every pubsub
+    publication, the statusRequest of a client): a valid one is kept by its
+    serialization, and an element serialized alike is the same (immutable) Option."""
+    key = element_key(element)
+    known = _PARSED.get(key)
+    if known is not None:
+        return known
+    option = _parse_option_element(element)
+    if len(key) <= _PARSED_MAX_OCTETS:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = option
+    return option
+
+
+#: Options parsed lately, by serialization (see :func:`option_from`); bounded.
+_PARSED: dict[bytes, Option] = {}
+_PARSED_MAX: Final = 4096
+_PARSED_MAX_OCTETS: Final = 1024
+
+
+def _parse_option_element(element: Element) -> Option:
     attrs = _dtd.attributes(element, allowed=_ATTRS, required=("transID",))
     trans_id = _dtd.trans_id(attrs.get("transID"), "option")
     # The DTD defaults both names to "": an empty value counts as absent.

@@ -85,7 +85,13 @@ def parse_xml(text: bytes | str, *, max_octets: int = MAX_XML_OCTETS) -> etree._
         raise XmlError(f"poorly-formed XML: {exc}") from None
     if root is None:
         raise XmlError("empty XML document")
-    _check_tree(root)
+    if data.count(b"<") <= MAX_XML_DEPTH:
+        # Too few tags to nest too deep (each element needs one): only entities to look
+        # for, which lxml finds without a Python-level walk.
+        if next(root.iter(etree.Entity), None) is not None:
+            raise XmlError("entity references are not allowed", invalid=True)
+    else:
+        _check_tree(root)
     return root
 
 
@@ -110,6 +116,12 @@ def to_bytes(element: etree._Element) -> bytes:
     return etree.tostring(element, encoding="utf-8", xml_declaration=False)
 
 
+def element_key(element: etree._Element) -> bytes:
+    """The element alone (without its tail), serialized: two elements with the same key
+    have the same name, attributes and content."""
+    return etree.tostring(element, with_tail=False)
+
+
 def escape_text(text: str) -> str:
     """Escape character data for inclusion in hand-built XML."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -125,6 +137,7 @@ __all__ = [
     "MAX_XML_OCTETS",
     "Element",
     "XmlError",
+    "element_key",
     "escape_attr",
     "escape_text",
     "parse_xml",
