@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
+from typing import Final
 
 from redis.asyncio import Redis
 
@@ -65,6 +66,7 @@ class PresenceStore:
     def __init__(self, redis: Redis, keys: Keys) -> None:
         self._redis = redis
         self._keys = keys
+        self._missing = redis.register_script(_MISSING)
 
     async def load(self, domains: Iterable[str]) -> PresenceCore:
         """The core with everything stored; unreadable records are logged and skipped."""
@@ -136,15 +138,35 @@ class PresenceStore:
             await pipe.execute()
 
     async def lapsed(self, endpoints: Iterable[Endpoint]) -> list[Endpoint]:
-        """Those of ``endpoints`` whose attachment key is gone (lease lapsed, pod died)."""
+        """Those of ``endpoints`` whose attachment key is gone (lease lapsed, pod died).
+
+        One script per :data:`LAPSED_BATCH` endpoints answers with the positions of the
+        missing keys only: the check runs every lease interval over every attached
+        endpoint, and one command per endpoint cost a Python round of packing and
+        parsing each (0.1 core for 1,000 attachments)."""
         listed = list(endpoints)
-        if not listed:
-            return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for endpoint in listed:
-                pipe.exists(self._keys.attachment(str(endpoint)))
-            found = await pipe.execute()
-        return [endpoint for endpoint, exists in zip(listed, found, strict=True) if not exists]
+        gone: list[Endpoint] = []
+        for start in range(0, len(listed), LAPSED_BATCH):
+            batch = listed[start : start + LAPSED_BATCH]
+            keys = [self._keys.attachment(str(endpoint)) for endpoint in batch]
+            missing = await self._missing(keys=keys)
+            gone += (batch[int(index) - 1] for index in missing)
+        return gone
+
+
+#: Attachment keys checked by one script call (see :meth:`PresenceStore.lapsed`).
+LAPSED_BATCH: Final = 1000
+
+# KEYS: attachment keys. Returns the (1-based) positions of those that do not exist.
+_MISSING: Final = """
+local missing = {}
+for index, key in ipairs(KEYS) do
+    if redis.call('EXISTS', key) == 0 then
+        missing[#missing + 1] = index
+    end
+end
+return missing
+"""
 
 
 __all__ = ["PresenceStore"]
