@@ -60,9 +60,36 @@ class Recipient:
     def __post_init__(self) -> None:
         check_option_count(self.options, "recipient")
 
+    @classmethod
+    def plain(cls, identity: Endpoint) -> Recipient:
+        """The recipient element without options for ``identity``: one shared immutable
+        object per endpoint, its serialization made once (a fan-out names the same
+        subscribers in every publication)."""
+        known = _PLAIN_RECIPIENTS.get(identity)
+        if known is None:
+            if len(_PLAIN_RECIPIENTS) >= _PLAIN_RECIPIENTS_MAX:
+                _PLAIN_RECIPIENTS.clear()
+                _PLAIN_XML.clear()
+            known = _PLAIN_RECIPIENTS[identity] = cls(identity=identity)
+            _PLAIN_XML[known] = known._serialize()
+        return known
+
     def to_xml(self) -> bytes:
+        if not self.options:
+            known = _PLAIN_XML.get(self)
+            if known is not None:
+                return known
+        return self._serialize()
+
+    def _serialize(self) -> bytes:
         head = _dtd.attr("identity", str(self.identity))
         return _dtd.container("recipient", head, options_xml(self.options))
+
+
+#: Recipients without options (see :meth:`Recipient.plain`) and their XML; bounded.
+_PLAIN_RECIPIENTS: dict[Endpoint, Recipient] = {}
+_PLAIN_XML: dict[Recipient, bytes] = {}
+_PLAIN_RECIPIENTS_MAX: Final = 65536
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,24 +190,11 @@ def recipient_from(element: Element) -> Recipient:
     if len(items) == 1 and items[0][0] == "identity" and len(element) == 0 and element.text is None:
         # ``<recipient identity='...' />``, every recipient of a fan-out: one shared
         # (immutable) Recipient per identity instead of building and checking it again.
-        identity = str(items[0][1])
-        known = _PLAIN_RECIPIENTS.get(identity)
-        if known is None:
-            if len(_PLAIN_RECIPIENTS) >= _PLAIN_RECIPIENTS_MAX:
-                _PLAIN_RECIPIENTS.clear()
-            known = _PLAIN_RECIPIENTS[identity] = Recipient(
-                identity=_dtd.endpoint(identity, "recipient")
-            )
-        return known
+        return Recipient.plain(_dtd.endpoint(str(items[0][1]), "recipient"))
     return Recipient(
         identity=_dtd.endpoint(_identity(element), "recipient"),
         options=_options_of(element, "recipient"),
     )
-
-
-#: Recipients without options by identity (see :func:`recipient_from`), bounded.
-_PLAIN_RECIPIENTS: dict[str, Recipient] = {}
-_PLAIN_RECIPIENTS_MAX: Final = 65536
 
 
 def _identity(element: Element) -> str:

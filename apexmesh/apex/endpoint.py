@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from apexmesh.apex.codes import ApexReplyCode
@@ -101,6 +101,8 @@ class Endpoint:
     subaddress: str | None
     #: The administrative domain, lower-cased FQDN or domain-literal.
     domain: str
+    #: ``str(self)``, made on first use (every data names endpoints as text again).
+    _text: str = field(default="", compare=False, repr=False)
 
     @classmethod
     def parse(cls, text: str) -> Endpoint:
@@ -150,7 +152,11 @@ class Endpoint:
         return Endpoint(self.address, None, self.domain)
 
     def __str__(self) -> str:
-        return f"{self.local}@{self.domain}"
+        text = self._text
+        if not text:
+            text = f"{self.local}@{self.domain}"
+            object.__setattr__(self, "_text", text)
+        return text
 
 
 @functools.lru_cache(maxsize=65536)

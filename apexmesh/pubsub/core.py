@@ -454,7 +454,7 @@ def forward_data(
     return Data(
         content=data.content,
         originator=Originator(identity=topic_endpoint(topic, domain)),
-        recipients=tuple(Recipient(identity=r) for r in recipients),
+        recipients=tuple(Recipient.plain(r) for r in recipients),
         options=(data_hopping_option(trans_id, hops, report_errors=True),),
         data_content=data.data_content,
     )

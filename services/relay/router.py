@@ -690,8 +690,11 @@ class Router:
         the groups are returned with the future of their outcomes."""
         originator = job.data.originator.identity
         actor = str(originator)
-        here: dict[_TemplateKey, list[RecipientPlan]] = {}
-        pods: dict[tuple[str, _TemplateKey], list[RecipientPlan]] = {}
+        # Recipients share a data element when their data differ in the recipient only:
+        # the plans of one data share those parts as objects (apexmesh/apex/hops.py), so
+        # comparing identities groups them without hashing the parts per recipient.
+        here: dict[tuple[int, int, int], list[RecipientPlan]] = {}
+        pods: dict[tuple[str, tuple[int, int, int]], list[RecipientPlan]] = {}
         for plan in plans:
             endpoint = plan.recipient.identity
             forward = plan.forward
@@ -704,7 +707,7 @@ class Router:
                 refused = Outcome(int(decision.code), decision.text or "access denied")
                 outcomes[endpoint] = _done(refused)
                 continue
-            key = _template_key(forward)
+            key = (id(forward.originator), id(forward.options), id(forward.data_content))
             if endpoint in self.local:
                 here.setdefault(key, []).append(plan)
                 continue
