@@ -16,7 +16,15 @@ from typing import Final, NoReturn
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint, EndpointError, normalize_domain
 from apexmesh.apex.errors import ApexError
-from apexmesh.beep.xml import Element, XmlError, escape_attr, escape_text, parse_xml, to_bytes
+from apexmesh.beep.xml import (
+    ELEMENT_NODES,
+    Element,
+    XmlError,
+    escape_attr,
+    escape_text,
+    parse_xml,
+    to_bytes,
+)
 
 #: ``xml:lang`` as the parser names it (the ``xml`` prefix is bound to this namespace).
 XML_LANG: Final = "{http://www.w3.org/XML/1998/namespace}lang"
@@ -96,13 +104,11 @@ def element_children(element: Element) -> list[Element]:
     non-whitespace character data between them."""
     if (element.text or "").strip():
         fail(f"{tag_of(element)}: character data is not allowed here")
-    children: list[Element] = []
-    for child in element:
-        if not isinstance(child.tag, str):
-            continue
-        if (child.tail or "").strip():
+    children = list(element.iterchildren(ELEMENT_NODES))
+    for child in children:
+        tail = child.tail
+        if tail is not None and tail.strip():
             fail(f"{tag_of(element)}: character data is not allowed here")
-        children.append(child)
     return children
 
 

@@ -152,9 +152,12 @@ class Data:
             _dtd.fail("data: at least one recipient is required")
         _check_recipient_count(len(recipients))
         clone = object.__new__(Data)
-        for name in ("content", "originator", "options", "data_content"):
-            object.__setattr__(clone, name, getattr(self, name))
-        object.__setattr__(clone, "recipients", recipients)
+        setattr_ = object.__setattr__
+        setattr_(clone, "content", self.content)
+        setattr_(clone, "originator", self.originator)
+        setattr_(clone, "recipients", recipients)
+        setattr_(clone, "options", self.options)
+        setattr_(clone, "data_content", self.data_content)
         return clone
 
     def to_xml(self) -> bytes:

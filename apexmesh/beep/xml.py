@@ -63,6 +63,10 @@ _PARSER: Final = _make_parser()
 #: that lxml is imported in this module only.
 Element = etree._Element
 
+#: ``element.iterchildren(ELEMENT_NODES)`` yields element children only (no comments,
+#: processing instructions or entity references), filtered inside lxml.
+ELEMENT_NODES: Final = etree.Element
+
 
 def parse_xml(text: bytes | str, *, max_octets: int = MAX_XML_OCTETS) -> etree._Element:
     """Parse one application/beep+xml document and return its root element.
@@ -135,6 +139,7 @@ def escape_attr(value: str) -> str:
 __all__ = [
     "MAX_XML_DEPTH",
     "MAX_XML_OCTETS",
+    "ELEMENT_NODES",
     "Element",
     "XmlError",
     "element_key",

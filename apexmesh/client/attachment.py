@@ -169,6 +169,16 @@ class Attachment:
         if not self._settled.done():
             self._settled.set_result(None)
 
+    def _offer(self, item: ReceivedData) -> bool:
+        """Queue ``item`` at once when there is room (the common case, no coroutine);
+        False when the queue is full and :meth:`_put` must wait for room."""
+        if len(self._queue) >= self._limit and self.ended is None:
+            return False
+        if self.ended is None:
+            self._queue.append(item)
+            self._readable.set()
+        return True
+
     async def _put(self, item: ReceivedData) -> None:
         while len(self._queue) >= self._limit and self.ended is None:
             self._writable.clear()

@@ -397,7 +397,8 @@ class ApexClient:
                 collector._deliver(response)
                 return
         for attachment in targets:
-            await attachment._put(received)
+            if not attachment._offer(received):
+                await attachment._put(received)
 
     def _status_response(self, data: Data) -> StatusResponse | None:
         """The statusResponse of a report (RFC 3340 section 5.1), parsed only for data

@@ -385,7 +385,7 @@ class Router:
         carrying the option's transID), not discovered per recipient later."""
         try:
             for recipient in plan.recipients:
-                if recipient.failure is None:
+                if recipient.failure is None and _party_steps(recipient):
                     timing_state(recipient, data, received_at)
                     hold_options(recipient)
         except ApexError as exc:
