@@ -71,12 +71,12 @@ class Recipient:
                 _PLAIN_RECIPIENTS.clear()
                 _PLAIN_XML.clear()
             known = _PLAIN_RECIPIENTS[identity] = cls(identity=identity)
-            _PLAIN_XML[known] = known._serialize()
+            _PLAIN_XML[identity] = known._serialize()
         return known
 
     def to_xml(self) -> bytes:
         if not self.options:
-            known = _PLAIN_XML.get(self)
+            known = _PLAIN_XML.get(self.identity)
             if known is not None:
                 return known
         return self._serialize()
@@ -88,7 +88,7 @@ class Recipient:
 
 #: Recipients without options (see :meth:`Recipient.plain`) and their XML; bounded.
 _PLAIN_RECIPIENTS: dict[Endpoint, Recipient] = {}
-_PLAIN_XML: dict[Recipient, bytes] = {}
+_PLAIN_XML: dict[Endpoint, bytes] = {}
 _PLAIN_RECIPIENTS_MAX: Final = 65536
 
 

@@ -151,6 +151,11 @@ class Endpoint:
             return self
         return Endpoint(self.address, None, self.domain)
 
+    def __hash__(self) -> int:
+        # The text is canonical (equal endpoints have equal text) and, once made, cached
+        # with its hash: endpoints are dictionary keys on every hop of every data.
+        return hash(str(self))
+
     def __str__(self) -> str:
         text = self._text
         if not text:

@@ -259,6 +259,10 @@ class Session:
         """Open channels and their profiles (channel zero included, profile "")."""
         return {n: c.profile for n, c in self._channels.items()}
 
+    def is_open(self, number: int) -> bool:
+        """True while channel ``number`` is open (asked on every delivery: no copy)."""
+        return number in self._channels
+
     def data_to_send(self) -> bytes:
         """Return and forget the octets queued for the transport."""
         if not self._out:

@@ -132,7 +132,7 @@ class ApexChannel:
         asks here and releases the attachments made over the channel.
         """
         channel = self.channel
-        return channel is not None and channel.number not in self.conn.session.channels
+        return channel is not None and not self.conn.session.is_open(channel.number)
 
     async def release(self) -> None:
         """The channel is gone: release every attachment made over it."""

@@ -43,7 +43,10 @@ class Group:
     def payload(self, indexes: Sequence[int]) -> bytes:
         """The payload of one data naming the recipients at ``indexes``."""
         elements = self.elements
-        return b"".join((self.head, *(elements[i] for i in indexes), self.tail))
+        pieces = [self.head]
+        pieces += [elements[i] for i in indexes]
+        pieces.append(self.tail)
+        return b"".join(pieces)
 
 
 def deliver_here(
