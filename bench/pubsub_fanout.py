@@ -51,7 +51,9 @@ from apexmesh.pubsub.elements import Subscribe, topic_endpoint
 CONTENT_OCTETS = 256
 #: Publications not yet delivered to every subscriber (each is 1,000 deliveries).
 DEPTH = 4
-#: Attachments per BEEP session of the subscribers.
+#: Attachments per BEEP session of the subscribers (an application process serving many
+#: users attaches them over one session; ``--per-session 1`` gives each its own session,
+#: which the relay cannot group: RFC 3340 4.4.4.1 groups recipients per channel).
 PER_SESSION = 10
 
 
@@ -146,7 +148,9 @@ async def subscribe(attachment: Attachment, trans_id: int) -> None:
             return
 
 
-async def apex_run(subscribers: int, count: int, warmup: int) -> tuple[float, float]:
+async def apex_run(
+    subscribers: int, count: int, warmup: int, per_session: int = PER_SESSION
+) -> tuple[float, float]:
     mesh = LocalMesh(Path(tempfile.mkdtemp(prefix="apex-bench-pubsub-")), dev=True)
     await mesh.start()
     clients: list[ApexClient] = []
@@ -159,17 +163,21 @@ async def apex_run(subscribers: int, count: int, warmup: int) -> tuple[float, fl
             "apex=pubsub@example.com", XmlContent(b"<createtopic topic='demo.news' transID='1' />")
         )
         attachments: list[Attachment] = []
-        for session in range((subscribers + PER_SESSION - 1) // PER_SESSION):
+        for session in range((subscribers + per_session - 1) // per_session):
             pod = pods[session % 2]
             client = await connect_endpoint("127.0.0.1", pod.edge_port)
             clients.append(client)
-            size = min(PER_SESSION, subscribers - session * PER_SESSION)
+            size = min(per_session, subscribers - session * per_session)
             attachments += await asyncio.gather(
                 *(client.attach(f"sub{session}-{i}@example.com") for i in range(size))
             )
         for start in range(0, len(attachments), 100):
             await asyncio.gather(*(subscribe(a, 1) for a in attachments[start : start + 100]))
-        print(f"apex-mesh: {len(attachments)} subscribers on two relay pods", flush=True)
+        print(
+            f"apex-mesh: {len(attachments)} subscribers on two relay pods, "
+            f"{per_session} per BEEP session",
+            flush=True,
+        )
         topic = str(topic_endpoint(DEMO_TOPIC, "example.com"))
 
         async def publish(content: bytes) -> object:
@@ -267,10 +275,15 @@ async def main(argv: list[str]) -> None:
     parser.add_argument("--subscribers", type=int, default=1000)
     parser.add_argument("--count", type=int, default=100, help="publications measured")
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument(
+        "--per-session", type=int, default=PER_SESSION, help="subscribers per BEEP session"
+    )
     args = parser.parse_args(argv)
     redis_rate, redis_p99 = await redis_run(args.subscribers, args.count, args.warmup)
     print(f"redis PUBLISH: {redis_rate:,.0f} deliveries/s, p99 {redis_p99:.1f} ms", flush=True)
-    apex_rate, apex_p99 = await apex_run(args.subscribers, args.count, args.warmup)
+    apex_rate, apex_p99 = await apex_run(
+        args.subscribers, args.count, args.warmup, args.per_session
+    )
     print(
         f"apex-mesh pubsub: {apex_rate:,.0f} deliveries/s ({apex_rate / redis_rate:.0%} of "
         f"Redis), p99 {apex_p99:.1f} ms",

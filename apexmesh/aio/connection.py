@@ -333,10 +333,16 @@ class BeepConnection(asyncio.Protocol):
         data = self.session.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         when = self.session.get_timer()
+        timer = self._timer
+        if timer is not None:
+            if when is not None and timer.when() <= when:
+                # It fires no later than needed (activity only pushes the idle deadline
+                # back): keep it rather than cancel and schedule one per message; when it
+                # fires early, handle_timer does nothing and this schedules the next.
+                return
+            timer.cancel()
+            self._timer = None
         if when is not None:
             self._timer = self.loop.call_at(when, self._on_timer)
 

@@ -273,3 +273,36 @@ async def test_receive_ends_when_the_peer_closes_the_channel(
     with pytest.raises(ConnectionClosedError):
         await asyncio.wait_for(served.receive(), 5)
     await conn.close()
+
+
+async def test_idle_timeout_counts_from_the_last_activity() -> None:
+    """The adapter keeps one idle timer across messages (it is not rescheduled per
+    message): activity still pushes the release back, and silence still ends the
+    session once the idle limit has passed since the last message."""
+    idle = 0.6
+    conns: list[BeepConnection] = []
+    srv = await listen(
+        "127.0.0.1",
+        0,
+        lambda: SessionConfig(profiles=(ECHO,), idle_seconds=idle),
+        on_start=accept_echo,
+        on_connection=conns.append,
+    )
+    port = srv.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    try:
+        conn = await connect("127.0.0.1", port)
+        channel = await conn.open_channel(ECHO)
+        started = last = loop.time()
+        while last - started < 2 * idle:  # busy past the idle limit: no release
+            await asyncio.sleep(idle / 6)
+            assert (await channel.request(build_entity(b"ping"))).kind == "RPY"
+            last = loop.time()
+        with pytest.raises(ConnectionClosedError):
+            await asyncio.wait_for(channel.receive(), 10)
+        assert loop.time() - last >= idle * 0.9  # released by silence, not early
+    finally:
+        for served in conns:
+            served.abort()
+        srv.close()
+        await srv.wait_closed()
