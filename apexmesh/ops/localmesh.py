@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -31,7 +32,11 @@ from typing import Any, Final
 import httpx
 
 #: Seconds a child gets to print its listening line and report ready.
+_log = logging.getLogger(__name__)
+
 READY_TIMEOUT_SECONDS: Final = 30.0
+#: Starts tried before giving up (a port picked free may be taken before it is bound).
+START_ATTEMPTS: Final = 3
 #: Seconds a child gets to exit after SIGTERM before it is killed.
 STOP_GRACE_SECONDS: Final = 10.0
 
@@ -318,8 +323,34 @@ class LocalMesh:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Start everything and wait until every service is ready."""
+        """Start everything and wait until every service is ready.
+
+        Ports are picked free before the services bind them, so another process may take
+        one meanwhile: a start that fails stops whatever it started (nothing is left
+        running) and is tried again with fresh ports, :data:`START_ATTEMPTS` times."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                await self._start_once()
+            except Exception as exc:
+                await self._discard()
+                if attempt == START_ATTEMPTS:
+                    raise
+                _log.warning("the local mesh did not start (%s); trying again", exc)
+            except BaseException:  # cancelled or interrupted: stop, do not try again
+                await self._discard()
+                raise
+            else:
+                return
+
+    async def _discard(self) -> None:
+        """Stop what a failed start started and forget its plan."""
+        await self.stop()
+        self.children.clear()
+        self.relays.clear()
+        self._redis = None
+
+    async def _start_once(self) -> None:
         await self._start_redis()
         files = self._write_files()
         self._plan(files)
