@@ -26,7 +26,7 @@ from apexmesh.apex.content import parse_payload
 from apexmesh.beep.management import ProfileOffer
 from apexmesh.beep.mime import beep_xml, split_entity
 from apexmesh.beep.xml import Element, parse_xml
-from apexmesh.client import ApexClient, connect_endpoint
+from apexmesh.client import ApexClient, Attachment, ReceivedData, connect_endpoint
 from apexmesh.store.keys import Keys
 from services.access.app import AccessApp
 from services.access.settings import AccessSettings
@@ -285,6 +285,12 @@ async def endpoint_client(port: int) -> AsyncIterator[ApexClient]:
         yield client
     finally:
         await client.close(timeout=5.0)
+
+
+async def receive(attachment: Attachment, within: float = 5.0) -> ReceivedData:
+    """The attachment's next data; TimeoutError when none comes within ``within`` s."""
+    async with asyncio.timeout(within):
+        return await attachment.receive()
 
 
 @contextlib.asynccontextmanager

@@ -7,22 +7,14 @@ keeps its own outcome: statusRequest reports name every one of them.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from apexmesh.apex.report import StatusResponse
-from apexmesh.client import Attachment, ReceivedData
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from tests.support.grpc_channels import ready_channel
-from tests.support.mesh import Mesh, endpoint_client
+from tests.support.mesh import Mesh, endpoint_client, receive
 
 pytestmark = pytest.mark.integration
-
-
-async def receive(attachment: Attachment, within: float = 5.0) -> ReceivedData:
-    async with asyncio.timeout(within):
-        return await attachment.receive()
 
 
 def codes(reports: tuple[StatusResponse, ...]) -> dict[str, int]:

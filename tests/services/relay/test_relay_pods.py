@@ -18,7 +18,6 @@ from apexmesh.client import (
     ApexRequestError,
     Attachment,
     AttachmentTerminatedError,
-    ReceivedData,
     SessionClosedError,
     connect_endpoint,
 )
@@ -30,6 +29,7 @@ from tests.support.mesh import (
     apex_channel,
     beep_session,
     endpoint_client,
+    receive,
     running_mesh,
     start_answer,
 )
@@ -46,11 +46,6 @@ LEASE_MS = 600
 async def short_lease(redis_server: RedisServer, keys: Keys, tmp_path: Path) -> AsyncIterator[Mesh]:
     async with running_mesh(redis_server, keys, tmp_path, lease_ms=LEASE_MS) as running:
         yield running
-
-
-async def receive(attachment: Attachment, within: float = 5.0) -> ReceivedData:
-    async with asyncio.timeout(within):
-        return await attachment.receive()
 
 
 async def attach_when_free(client: ApexClient, endpoint: str, within: float) -> Attachment:

@@ -16,18 +16,13 @@ from apexmesh.apex.holding import HoldLimits
 from apexmesh.apex.options import Option
 from apexmesh.apex.party import ATTACH_OVERRIDE
 from apexmesh.apex.timing import DATA_TIMING, DataTiming, data_timing_of
-from apexmesh.client import ApexRequestError, Attachment, ReceivedData
+from apexmesh.client import ApexRequestError
 from apexmesh.store.attachments import AttachmentRegistry
 from apexmesh.store.keys import Keys
 from services.relay.timekeeper import wall_ms
-from tests.support.mesh import Mesh, endpoint_client
+from tests.support.mesh import Mesh, endpoint_client, receive
 
 pytestmark = pytest.mark.integration
-
-
-async def receive(attachment: Attachment, within: float = 5.0) -> ReceivedData:
-    async with asyncio.timeout(within):
-        return await attachment.receive()
 
 
 @pytest.mark.parametrize("pods", ["same pod", "other pod"])

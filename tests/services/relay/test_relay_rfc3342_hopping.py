@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from apexmesh.apex.party import data_hopping_option
-from apexmesh.client import Attachment, ReceivedData
+from apexmesh.client import Attachment
 from services.relay.app import RelayApp
 from services.relay.settings import RelaySettings
-from tests.support.mesh import Mesh, endpoint_client, relay_env
+from tests.support.mesh import Mesh, endpoint_client, receive, relay_env
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration
@@ -59,13 +59,8 @@ async def loop(mesh: Mesh) -> AsyncIterator[RelayApp]:
         await asyncio.gather(*(relay.stop() for relay in started))
 
 
-async def receive(attachment: Attachment, within: float = 10.0) -> ReceivedData:
-    async with asyncio.timeout(within):
-        return await attachment.receive()
-
-
 async def report_of(fred: Attachment) -> tuple[str, int, list[tuple[str, int]]]:
-    got = await receive(fred)
+    got = await receive(fred, within=10.0)
     assert got.status_response is not None, got
     return (
         str(got.originator),
@@ -109,7 +104,7 @@ async def test_a_final_hop_is_not_counted(mesh: Mesh) -> None:
         barney = await one.attach("barney@example.com")
         betty = await two.attach("betty@rubble.com")
         await fred.send("barney@example.com", b"local", options=[data_hopping_option(89, 1)])
-        assert (await receive(barney)).content == b"local"
+        assert (await receive(barney, within=10.0)).content == b"local"
         # One relay hop with a budget of two: delivered by rubble.com.
         await fred.send("betty@rubble.com", b"remote", options=[data_hopping_option(90, 2)])
-        assert (await receive(betty)).content == b"remote"
+        assert (await receive(betty, within=10.0)).content == b"remote"

@@ -6,24 +6,17 @@ first-come-first-served 554 stays."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from apexmesh.apex.options import Option
 from apexmesh.apex.party import ATTACH_OVERRIDE
-from apexmesh.client import ApexRequestError, Attachment, AttachmentTerminatedError, ReceivedData
-from tests.support.mesh import Mesh, endpoint_client
+from apexmesh.client import ApexRequestError, Attachment, AttachmentTerminatedError
+from tests.support.mesh import Mesh, endpoint_client, receive
 
 pytestmark = pytest.mark.integration
 
 #: The option of the RFC's example: <option internal='attachOverride' transID='3' />.
 OVERRIDE = Option(internal=ATTACH_OVERRIDE, trans_id=3)
-
-
-async def receive(attachment: Attachment, within: float = 5.0) -> ReceivedData:
-    async with asyncio.timeout(within):
-        return await attachment.receive()
 
 
 async def terminated_code(attachment: Attachment) -> int:

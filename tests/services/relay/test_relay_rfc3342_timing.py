@@ -14,16 +14,11 @@ import pytest
 
 from apexmesh.apex.timing import DATA_TIMING, DataTiming, data_timing_of
 from apexmesh.beep.mime import beep_xml
-from apexmesh.client import Attachment, ReceivedData
+from apexmesh.client import ReceivedData
 from services.relay.timekeeper import wall_ms
-from tests.support.mesh import Mesh, apex_channel, ask, beep_session, endpoint_client
+from tests.support.mesh import Mesh, apex_channel, ask, beep_session, endpoint_client, receive
 
 pytestmark = pytest.mark.integration
-
-
-async def receive(attachment: Attachment, within: float = 5.0) -> ReceivedData:
-    async with asyncio.timeout(within):
-        return await attachment.receive()
 
 
 def timing_of(received: ReceivedData) -> DataTiming:

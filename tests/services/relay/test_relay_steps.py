@@ -5,14 +5,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 
 import pytest
 
 from apexmesh.apex.options import STATUS_REQUEST, Option, TargetHop
-from apexmesh.client import ApexClient, ApexRequestError, Attachment, ReceivedData
+from apexmesh.client import ApexClient, ApexRequestError, Attachment
 from tests.support.mesh import (
     Mesh,
     apex_channel,
@@ -21,6 +20,7 @@ from tests.support.mesh import (
     beep_session,
     cid_payload,
     endpoint_client,
+    receive,
     start_answer,
 )
 
@@ -188,11 +188,6 @@ async def test_443_transid_zero_releases_bindings(mesh: Mesh) -> None:
 
 
 # ---------------------------------------------------------------------------- 4.4.4.1
-
-
-async def receive(attachment: Attachment, within: float = 5.0) -> ReceivedData:
-    async with asyncio.timeout(within):
-        return await attachment.receive()
 
 
 class Clients:
