@@ -5,7 +5,9 @@ BEEP, no SASL; one pubsub pod behind each relay pod), attaches 1,000 subscribers
 ``apex=pubsub/demo.news@example.com``, half on each of example.com's two relay pods, and
 one publisher on pod 1, then publishes 256-octet messages (draft-schwartz-apex-pubsub
 section 3: one data element per publication; the pubsub service sends one data element
-back naming every subscriber and the relays replicate it). It measures:
+back naming every subscriber and the relays replicate it, one data element per BEEP
+session naming the subscribers attached over it: RFC 3340 4.4.4.1 grouping, which
+``--per-session 1`` leaves nothing to do). It measures:
 
 * deliveries per second: publications x subscribers, counted when every subscriber has
   every publication, from the first publish, with at most 4 publications not yet
