@@ -102,7 +102,7 @@ class Endpoint:
     #: The administrative domain, lower-cased FQDN or domain-literal.
     domain: str
     #: ``str(self)``, made on first use (every data names endpoints as text again).
-    _text: str = field(default="", compare=False, repr=False)
+    _text: str = field(default="", init=False, compare=False, repr=False)
 
     @classmethod
     def parse(cls, text: str) -> Endpoint:

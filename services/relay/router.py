@@ -14,6 +14,11 @@ recipient:
   channel on this pod, or to the pod holding its attachment (gRPC ``DeliverStream``), or
   550 "unknown endpoint identity" when it is not attached.
 
+Recipients of one data attached over the same APEX channel (or to the same other pod)
+travel as one data element (the grouping the last paragraph of 4.4.4.1 allows;
+:mod:`services.relay.grouping`), unless dataTiming or hold4Endpoint makes their delivery
+their own.
+
 Dispatch never waits for a delivery to finish, only for the lookups that decide where it
 goes; outcomes are collected in the background for statusRequest reports (section 5.1)
 and metrics. Content is never modified: when the received payload already is what a next
