@@ -23,6 +23,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.data import Data, Originator, Recipient
@@ -149,7 +150,7 @@ def _shared_selections(
 
 
 def _placed(
-    groups: Iterable[tuple[Placement, OptionSelection]], kind: str
+    groups: Iterable[tuple[Placement, OptionSelection]], kind: Literal["process", "ignored"]
 ) -> tuple[PlacedOption, ...]:
     """The ``process`` or ``ignored`` options of each selection, with their placement."""
     return tuple(
