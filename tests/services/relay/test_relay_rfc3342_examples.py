@@ -149,12 +149,13 @@ async def test_2_1_1_final_hop_report(mesh: Mesh) -> None:
 
 async def test_2_1_2_timing_error_report(mesh: Mesh) -> None:
     await pause_sweeper(mesh.a)
-    # fred's data is read as received 5.8 s ago: 200 ms of its 6000 are left.
-    mesh.a.router.timekeeper.now = clock_from([wall_ms() - 5_800])
     async with beep_session(mesh.a.edge_port) as fred_conn, beep_session(mesh.a.edge_port) as b:
         fred = await apex_channel(fred_conn, fred_attach())
         barney = await apex_channel(b, "<attach endpoint='barney@example.com' transID='1' />")
         assert start_answer(barney) == ("ok", "")
+        # fred's data is read as received 5.8 s ago: 200 ms of its 6000 are left. (Set
+        # now, not before the sessions open: their setup must not eat the 200 ms.)
+        mesh.a.router.timekeeper.now = clock_from([wall_ms() - 5_800])
         await send_as_fred(
             fred,
             """<data content='cid:1@example.com'>
@@ -188,12 +189,12 @@ async def test_2_1_2_timing_error_report(mesh: Mesh) -> None:
 
 async def test_2_2_1_transient_timing_report(mesh: Mesh) -> None:
     await pause_sweeper(mesh.a)
-    # read as received 59.8 s ago: reportAfter 60000 fires 200 ms later
-    mesh.a.router.timekeeper.now = clock_from([wall_ms() - 59_800])
     async with beep_session(mesh.a.edge_port) as fred_conn, beep_session(mesh.a.edge_port) as b:
         fred = await apex_channel(fred_conn, fred_attach())
         barney = await apex_channel(b, "<attach endpoint='barney@example.com' transID='1' />")
         assert start_answer(barney) == ("ok", "")
+        # read as received 59.8 s ago: reportAfter 60000 fires 200 ms later
+        mesh.a.router.timekeeper.now = clock_from([wall_ms() - 59_800])
         await send_as_fred(
             fred,
             """<data content='cid:1@example.com'>
