@@ -264,15 +264,31 @@ class PubsubStore:
             text.removeprefix(prefix) for text in map(_text, fields) if text.startswith(prefix)
         )
 
-    async def read_topic(self, domain: str, topic: str) -> TopicView:
+    async def read_topic(
+        self, domain: str, topic: str, subscribers: Sequence[Endpoint] | None = None
+    ) -> TopicView:
+        """Whether the topic exists, its version and its subscriptions: all of them, or
+        only those of ``subscribers`` (a subscribe or cancel needs its subject's and at
+        most one other, not the topic's thousands: reading them all made subscribing
+        cost more the more subscribers a topic had)."""
+        key = self._keys.pubsub_subscriptions(domain, topic)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hexists(self._keys.pubsub_topics(), self.topic_field(domain, topic))
             pipe.get(self._keys.pubsub_version(domain, topic))
-            pipe.hgetall(self._keys.pubsub_subscriptions(domain, topic))
-            exists, version, subs = await pipe.execute()
+            if subscribers is None:
+                pipe.hgetall(key)
+            elif subscribers:
+                pipe.hmget(key, [str(subscriber) for subscriber in subscribers])
+            found = await pipe.execute()
+        exists, version = found[0], found[1]
         pairs: list[object] = []
-        for key, value in dict(subs).items():
-            pairs += [key, value]
+        if subscribers is None:
+            for field, value in dict(found[2]).items():
+                pairs += [field, value]
+        elif subscribers:
+            for subscriber, value in zip(subscribers, found[2], strict=True):
+                if value is not None:
+                    pairs += [str(subscriber), value]
         return TopicView(bool(exists), int(version or 0), _subscriptions(topic, pairs))
 
     async def accept_publish(

@@ -386,9 +386,12 @@ class PubsubService:
         decide: Callable[[TopicView], Outcome],
         *,
         subscription: bool = True,
+        subscribers: Sequence[Endpoint] | None = None,
     ) -> Outcome:
+        """Read (only the subscriptions of ``subscribers`` when given), decide, commit
+        if the topic did not change meanwhile; again otherwise."""
         for _ in range(COMMIT_ATTEMPTS):
-            view = await self.store.read_topic(domain, topic)
+            view = await self.store.read_topic(domain, topic, subscribers)
             outcome = decide(view)
             if await self._decided(domain, outcome, topic, view.version, subscription=subscription):
                 return outcome
@@ -410,6 +413,7 @@ class PubsubService:
                 op.topic,
                 lambda v: core.create_topic(op, originator, allowed=allowed, exists=v.exists),
                 subscription=False,
+                subscribers=(),
             )
         if isinstance(op, DeleteTopic):
             allowed = await self._allowed(service, originator, DELETETOPIC_TOKEN, op.trans_id)
@@ -441,6 +445,7 @@ class PubsubService:
                     now_ms=self._clock(),
                     grant_data=grant,
                 ),
+                subscribers=_concerned(op.topic, op.subscriber),
             )
         allowed = await self._allowed(owner, originator, CANCEL_TOKEN, op.trans_id)
         return await self._run(
@@ -456,6 +461,7 @@ class PubsubService:
                 now_ms=self._clock(),
                 grant_data=grant,
             ),
+            subscribers=_concerned(op.topic, op.subject(originator)),
         )
 
     async def handle(self, domain: str, originator: Endpoint, content: bytes) -> int:
@@ -631,7 +637,7 @@ class PubsubService:
                     op, subject, view.subscriptions, self._clock(), grant_data=self._grant
                 )
 
-            return (await self._run(domain, topic, decide)).code
+            return (await self._run(domain, topic, decide, subscribers=(subject,))).code
         if isinstance(op, Cancel):
             subject = op.subject(originator)
             return (
@@ -641,6 +647,7 @@ class PubsubService:
                     lambda v: core.accept_cancel(
                         op, subject, v.subscriptions, grant_data=self._grant
                     ),
+                    subscribers=(subject,),
                 )
             ).code
         raise ApexError(ApexReplyCode.PARAMETER_SYNTAX_ERROR, "not a forwarded operation")
@@ -723,6 +730,13 @@ class PubsubService:
 
 
 # --------------------------------------------------------------------------- servicer
+
+
+def _concerned(topic: str, subject: Endpoint) -> tuple[Endpoint, ...]:
+    """The subscriptions a subscribe or cancel of ``subject`` reads (sections 4.5 and
+    4.6): its own, and that of the server redistributing ``topic`` to its domain (steps
+    4 and 3: ``apex=pubsub/TOPIC@ITS-DOMAIN``), the only one core.redistributor can find."""
+    return (subject, topic_endpoint(topic, subject.domain))
 
 
 def _status(code: int, text: str = "") -> common_pb2.ApexStatus:

@@ -74,6 +74,24 @@ async def test_topics_subscriptions_and_versions(redis: Redis, keys: Keys) -> No
     assert reply.id in {e.id for e in entries}
 
 
+async def test_read_topic_can_read_only_some_subscriptions(redis: Redis, keys: Keys) -> None:
+    store = PubsubStore(redis, keys, "pod-a")
+    await _create(store)
+    fred = Endpoint.parse("fred@example.com")
+    nobody = Endpoint.parse("nobody@example.com")
+    view = await store.read_topic(DOMAIN, TOPIC)
+    changes = [Subscribed(sub(MIKE, NOW + 5), False), Subscribed(sub(fred, NOW + 6), False)]
+    assert await store.commit(DOMAIN, TOPIC, view.version, changes, [], NOW) is not None
+    whole = await store.read_topic(DOMAIN, TOPIC)
+    assert set(whole.subscriptions) == {MIKE, fred}
+    some = await store.read_topic(DOMAIN, TOPIC, (fred, nobody))
+    assert (some.exists, some.version) == (whole.exists, whole.version)
+    assert some.subscriptions == {fred: sub(fred, NOW + 6)}
+    none = await store.read_topic(DOMAIN, TOPIC, ())
+    assert (none.exists, none.version, none.subscriptions) == (True, whole.version, {})
+    assert not (await store.read_topic(DOMAIN, "no.such", (fred,))).exists
+
+
 async def test_event_log_schema(redis: Redis, keys: Keys) -> None:
     store = PubsubStore(redis, keys, "pod-a")
     await _create(store)
