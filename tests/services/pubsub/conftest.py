@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+import uvloop
 
 from apexmesh.client import ApexClient, Attachment
 from apexmesh.client.pubsub import PubsubClient
@@ -290,3 +291,18 @@ async def attach(mesh: PubsubMesh) -> AsyncIterator[Attach]:
         finally:
             for helper in helpers:
                 await helper.aclose()
+
+
+#: Test modules whose relays and endpoints (all in this process) run on uvloop, as every
+#: service does in production (apexmesh/ops/runner.py): the 1,000-lease test holds two
+#: relays, access, report, presence and 1,000 endpoints in this one process, and on the
+#: default loop a 2-core machine can hold its lease-end cancels behind the subscribe waves.
+UVLOOP_MODULES: Final = frozenset({"test_pubsub_processes.py"})
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    if item.path.name in UVLOOP_MODULES:
+        return {"uvloop": uvloop.new_event_loop}
+    return {"asyncio": asyncio.new_event_loop}
