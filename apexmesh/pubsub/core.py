@@ -266,6 +266,13 @@ def redistributor(
     return None
 
 
+def concerned(topic: str, subject: Endpoint) -> tuple[Endpoint, ...]:
+    """The only subscriptions :func:`subscribe` and :func:`cancel` look at for ``subject``:
+    its own and that of the server redistributing ``topic`` to its domain, the one
+    endpoint :func:`redistributor` can find. A caller may read just these."""
+    return (subject, topic_endpoint(topic, subject.domain))
+
+
 def subscribe(
     op: Subscribe,
     originator: Endpoint,
@@ -468,6 +475,7 @@ def is_upstream_operation(originator: Endpoint) -> bool:
 
 
 __all__ = [
+    "concerned",
     "DEFAULT_HOPS",
     "FORWARDED",
     "Change",

@@ -445,7 +445,7 @@ class PubsubService:
                     now_ms=self._clock(),
                     grant_data=grant,
                 ),
-                subscribers=_concerned(op.topic, op.subscriber),
+                subscribers=core.concerned(op.topic, op.subscriber),
             )
         allowed = await self._allowed(owner, originator, CANCEL_TOKEN, op.trans_id)
         return await self._run(
@@ -461,7 +461,7 @@ class PubsubService:
                 now_ms=self._clock(),
                 grant_data=grant,
             ),
-            subscribers=_concerned(op.topic, op.subject(originator)),
+            subscribers=core.concerned(op.topic, op.subject(originator)),
         )
 
     async def handle(self, domain: str, originator: Endpoint, content: bytes) -> int:
@@ -730,13 +730,6 @@ class PubsubService:
 
 
 # --------------------------------------------------------------------------- servicer
-
-
-def _concerned(topic: str, subject: Endpoint) -> tuple[Endpoint, ...]:
-    """The subscriptions a subscribe or cancel of ``subject`` reads (sections 4.5 and
-    4.6): its own, and that of the server redistributing ``topic`` to its domain (steps
-    4 and 3: ``apex=pubsub/TOPIC@ITS-DOMAIN``), the only one core.redistributor can find."""
-    return (subject, topic_endpoint(topic, subject.domain))
 
 
 def _status(code: int, text: str = "") -> common_pb2.ApexStatus:

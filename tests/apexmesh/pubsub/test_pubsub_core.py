@@ -359,6 +359,48 @@ def test_redistributor(
     assert core.redistributor(TOPIC, subject, DOMAIN, subs, NOW) == expected
 
 
+@pytest.mark.parametrize("subject", [MIKE, BOB, REDIST])
+@pytest.mark.parametrize("operation", ["subscribe", "cancel"])
+def test_concerned_subscriptions_decide_as_all_of_them(subject: Endpoint, operation: str) -> None:
+    """What the service reads of a topic for a subscribe or cancel (core.concerned) is
+    enough: the decision is the one taken on every subscription of the topic."""
+    others = [Endpoint.parse(f"user{i}@{d}") for i in range(3) for d in ("example.com", "x.org")]
+    every = _subs(
+        sub(subject, trans_id=9),
+        sub(REDIST),
+        sub(Endpoint.parse(f"apex=pubsub/{TOPIC}@x.org")),
+        sub(Endpoint.parse("apex=pubsub/other.topic@redistr.com")),
+        *(sub(who) for who in others),
+    )
+    wanted = core.concerned(TOPIC, subject)
+    some = {who: every[who] for who in wanted if who in every}
+    assert len(some) < len(every)
+
+    def decide(subscriptions: dict[Endpoint, Subscription]) -> core.Outcome:
+        if operation == "subscribe":
+            op = Subscribe(subscriber=subject, topic=TOPIC, trans_id=4, duration=60)
+            return core.subscribe(
+                op,
+                subject,
+                domain=DOMAIN,
+                allowed=True,
+                exists=True,
+                subscriptions=subscriptions,
+                now_ms=NOW,
+            )
+        return core.cancel(
+            Cancel(topic=TOPIC, trans_id=4, subscriber=subject),
+            subject,
+            domain=DOMAIN,
+            allowed=True,
+            exists=True,
+            subscriptions=subscriptions,
+            now_ms=NOW,
+        )
+
+    assert decide(some) == decide(every)
+
+
 def test_expire_skips_renewed_leases() -> None:
     outcome = core.expire([sub(MIKE, expires=NOW + 1)], NOW)
     assert outcome.changes == ()
