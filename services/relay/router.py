@@ -945,14 +945,10 @@ def job_payload(job: Job, forward: Data) -> bytes:
     return b"".join((head, forward.recipients[0].to_xml(), tail))
 
 
-def _template_key(forward: Data) -> _TemplateKey:
-    return (forward.originator, forward.options, forward.data_content)
-
-
 def _template(job: Job, forward: Data) -> tuple[bytes, bytes] | None:
     """The payload carrying ``forward`` split around its recipient elements, built once
     per job and template key; None when it cannot be split (it is then built whole)."""
-    key = _template_key(forward)
+    key: _TemplateKey = (forward.originator, forward.options, forward.data_content)
     template = job.templates.get(key)
     if template is None:
         shaped = dataclasses.replace(forward, recipients=(_PLACEHOLDER,))
