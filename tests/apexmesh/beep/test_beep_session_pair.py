@@ -377,6 +377,9 @@ def test_channel_close_ok_and_declined() -> None:
     assert lis == [ev.ChannelClosed(channel=ch, code=200, by_peer=True)]
     assert ch not in pair.ini.channels
     assert ch not in pair.lis.channels
+    assert not pair.ini.is_open(ch)
+    assert not pair.lis.is_open(ch)
+    assert pair.ini.is_open(0)
     with pytest.raises(LocalProtocolError):
         pair.ini.send_msg(ch, body(b"late"))
     assert_clean(pair)
