@@ -87,6 +87,15 @@ def parse_payload(payload: bytes) -> Payload:
     nested multipart (or message/*) part, 554 above :data:`MAX_MIME_PARTS`. Lines end in
     CRLF: a bare CR or LF is body data, never the end of a header line or a delimiter.
     """
+    if payload.startswith(_CANONICAL_START):
+        canonical = _canonical(payload)
+        if canonical is not None:
+            return canonical
+    return _parse_general(payload)
+
+
+def _parse_general(payload: bytes) -> Payload:
+    """:func:`parse_payload` for any layout."""
     try:
         entity = split_entity(payload)
     except BeepError as exc:
@@ -99,6 +108,75 @@ def parse_payload(payload: bytes) -> Payload:
         return _related(entity.headers, entity.body)
     except (email.errors.MessageError, LookupError, UnicodeError) as exc:
         raise ApexError(ApexReplyCode.GENERAL_SYNTAX_ERROR, f"malformed MIME: {exc}") from None
+
+
+#: The Content-ID of the control part in the payloads :func:`build_payload` writes.
+CONTROL_ID: Final = "apex-control"
+
+_CANONICAL_START: Final = b'Content-Type: multipart/related; boundary="'
+#: The head of the layout :func:`build_payload` writes, up to the control document: one
+#: entity header, a quoted boundary of plain characters, the control part's two headers.
+_CANONICAL_HEAD: Final = re.compile(
+    re.escape(_CANONICAL_START)
+    + rb'([0-9A-Za-z_.\-]{1,70})"; start="<'
+    + CONTROL_ID.encode()
+    + rb'>"; type="application/beep\+xml"\r\n\r\n'
+    rb"--\1\r\nContent-Type: application/beep\+xml\r\nContent-ID: <"
+    + CONTROL_ID.encode()
+    + rb">\r\n\r\n"
+)
+#: The headers :func:`build_payload` gives a content part: a lower-case media type without
+#: parameters, binary encoding, a Content-ID of plain characters.
+_CANONICAL_PART: Final = re.compile(
+    rb"Content-Type: ([a-z0-9][a-z0-9!#$&^_.+\-]*/[a-z0-9][a-z0-9!#$&^_.+\-]*)\r\n"
+    rb"Content-Transfer-Encoding: binary\r\nContent-ID: <([0-9A-Za-z_.@\-]{1,256})>\r\n\r\n"
+)
+
+
+def _canonical(payload: bytes) -> Payload | None:
+    """The payload split without the general machinery when it has exactly the layout
+    :func:`build_payload` writes with one content part (what every apex-mesh sender and
+    relay produces), else None. The result is the one :func:`_related` would return:
+    anything that would make the general splitter look further (a delimiter-like line
+    in a body, padding, a preamble or epilogue, other headers) takes the general path."""
+    head = _CANONICAL_HEAD.match(payload)
+    if head is None:
+        return None
+    delimiter = b"\r\n--" + head.group(1)
+    # Searches start at the CRLF that ends a header block: a part beginning with the
+    # dash-boundary makes that CRLF part of a delimiter for the general splitter.
+    control_end = payload.find(delimiter, head.end() - 2)
+    if control_end < head.end():
+        return None
+    part_start = control_end + len(delimiter) + 2
+    if payload[part_start - 2 : part_start] != b"\r\n":
+        return None
+    part = _CANONICAL_PART.match(payload, part_start)
+    if part is None:
+        return None
+    body_start = part.end()
+    body_end = len(payload) - len(delimiter) - 4
+    if (
+        body_end < body_start
+        or payload.find(delimiter, body_start - 2) != body_end
+        or not payload.endswith(b"--\r\n")
+    ):
+        return None
+    media = part.group(1).decode("ascii")
+    content_id = part.group(2).decode("ascii")
+    if content_id == CONTROL_ID or media.startswith(("multipart/", "message/")):
+        return None  # the general path gives these their errors
+    mime = MimePart(
+        content_id=content_id,
+        content_type=media,
+        headers=(
+            ("Content-Type", media),
+            ("Content-Transfer-Encoding", "binary"),
+            ("Content-ID", f"<{content_id}>"),
+        ),
+        body=payload[body_start:body_end],
+    )
+    return Payload(control=payload[head.end() : control_end], parts={content_id: mime})
 
 
 def _broken(reason: str) -> NoReturn:
@@ -331,33 +409,45 @@ def _content_id(value: str) -> str:
     return value.strip().removeprefix("<").removesuffix(">").strip()
 
 
-def build_payload(data: Data, parts: Sequence[MimePart], *, boundary: str) -> bytes:
-    """A multipart/related payload: ``data`` as the start part, then ``parts``.
+def build_payload(data: Data | bytes, parts: Sequence[MimePart], *, boundary: str) -> bytes:
+    """A multipart/related payload: ``data`` (or its serialization) as the start part,
+    then ``parts``.
 
     The caller chooses ``boundary`` (this package does not draw random numbers); it must
     not occur in any part. Raises :class:`ApexError` 451 when a part cannot be framed.
     """
-    control_id = "apex-control"
-    if any(part.content_id in (None, control_id) for part in parts):
+    if any(part.content_id in (None, CONTROL_ID) for part in parts):
         raise ApexError(ApexReplyCode.ACTION_ABORTED, "every part needs its own Content-ID")
-    delimiter = b"--" + boundary.encode("ascii")
-    chunks = [
-        (
-            f'Content-Type: {MULTIPART_RELATED}; boundary="{boundary}"; '
-            f'start="<{control_id}>"; type="{BEEP_XML}"\r\n\r\n'
-        ).encode("ascii"),
-        delimiter,
-        f"\r\nContent-Type: {BEEP_XML}\r\nContent-ID: <{control_id}>\r\n\r\n".encode("ascii"),
-        data.to_xml(),
-    ]
+    head, delimiter, close = _layout(boundary)
+    chunks = [head, data if isinstance(data, bytes) else data.to_xml()]
     for part in parts:
         if delimiter in part.body:
             raise ApexError(ApexReplyCode.ACTION_ABORTED, "the boundary occurs in a part")
-        head = f"\r\nContent-Type: {part.content_type}\r\nContent-Transfer-Encoding: binary"
-        head += f"\r\nContent-ID: <{part.content_id}>\r\n\r\n"
-        chunks += [b"\r\n", delimiter, head.encode("ascii"), part.body]
-    chunks += [b"\r\n", delimiter, b"--\r\n"]
+        chunks += [
+            b"\r\n",
+            delimiter,
+            (
+                f"\r\nContent-Type: {part.content_type}\r\nContent-Transfer-Encoding: binary"
+                f"\r\nContent-ID: <{part.content_id}>\r\n\r\n"
+            ).encode("ascii"),
+            part.body,
+        ]
+    chunks.append(close)
     return b"".join(chunks)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(boundary: str) -> tuple[bytes, bytes, bytes]:
+    """The constant pieces of :func:`build_payload`'s layout for ``boundary``: the head
+    up to the control document, the delimiter, the close delimiter line. Cached: a
+    sender keeps its boundary until a part happens to contain it."""
+    delimiter = b"--" + boundary.encode("ascii")
+    head = (
+        f'Content-Type: {MULTIPART_RELATED}; boundary="{boundary}"; '
+        f'start="<{CONTROL_ID}>"; type="{BEEP_XML}"\r\n\r\n'
+    ).encode("ascii")
+    control = f"\r\nContent-Type: {BEEP_XML}\r\nContent-ID: <{CONTROL_ID}>\r\n\r\n"
+    return head + delimiter + control.encode("ascii"), delimiter, b"\r\n" + delimiter + b"--\r\n"
 
 
 # --------------------------------------------------------------------------- references
@@ -392,6 +482,7 @@ def resolve_content(data: Data, parts: Mapping[str, MimePart]) -> MimePart | Dat
 
 
 __all__ = [
+    "CONTROL_ID",
     "MAX_MIME_PARTS",
     "MULTIPART_RELATED",
     "MimePart",
