@@ -160,6 +160,18 @@ class Data:
         setattr_(clone, "data_content", self.data_content)
         return clone
 
+    def with_content(self, content: str) -> Data:
+        """This data with another ``content`` reference (see :func:`known_data`); the
+        caller vouches that ``content`` is a URI-reference."""
+        clone = object.__new__(Data)
+        setattr_ = object.__setattr__
+        setattr_(clone, "content", content)
+        setattr_(clone, "originator", self.originator)
+        setattr_(clone, "recipients", self.recipients)
+        setattr_(clone, "options", self.options)
+        setattr_(clone, "data_content", self.data_content)
+        return clone
+
     def to_xml(self) -> bytes:
         parts = [
             f"<data{_dtd.attr('content', self.content)}>".encode(),
@@ -266,6 +278,46 @@ def data_from(element: Element, raw: bytes | None = None) -> Data:
     )
 
 
+#: ``<data content='V'>`` opening a document, with V made only of URI characters that XML
+#: reads as written (no quote, ampersand, angle bracket, whitespace or control): the
+#: element tree of the rest of the document cannot depend on V.
+_DATA_START: Final = re.compile(rb"<data content='([A-Za-z0-9\-._~:/?#\[\]@!$()*+,;=%]{1,1024})'>")
+#: Documents whose rest is longer than this are not remembered (bounds the memory).
+_KNOWN_REST_MAX: Final = 4096
+_KNOWN_MAX: Final = 2048
+#: Parsed data by the rest of their document (after the ``<data content='V'>`` start
+#: tag); bounded, cleared when full.
+_KNOWN: dict[bytes, Data] = {}
+
+
+def known_data(raw: bytes) -> Data | None:
+    """The data element of document ``raw`` when a document that differed only in the
+    ``content`` value was parsed before (:func:`remember_data`), else None.
+
+    A sender names the same originator, recipients and options data after data; only
+    the content reference (a fresh Content-ID) changes. Such a document is the earlier
+    one with another attribute value of plain characters, so its tree is the earlier
+    tree with that value: the hardened parser and the DTD checks need not run again.
+    """
+    start = _DATA_START.match(raw)
+    if start is None:
+        return None
+    known = _KNOWN.get(raw[start.end() :])
+    if known is None:
+        return None
+    return known.with_content(start.group(1).decode("ascii"))
+
+
+def remember_data(raw: bytes, data: Data) -> None:
+    """Keep ``data``, parsed from ``raw`` by the full parser, for :func:`known_data`."""
+    start = _DATA_START.match(raw)
+    if start is None or len(raw) - start.end() > _KNOWN_REST_MAX:
+        return
+    if len(_KNOWN) >= _KNOWN_MAX:
+        _KNOWN.clear()
+    _KNOWN[raw[start.end() :]] = data
+
+
 def raw_inner(raw: bytes, tag: str) -> bytes | None:
     """Cut the content of the outermost ``tag`` element out of ``raw``, or None.
 
@@ -314,7 +366,9 @@ __all__ = [
     "Recipient",
     "data_content_from",
     "data_from",
+    "known_data",
     "originator_from",
     "raw_inner",
     "recipient_from",
+    "remember_data",
 ]

@@ -38,9 +38,11 @@ from apexmesh.apex.data import (
     Recipient,
     data_content_from,
     data_from,
+    known_data,
     originator_from,
     raw_inner,
     recipient_from,
+    remember_data,
 )
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
@@ -51,7 +53,7 @@ from apexmesh.apex.options import (
     options_from,
     options_xml,
 )
-from apexmesh.beep.xml import Element
+from apexmesh.beep.xml import MAX_XML_OCTETS, Element
 
 if TYPE_CHECKING:
     from apexmesh.apex.report import Destination, StatusResponse
@@ -295,10 +297,16 @@ def parse_apex(body: bytes | str) -> ApexElement:
     unknown element), 553 (bad endpoint or domain), 554 (local limit exceeded).
     """
     raw = _dtd.raw_bytes(body)
+    if raw.startswith(b"<data ") and len(raw) <= MAX_XML_OCTETS:
+        known = known_data(raw)
+        if known is not None:
+            return known
     root = _dtd.parse_root(raw)
     tag = _dtd.tag_of(root)
     if tag == "data":
-        return data_from(root, raw)
+        data = data_from(root, raw)
+        remember_data(raw, data)
+        return data
     if tag == "data-content":
         return data_content_from(root, raw)
     builder = _BUILDERS.get(tag)
