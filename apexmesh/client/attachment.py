@@ -113,7 +113,32 @@ class Attachment:
         Raises ApexRequestError with the relay's code (450 when held data would exceed
         the relay's quota), AttachmentTerminatedError once the attachment ended.
         """
-        return await self._client._send_data(
+        return await self.submit(
+            recipients,
+            content,
+            content_type=content_type,
+            options=options,
+            status_request=status_request,
+            timing=timing,
+            hold=hold,
+        )
+
+    def submit(
+        self,
+        recipients: RecipientLike | Iterable[RecipientLike],
+        content: Content,
+        *,
+        content_type: str = OCTET_STREAM,
+        options: Iterable[Option] = (),
+        status_request: bool = False,
+        timing: DataTiming | None = None,
+        hold: bool = False,
+    ) -> asyncio.Future[SendResult]:
+        """:meth:`send` without waiting: the data is on its way when this returns, and
+        the future resolves as :meth:`send` would (the producer pattern of aiokafka's
+        ``send``). An application keeping many data in flight pays no task per data.
+        What :meth:`send` raises before anything is sent is raised here."""
+        return self._client._submit_data(
             self,
             recipients,
             content,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 from collections.abc import Iterable, Mapping
@@ -28,7 +29,7 @@ from types import TracebackType
 from typing import Final
 
 from apexmesh.aio import BeepConnection, Channel, ChannelStartError, ConnectionClosedError, connect
-from apexmesh.aio.connection import Incoming
+from apexmesh.aio.connection import Incoming, Reply
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.content import MimePart, parse_payload
 from apexmesh.apex.data import Data
@@ -91,6 +92,29 @@ def _outcome(body: bytes | str, trans_id: int | None) -> None:
         f"unexpected answer {type(element).__name__}",
         trans_id=trans_id,
     )
+
+
+def _settle_send(
+    result: SendResult, done: asyncio.Future[SendResult], reply: asyncio.Future[Reply]
+) -> None:
+    """The relay answered a data MSG (or the session ended): settle its send."""
+    if done.cancelled() or reply.cancelled():
+        result.close()
+        done.cancel()
+        return
+    error = reply.exception()
+    if error is None:
+        try:
+            _reply_outcome(reply.result().payload, None)
+        except ApexRequestError as exc:
+            error = exc
+        else:
+            done.set_result(result)
+            return
+    elif isinstance(error, ConnectionClosedError):
+        error = SessionClosedError()
+    result.close()
+    done.set_exception(error)
 
 
 def _reply_outcome(payload: bytes, trans_id: int | None) -> None:
@@ -245,7 +269,7 @@ class ApexClient:
 
     # ----------------------------------------------------------------- data
 
-    async def _send_data(
+    def _submit_data(
         self,
         attachment: Attachment,
         recipients: RecipientLike | Iterable[RecipientLike],
@@ -256,7 +280,10 @@ class ApexClient:
         status_request: bool,
         timing: DataTiming | None = None,
         hold: bool = False,
-    ) -> SendResult:
+    ) -> asyncio.Future[SendResult]:
+        """Send a data MSG now; the future resolves with its result once the relay
+        answered ``ok`` (or fails with the relay's error). Errors found before sending
+        are raised here."""
         if attachment.ended is not None:
             raise attachment.ended
         if attachment.state is not AttachmentState.ATTACHED:
@@ -312,15 +339,13 @@ class ApexClient:
             self._reports[trans_id] = result
             attachment._results.add(result)
         try:
-            reply = await channel.send(payload)
-            _reply_outcome(reply.payload, None)
+            reply = channel.send(payload)
         except ConnectionClosedError:
             result.close()
             raise SessionClosedError() from None
-        except BaseException:
-            result.close()
-            raise
-        return result
+        done: asyncio.Future[SendResult] = self.conn.loop.create_future()
+        reply.add_done_callback(functools.partial(_settle_send, result, done))
+        return done
 
     def _unregister_result(self, result: SendResult) -> None:
         for trans_id in result.trans_ids:

@@ -2,16 +2,23 @@
 and 4.4.4).
 
 Octet content travels as a MIME part of a ``multipart/related`` whose start part is the
-control document, named by a ``cid:`` URL (RFC 2392) with a globally unique, random
-Content-ID; XML content travels inline as the ``data-content`` element named
-``Content`` and referenced as ``#Content``, exactly as the RFC's examples do. The
-multipart boundary is random too (:mod:`secrets`), so no content can be crafted to
-collide with it; :func:`apexmesh.apex.content.build_payload` still checks.
+control document, named by a ``cid:`` URL (RFC 2392) with a globally unique Content-ID
+(a counter under a random 128-bit prefix drawn once per process); XML content travels
+inline as the ``data-content`` element named ``Content`` and referenced as ``#Content``,
+exactly as the RFC's examples do. The multipart boundary is random (:mod:`secrets`) and
+kept while no part contains it: :func:`apexmesh.apex.content.build_payload` checks every
+part, and a part that happens to contain it (or was crafted to) gets a fresh random
+boundary, so a payload is never cut in the wrong place.
+
+Data after data from one endpoint names the same originator, recipients and options: the
+``data`` element around its content reference is serialized once for them
+(:func:`_envelope`) and the payload assembled from ready pieces.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -68,7 +75,7 @@ def as_recipients(values: RecipientLike | Iterable[RecipientLike]) -> tuple[Reci
     if isinstance(values, Endpoint | str | Recipient):
         values = (values,)
     return tuple(
-        value if isinstance(value, Recipient) else Recipient(identity=as_endpoint(value))
+        value if isinstance(value, Recipient) else Recipient.plain(as_endpoint(value))
         for value in values
     )
 
@@ -85,9 +92,39 @@ def _check_media_type(content_type: str) -> None:
         raise ValueError(f"not a media type: {content_type!r}")
 
 
+#: The random part of this process's Content-IDs (RFC 2392 asks them to be unique
+#: worldwide); a counter makes each one its own.
+_CONTENT_ID_PREFIX: Final = secrets.token_hex(16)
+_content_ids = itertools.count(1)
+
+
 def _content_id(originator: Endpoint) -> str:
     domain = originator.domain if not originator.domain.startswith("[") else "apex.invalid"
-    return f"{secrets.token_hex(16)}@{domain}"
+    return f"{next(_content_ids)}.{_CONTENT_ID_PREFIX}@{domain}"
+
+
+def _fresh_boundary() -> str:
+    return f"apex-{secrets.token_hex(16)}"
+
+
+#: The boundary this process writes until a part contains it.
+_boundary = _fresh_boundary()
+
+
+@functools.lru_cache(maxsize=1024)
+def _envelope(
+    originator: Endpoint, recipients: tuple[Recipient, ...], options: tuple[Option, ...]
+) -> bytes:
+    """The ``data`` element after its start tag (originator, recipients, options, end
+    tag): built and checked once per originator, recipients and options."""
+    data = Data(
+        content="cid:x",
+        originator=Originator(identity=originator),
+        recipients=recipients,
+        options=options,
+    )
+    xml = data.to_xml()
+    return xml[xml.index(b">") + 1 :]
 
 
 def encode_data(
@@ -104,24 +141,28 @@ def encode_data(
     or options), ValueError for a malformed ``content_type`` and TypeError for content of
     another type (text must be encoded, or wrapped in :class:`XmlContent` if it is XML).
     """
-    origin = Originator(identity=originator)
+    global _boundary  # noqa: PLW0603  (one boundary per process, renewed on collision)
     if isinstance(content, bytes):
         _check_media_type(content_type)
         content_id = _content_id(originator)
-        data = Data(
-            content=f"cid:{content_id}",
-            originator=origin,
-            recipients=recipients,
-            options=options,
+        control = b"".join(
+            (
+                b"<data content='cid:",
+                content_id.encode("ascii"),
+                b"'>",
+                _envelope(originator, recipients, options),
+            )
         )
         part = MimePart(content_id=content_id, content_type=content_type, body=content)
         for attempt in range(_MAX_BOUNDARY_ATTEMPTS):
             try:
-                return build_payload(data, (part,), boundary=f"apex-{secrets.token_hex(16)}")
+                return build_payload(control, (part,), boundary=_boundary)
             except ApexError:
                 if attempt == _MAX_BOUNDARY_ATTEMPTS - 1:
                     raise
+                _boundary = _fresh_boundary()
         raise AssertionError("unreachable")  # pragma: no cover
+    origin = Originator(identity=originator)
     if isinstance(content, XmlContent):
         xml = content.xml
     elif isinstance(content, Element):

@@ -95,6 +95,8 @@ class Peer:
     report_replies: list[Reply] = field(default_factory=list)
     eager_replies: list[asyncio.Future[Reply]] = field(default_factory=list)
     channel: Channel | None = None
+    #: True: data is recorded but never answered.
+    silent: bool = False
     channel_ready: asyncio.Event = field(default_factory=asyncio.Event)
     report_sent: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -138,6 +140,8 @@ class Peer:
             elif isinstance(message, Data):
                 self.payloads.append(incoming.payload)
                 self.data.append(message)
+                if self.silent:
+                    continue
                 if any(r.identity.address == BLOCKED for r in message.recipients):
                     incoming.error(error(537, "access denied"))
                     continue
@@ -397,6 +401,70 @@ async def test_many_sends_pipeline(client: ApexClient, peer: tuple[int, Peer]) -
     fred = await client.attach("fred@example.com")
     await asyncio.gather(*(fred.send("barney@example.com", b"%d" % i) for i in range(100)))
     assert len(state.payloads) == 100
+
+
+async def test_submit_keeps_many_in_flight_without_tasks(
+    client: ApexClient, peer: tuple[int, Peer]
+) -> None:
+    _, state = peer
+    fred = await client.attach("fred@example.com")
+    tasks_before = len(asyncio.all_tasks())
+    futures = [fred.submit("barney@example.com", b"%d" % i) for i in range(50)]
+    assert len(asyncio.all_tasks()) == tasks_before
+    results = await asyncio.gather(*futures)
+    assert [r.recipients for r in results] == [("barney@example.com",)] * 50
+    bodies = [
+        resolve_content(data, parse_payload(raw).parts)
+        for data, raw in zip(state.data[-50:], state.payloads[-50:], strict=True)
+    ]
+    assert [b.body for b in bodies if isinstance(b, MimePart)] == [b"%d" % i for i in range(50)]
+
+
+async def test_submit_fails_its_future_with_the_relay_code(client: ApexClient) -> None:
+    fred = await client.attach("fred@example.com")
+    future = fred.submit("blocked@example.com", b"x")
+    with pytest.raises(ApexRequestError) as info:
+        await future
+    assert info.value.code == 537
+
+
+async def test_submit_refuses_at_once_what_cannot_be_sent(client: ApexClient) -> None:
+    fred = await client.attach("fred@example.com")
+    with pytest.raises(TypeError):
+        fred.submit("barney@example.com", "text")  # type: ignore[arg-type]
+    await fred.terminate()
+    with pytest.raises(AttachmentTerminatedError):
+        fred.submit("barney@example.com", b"x")
+
+
+async def test_submit_fails_when_the_session_ends(
+    client: ApexClient, peer: tuple[int, Peer]
+) -> None:
+    _, state = peer
+    fred = await client.attach("fred@example.com")
+    state.silent = True  # the peer stops answering data
+    future = fred.submit("barney@example.com", b"x")
+    await asyncio.sleep(0.05)
+    client.conn.abort()
+    with pytest.raises(SessionClosedError):
+        await future
+
+
+async def test_content_ids_differ_and_the_boundary_never_cuts_a_body(
+    client: ApexClient, peer: tuple[int, Peer]
+) -> None:
+    _, state = peer
+    fred = await client.attach("fred@example.com")
+    await fred.send("barney@example.com", b"first")
+    boundary = split_entity(state.payloads[-1]).headers["content-type"].split('"')[1]
+    crafted = b"a\r\n--" + boundary.encode() + b"--\r\nb"  # the boundary in use, in a body
+    await fred.send("barney@example.com", crafted)
+    await fred.send("barney@example.com", b"third")
+    payloads = [parse_payload(raw) for raw in state.payloads[-3:]]
+    contents = [resolve_content(d, p.parts) for d, p in zip(state.data[-3:], payloads, strict=True)]
+    assert [c.body for c in contents if isinstance(c, MimePart)] == [b"first", crafted, b"third"]
+    assert len({d.content for d in state.data[-3:]}) == 3
+    assert boundary.encode() not in state.payloads[-2].partition(crafted)[0]
 
 
 # --------------------------------------------------------------------------- statusRequest
