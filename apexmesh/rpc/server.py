@@ -31,13 +31,17 @@ async def create_server(
     host: str = "127.0.0.1",
     port: int = 0,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> tuple[grpc.aio.Server, int]:
-    """Build, bind and start a grpc.aio server; return it with the port it listens on."""
+    """Build, bind and start a grpc.aio server; return it with the port it listens on.
+
+    ``max_message_bytes`` bounds one message either way (a relay carrying whole APEX
+    messages between its pods raises it to its BEEP message limit and some)."""
     server = grpc.aio.server(
         interceptors=list(interceptors),
         options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0),
         ],
     )

@@ -81,7 +81,7 @@ class RelayApp:
             ssl_context=self._client_context(),
             credentials=settings.credentials,
         )
-        self.peers = PeerDelivery()
+        self.peers = PeerDelivery(settings.max_message)
         understood = {STATUS_REQUEST, *PARTY_OPTIONS, *TIMING_OPTIONS}
         if settings.hold_limits is None:
             understood.discard(HOLD_FOR_ENDPOINT)
@@ -194,6 +194,7 @@ class RelayApp:
             [lambda server: relay_pb2_grpc.add_RelayServiceServicer_to_server(servicer, server)],
             host=self.settings.grpc_host,
             port=self.settings.grpc_port,
+            max_message_bytes=self.peers.max_message_bytes,
         )
         await self.attachments.renew(self.grpc_address)
         self._lease_task = asyncio.get_running_loop().create_task(self._renew_leases())

@@ -7,8 +7,10 @@ relay) ends in an :class:`Outcome`: 250 when the next hop answered ``ok``, the c
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from apexmesh.aio import Reply
 from apexmesh.apex.codes import ApexReplyCode, for_code
@@ -65,6 +67,20 @@ def outcome_from_reply(reply: Reply) -> Outcome:
     if isinstance(element, Error):
         return Outcome(int(element.code), element.text)
     return Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "negative reply without an error element")
+
+
+_T = TypeVar("_T")
+
+
+def resolver(future: asyncio.Future[_T]) -> Callable[[_T], None]:
+    """A callback giving ``future`` its result, unless it is done already (a caller that
+    stopped waiting cancelled it): how a callback-settled delivery feeds a future."""
+
+    def resolve(value: _T) -> None:
+        if not future.done():
+            future.set_result(value)
+
+    return resolve
 
 
 def code_of(value: int) -> ApexReplyCode:

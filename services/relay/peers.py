@@ -5,6 +5,12 @@ the endpoint's APEX channel. One long-lived stream per peer pod keeps deliveries
 order they were dispatched and costs no per-call setup; responses carry the request id.
 A broken stream fails its pending deliveries with 421 (service not available) and is
 reopened by the next delivery.
+
+A gRPC stream message costs far more than the deliveries in it (a message alone costs
+the sender and the receiver about a hundred microseconds of CPU each, the request in it
+about one): every delivery queued while the stream's writer waits for its turn goes out
+in the same :class:`DeliverBatch`, built in place as deliveries arrive, and cut at
+:data:`BATCH_OCTETS` so that no message nears the gRPC limit.
 """
 
 from __future__ import annotations
@@ -13,81 +19,110 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
+from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
+from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from services.relay.grouping import Group
-from services.relay.outcomes import Outcome
+from services.relay.outcomes import DELIVERED, Outcome, resolver
 
 _log = logging.getLogger(__name__)
 
-#: Deliveries sent in one stream message at most (what is queued at once, up to this).
-MAX_BATCH = 256
+#: Payload octets after which a batch is sent and the next deliveries start another: a
+#: stream message stays far below the gRPC message limit whatever is queued.
+BATCH_OCTETS = 1 << 20
 
 #: Seconds a TerminateAttachment call to another pod may take.
 TERMINATE_TIMEOUT_SECONDS = 5.0
 
 UNAVAILABLE = Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "relay pod not available")
 
+#: Called with the outcome of one delivery.
+Settle = Callable[[Outcome], None]
+#: Called with the outcomes of a group, one per recipient in the group's order.
+SettleGroup = Callable[[tuple[Outcome, ...]], None]
+
+
+def outcome_of(status: common_pb2.ApexStatus) -> Outcome:
+    """The outcome a peer pod reported."""
+    code = status.code
+    text = status.text
+    if code == ApexReplyCode.SUCCESS and not text:
+        return DELIVERED
+    return Outcome(code, text)
+
 
 class _Stream:
     """One DeliverStream to one peer pod."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, options: list[tuple[str, int]]) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address)
+        self.channel = grpc.aio.insecure_channel(address, options=options)
         self._stub = relay_pb2_grpc.RelayServiceStub(self.channel)
-        self._requests: asyncio.Queue[relay_pb2.DeliverRequest | None] = asyncio.Queue()
-        self._pending: dict[int, asyncio.Future[Outcome]] = {}
-        self._groups: dict[int, tuple[asyncio.Future[tuple[Outcome, ...]], int]] = {}
+        #: Batches cut and not yet handed to gRPC, then the batch being filled.
+        self._ready: deque[relay_pb2.DeliverBatch] = deque()
+        self._batch = relay_pb2.DeliverBatch()
+        self._batch_octets = 0
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._pending: dict[int, Settle] = {}
+        self._groups: dict[int, tuple[SettleGroup, int]] = {}
         self._ids = itertools.count(1)
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self.loop = asyncio.get_running_loop()
+        self._task = self.loop.create_task(self._run())
         self.broken = False
 
-    def deliver(self, recipient: str, originator: str, payload: bytes) -> asyncio.Future[Outcome]:
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+    def send(self, recipient: str, originator: str, payload: bytes, settle: Settle) -> None:
+        """Queue one delivery; ``settle`` gets its outcome (from the loop, later)."""
         request_id = next(self._ids)
-        self._pending[request_id] = future
-        self._requests.put_nowait(
-            relay_pb2.DeliverRequest(
-                recipient=recipient, originator=originator, payload=payload, id=request_id
-            )
+        self._pending[request_id] = settle
+        self._room(len(payload))
+        self._batch.requests.add(
+            recipient=recipient, originator=originator, payload=payload, id=request_id
         )
-        return future
+        self._wake.set()
 
-    def deliver_group(self, group: Group, originator: str) -> asyncio.Future[tuple[Outcome, ...]]:
-        future: asyncio.Future[tuple[Outcome, ...]] = asyncio.get_running_loop().create_future()
+    def send_group(self, group: Group, originator: str, settle: SettleGroup) -> None:
+        """Queue one data for several recipients attached to the peer pod."""
         request_id = next(self._ids)
-        self._groups[request_id] = (future, len(group.recipients))
-        self._requests.put_nowait(
-            relay_pb2.DeliverRequest(
-                originator=originator,
-                id=request_id,
-                group=[str(endpoint) for endpoint in group.recipients],
-                group_elements=group.elements,
-                head=group.head,
-                tail=group.tail,
-            )
+        self._groups[request_id] = (settle, len(group.recipients))
+        self._room(len(group.head) + len(group.tail) + sum(map(len, group.elements)))
+        self._batch.requests.add(
+            originator=originator,
+            id=request_id,
+            group=[str(endpoint) for endpoint in group.recipients],
+            group_elements=group.elements,
+            head=group.head,
+            tail=group.tail,
         )
-        return future
+        self._wake.set()
+
+    def _room(self, octets: int) -> None:
+        """Cut the batch being filled when ``octets`` more would take it past the limit."""
+        if self._batch_octets + octets > BATCH_OCTETS and self._batch.requests:
+            self._ready.append(self._batch)
+            self._batch = relay_pb2.DeliverBatch()
+            self._batch_octets = 0
+        self._batch_octets += octets
 
     async def _outgoing(self) -> AsyncIterator[relay_pb2.DeliverBatch]:
         while True:
-            request = await self._requests.get()
-            if request is None:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._ready:
+                yield self._ready.popleft()
+            if self._batch.requests:
+                batch, self._batch = self._batch, relay_pb2.DeliverBatch()
+                self._batch_octets = 0
+                yield batch
+            if self._closing:
                 return
-            batch = [request]
-            while len(batch) < MAX_BATCH and not self._requests.empty():
-                queued = self._requests.get_nowait()
-                if queued is None:
-                    yield relay_pb2.DeliverBatch(requests=batch)
-                    return
-                batch.append(queued)
-            yield relay_pb2.DeliverBatch(requests=batch)
 
     async def _run(self) -> None:
         try:
@@ -97,32 +132,28 @@ class _Stream:
                     if response.statuses:
                         self._settle_group(response)
                         continue
-                    future = self._pending.pop(response.id, None)
-                    if future is not None and not future.done():
-                        future.set_result(Outcome(response.status.code, response.status.text))
+                    settle = self._pending.pop(response.id, None)
+                    if settle is not None:
+                        settle(outcome_of(response.status))
         except grpc.aio.AioRpcError as exc:
             _log.warning("delivery stream to %s broke: %s", self.address, exc.code())
         finally:
             self.broken = True
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_result(UNAVAILABLE)
-            self._pending.clear()
-            for group, size in self._groups.values():
-                if not group.done():
-                    group.set_result((UNAVAILABLE,) * size)
-            self._groups.clear()
+            pending, self._pending = self._pending, {}
+            for settle in pending.values():
+                settle(UNAVAILABLE)
+            groups, self._groups = self._groups, {}
+            for settle_group, size in groups.values():
+                settle_group((UNAVAILABLE,) * size)
 
     def _settle_group(self, response: relay_pb2.DeliverResponse) -> None:
         entry = self._groups.pop(response.id, None)
-        if entry is None or entry[0].done():
-            return
-        entry[0].set_result(
-            tuple(Outcome(status.code, status.text) for status in response.statuses)
-        )
+        if entry is not None:
+            entry[0](tuple(outcome_of(status) for status in response.statuses))
 
     async def close(self) -> None:
-        self._requests.put_nowait(None)
+        self._closing = True
+        self._wake.set()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -130,30 +161,60 @@ class _Stream:
 
 
 class PeerDelivery:
-    """Delivery streams to the other relay pods of the domain, one per address."""
+    """Delivery streams to the other relay pods of the domain, one per address.
 
-    def __init__(self) -> None:
+    ``max_message`` is the largest payload one delivery may carry (the relay's BEEP
+    message limit): the channels admit a stream message that size and some.
+    """
+
+    def __init__(self, max_message: int = MAX_MESSAGE_OCTETS) -> None:
+        #: The largest stream message, either way: one delivery of the largest payload
+        #: (batches are cut before they pass :data:`BATCH_OCTETS`), with room to spare.
+        self.max_message_bytes = max_message + BATCH_OCTETS
+        self._options = [
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+        ]
         self._streams: dict[str, _Stream] = {}
         self._calls: set[asyncio.Task[None]] = set()
+
+    def send(
+        self,
+        address: str,
+        recipient: Endpoint,
+        originator: Endpoint,
+        payload: bytes,
+        settle: Settle,
+    ) -> None:
+        """Deliver to the pod at ``address``; ``settle`` gets the outcome (no future: the
+        per-data path of the relay)."""
+        self._stream(address).send(str(recipient), str(originator), payload, settle)
 
     def deliver(
         self, address: str, recipient: Endpoint, originator: Endpoint, payload: bytes
     ) -> asyncio.Future[Outcome]:
-        return self._stream(address).deliver(str(recipient), str(originator), payload)
+        """:meth:`send` with the outcome as a future."""
+        stream = self._stream(address)
+        future: asyncio.Future[Outcome] = stream.loop.create_future()
+        stream.send(str(recipient), str(originator), payload, resolver(future))
+        return future
 
     def deliver_group(
         self, address: str, group: Group, originator: Endpoint
     ) -> asyncio.Future[tuple[Outcome, ...]]:
         """Deliver one data to several endpoints attached to the pod at ``address``; the
         outcomes come back one per endpoint of the group, in its order."""
-        return self._stream(address).deliver_group(group, str(originator))
+        stream = self._stream(address)
+        future: asyncio.Future[tuple[Outcome, ...]] = stream.loop.create_future()
+        stream.send_group(group, str(originator), resolver(future))
+        return future
 
     def _stream(self, address: str) -> _Stream:
         stream = self._streams.get(address)
         if stream is None or stream.broken:
             if stream is not None:
                 asyncio.get_running_loop().create_task(stream.close())
-            stream = self._streams[address] = _Stream(address)
+            stream = self._streams[address] = _Stream(address, self._options)
         return stream
 
     def drain(self, address: str, endpoint: Endpoint) -> None:

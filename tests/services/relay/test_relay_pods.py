@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
 from apexmesh.client import (
     ApexClient,
     ApexRequestError,
@@ -21,6 +22,7 @@ from apexmesh.client import (
     SessionClosedError,
     connect_endpoint,
 )
+from apexmesh.client.outgoing import as_recipients, encode_data
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.store.keys import Keys
 from tests.support.grpc_channels import ready_channel
@@ -172,3 +174,26 @@ async def test_killed_pod_releases_its_attachments(short_lease: Mesh, tmp_path: 
             with contextlib.suppress(SessionClosedError):
                 await doomed.close(timeout=2.0)
         process.stop()
+
+
+async def test_large_data_to_another_pod_arrive_whole(mesh: Mesh) -> None:
+    """Data up to the relay's message limit cross to another pod, several at once: the
+    pod-to-pod stream cuts its batches by size and admits one delivery of the limit."""
+    async with (
+        endpoint_client(mesh.a.edge_port) as one,
+        endpoint_client(mesh.b.edge_port) as two,
+    ):
+        fred = await one.attach("fred@example.com")
+        barney = await two.attach("barney@example.com")
+        overhead = len(
+            encode_data(
+                originator=fred.endpoint,
+                recipients=as_recipients("barney@example.com"),
+                content=b"",
+            )
+        )
+        bodies = [bytes([n]) * (3 * 1024 * 1024) for n in range(3)]
+        bodies.append(b"y" * (MAX_MESSAGE_OCTETS - overhead))  # a BEEP message of the limit
+        await asyncio.gather(*(fred.send("barney@example.com", body) for body in bodies))
+        got = [(await receive(barney, within=20)).content for _ in bodies]
+        assert got == bodies
