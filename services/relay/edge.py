@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from apexmesh.aio import (
@@ -37,7 +39,13 @@ from apexmesh.beep import events as ev
 from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.errors import BeepError
 from apexmesh.beep.mime import beep_xml
-from services.relay.outcomes import ENDPOINT_DETACHED, Outcome, code_of, outcome_from_reply
+from services.relay.outcomes import (
+    ENDPOINT_DETACHED,
+    Outcome,
+    code_of,
+    outcome_from_reply,
+    resolver,
+)
 
 if TYPE_CHECKING:
     from apexmesh.apex.endpoint import Endpoint
@@ -224,28 +232,23 @@ class ApexChannel:
 
     def deliver(self, payload: bytes) -> asyncio.Future[Outcome]:
         """Send data to the endpoint attached over this channel (4.4.4.1 step 5.3)."""
-        loop = asyncio.get_running_loop()
-        result: asyncio.Future[Outcome] = loop.create_future()
+        result: asyncio.Future[Outcome] = self.conn.loop.create_future()
+        self.send_data(payload, resolver(result))
+        return result
+
+    def send_data(self, payload: bytes, settle: Callable[[Outcome], None]) -> None:
+        """:meth:`deliver` with the outcome passed to ``settle`` (once, from the loop)
+        instead of a future: the per-data path of the relay."""
         channel = self.channel
         if channel is None or self._closed or self.closed_by_peer:
-            result.set_result(ENDPOINT_DETACHED)
-            return result
+            self.conn.loop.call_soon(settle, ENDPOINT_DETACHED)
+            return
         try:
             reply = channel.send(payload)
         except BeepError:  # the session ended, or the channel closed meanwhile
-            result.set_result(ENDPOINT_DETACHED)
-            return result
-
-        def done(future: asyncio.Future[Reply]) -> None:
-            if result.done():
-                return
-            if future.cancelled() or future.exception() is not None:
-                result.set_result(ENDPOINT_DETACHED)
-            else:
-                result.set_result(outcome_from_reply(future.result()))
-
-        reply.add_done_callback(done)
-        return result
+            self.conn.loop.call_soon(settle, ENDPOINT_DETACHED)
+            return
+        reply.add_done_callback(functools.partial(_answered, settle))
 
     async def terminate(
         self, attachment: Attachment, code: int, text: str, *, wait: bool = True
@@ -277,6 +280,14 @@ class ApexChannel:
             return
         with contextlib.suppress(BeepError):  # session ended, or channel closed meanwhile
             await channel.request(beep_xml(element.to_xml()))
+
+
+def _answered(settle: Callable[[Outcome], None], reply: asyncio.Future[Reply]) -> None:
+    """The endpoint answered a data (or the session ended before it did)."""
+    if reply.cancelled() or reply.exception() is not None:
+        settle(ENDPOINT_DETACHED)
+    else:
+        settle(outcome_from_reply(reply.result()))
 
 
 def _consume(future: asyncio.Future[Reply]) -> None:

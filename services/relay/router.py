@@ -34,7 +34,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from apexmesh.apex.access import CORE_ATTACH, CORE_DATA, Decision
 from apexmesh.apex.associations import Association, Attachment
@@ -144,8 +144,16 @@ class Dispatcher:
     task: asyncio.Task[None] | None = None
 
     def submit(self, job: Job) -> None:
+        idle = self.task is None or self.task.done()
+        if idle and self.queue.empty():
+            try:
+                if self.router.dispatch_now(job):
+                    return
+            except Exception:  # noqa: BLE001  (as in _run: one job's bug stops no other)
+                _log.exception("relaying data from %s failed", job.data.originator.identity)
+                return
         self.queue.put_nowait(job)
-        if self.task is None or self.task.done():
+        if idle:
             self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -195,7 +203,7 @@ class Router:
         self._locations: dict[Endpoint, tuple[float, str]] = {}
         self._service_dispatcher = Dispatcher(self)
         self._dispatchers: dict[int, Dispatcher] = {}
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[Any]] = set()
         #: Tells apex=presence about attachments (optional, services/relay/presence_hook.py).
         self.presence: PresenceHook | None = None
         #: dataTiming timers and reports (RFC 3342 section 2).
@@ -493,6 +501,69 @@ class Router:
         return endpoint.domain in self.domains
 
     # ------------------------------------------------------------ data, steps 4 and 5
+
+    def dispatch_now(self, job: Job) -> bool:
+        """Steps 4 and 5 without waiting, for the most common data: one recipient of
+        this domain, no option anywhere (so no report can be owed), its ``core:data``
+        decision cached and its attachment here or located less than
+        :data:`LOCATION_TTL_SECONDS` ago. False, with nothing done, when any of that does
+        not hold: :meth:`dispatch` then runs it in the origin's dispatcher."""
+        plans = job.plan.recipients
+        if len(plans) != 1 or job.held:
+            return False
+        plan = plans[0]
+        data = job.data
+        forward = plan.forward
+        endpoint = plan.recipient.identity
+        if (
+            forward is None
+            or not plan.final
+            or plan.process
+            or data.options
+            or data.originator.options
+            or plan.recipient.options
+            or endpoint.is_service
+        ):
+            return False
+        originator = data.originator.identity
+        decision = self.access.lookup(str(endpoint), str(originator), CORE_DATA)
+        if decision is None:
+            return False
+        if not decision.allowed:
+            refused = Outcome(int(decision.code), decision.text or "access denied")
+            self._count_outcome(job, endpoint, refused)
+            return True
+        held = self.local.get(endpoint)
+        if held is not None:
+            self.metrics.count(self.metrics.deliveries, "local")
+            settle = functools.partial(self._count_outcome, job, endpoint)
+            held[0].send_data(job_payload(job, forward), settle)
+            return True
+        located = self._locations.get(endpoint)
+        if located is None or located[0] <= self.clock():
+            return False
+        address = located[1]
+        payload = job_payload(job, forward)
+        self.metrics.count(self.metrics.deliveries, "pod")
+        settle = functools.partial(self._settled_at_pod, job, endpoint, payload, address)
+        self.peers.send(address, endpoint, originator, payload, settle)
+        return True
+
+    def _settled_at_pod(
+        self, job: Job, endpoint: Endpoint, payload: bytes, address: str, outcome: Outcome
+    ) -> None:
+        """A delivery of :meth:`dispatch_now` through another pod ended; a stale location
+        is retried (as :meth:`_deliver_here` does) before the outcome counts."""
+        if not _stale_location(outcome):
+            self._count_outcome(job, endpoint, outcome)
+            return
+        originator = job.data.originator.identity
+        retry = asyncio.ensure_future(
+            self._retry_elsewhere(endpoint, originator, payload, address, outcome)
+        )
+        self._background.add(retry)
+        retry.add_done_callback(self._background.discard)
+        retry.add_done_callback(functools.partial(self._record, job, endpoint))
 
     async def dispatch(self, job: Job) -> None:
         """Route every recipient of an accepted data; collect outcomes in the background."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -33,19 +33,73 @@ if TYPE_CHECKING:
     from services.relay.edge import ApexChannel
 
 
-_T = TypeVar("_T")
-_R = TypeVar("_R")
-
-
 def _status(outcome: Outcome) -> common_pb2.ApexStatus:
     return common_pb2.ApexStatus(code=outcome.code, text=outcome.text)
 
 
-def _then(source: asyncio.Future[_T], make: Callable[[_T], _R]) -> asyncio.Future[_R]:
-    """A future of ``make(result)`` once ``source`` has its result (a callback, no task)."""
-    target: asyncio.Future[_R] = asyncio.get_running_loop().create_future()
-    source.add_done_callback(lambda done: target.set_result(make(done.result())))
-    return target
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """Retrieve how a stream's reader ended (a broken stream is the caller's to see)."""
+    if not task.cancelled():
+        task.exception()
+
+
+class _Answers:
+    """The responses of one DeliverStream, gathered into one DeliverOutcomes per turn of
+    its writer: a stream message costs far more than a response in it, and answers of a
+    burst of deliveries arrive together (peers.py says the same of requests)."""
+
+    def __init__(self) -> None:
+        self.batch = relay_pb2.DeliverOutcomes()
+        self.wake = asyncio.Event()
+        #: Deliveries sent on and not answered yet.
+        self.waiting = 0
+        #: True once the requests ended: the stream ends when nothing is waiting.
+        self.finished = False
+
+    def single(self, request_id: int, outcome: Outcome) -> None:
+        response = self.batch.responses.add(id=request_id)
+        response.status.code = outcome.code
+        if outcome.text:
+            response.status.text = outcome.text
+        self.wake.set()
+
+    def group(self, request_id: int, outcomes: tuple[Outcome, ...]) -> None:
+        self.batch.responses.add(id=request_id, statuses=map(_status, outcomes))
+        self.wake.set()
+
+    def single_later(self, request_id: int) -> Callable[[Outcome], None]:
+        """The settle callback of a delivery sent on (see ``waiting``)."""
+        self.waiting += 1
+
+        def settle(outcome: Outcome) -> None:
+            self.waiting -= 1
+            self.single(request_id, outcome)
+
+        return settle
+
+    def group_later(self, request_id: int) -> Callable[[asyncio.Future[tuple[Outcome, ...]]], None]:
+        self.waiting += 1
+
+        def settle(future: asyncio.Future[tuple[Outcome, ...]]) -> None:
+            self.waiting -= 1
+            self.group(request_id, future.result())
+
+        return settle
+
+    def finish(self) -> None:
+        self.finished = True
+        self.wake.set()
+
+    def take(self) -> relay_pb2.DeliverOutcomes | None:
+        """The responses gathered since the last take, None when there are none."""
+        if not self.batch.responses:
+            return None
+        batch, self.batch = self.batch, relay_pb2.DeliverOutcomes()
+        return batch
+
+    @property
+    def done(self) -> bool:
+        return self.finished and not self.waiting and not self.batch.responses
 
 
 class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
@@ -53,17 +107,8 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
 
     def __init__(self, router: Router) -> None:
         self._router = router
-
-    def _deliver(self, request: relay_pb2.DeliverRequest) -> asyncio.Future[Outcome] | Outcome:
-        try:
-            endpoint = Endpoint.parse(request.recipient)
-        except EndpointError as exc:
-            return Outcome(ApexReplyCode.PARAMETER_INVALID, str(exc))
-        held = self._router.local.get(endpoint)
-        if held is None:
-            return NOT_HERE_OUTCOME
-        self._router.metrics.count(self._router.metrics.deliveries, "from-pod")
-        return held[0].deliver(request.payload)
+        metrics = router.metrics
+        self._from_pod = metrics.deliveries.labels("from-pod")
 
     def _deliver_group(
         self, request: relay_pb2.DeliverRequest
@@ -77,80 +122,66 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
             invalid = Outcome(ApexReplyCode.PARAMETER_SYNTAX_ERROR, "one element per recipient")
             return (invalid,) * len(recipients)
         group = Group(recipients, tuple(request.group_elements), request.head, request.tail)
-        self._router.metrics.count(self._router.metrics.deliveries, "from-pod", len(recipients))
+        self._from_pod.inc(len(recipients))
         return deliver_here(group, self._router.local)
 
-    def _answer(
-        self, request: relay_pb2.DeliverRequest
-    ) -> asyncio.Future[relay_pb2.DeliverResponse] | relay_pb2.DeliverResponse:
-        """The response to one request, now or once its delivery has been answered."""
+    def _answer(self, request: relay_pb2.DeliverRequest, answers: _Answers) -> None:
+        """Deliver one request; its response goes to ``answers`` now or once the
+        endpoint has answered."""
         request_id = request.id
         if request.group:
             grouped = self._deliver_group(request)
             if isinstance(grouped, tuple):
-                return relay_pb2.DeliverResponse(statuses=map(_status, grouped), id=request_id)
-            return _then(
-                grouped,
-                lambda outcomes: relay_pb2.DeliverResponse(
-                    statuses=map(_status, outcomes), id=request_id
-                ),
-            )
-        single = self._deliver(request)
-        if isinstance(single, Outcome):
-            return relay_pb2.DeliverResponse(status=_status(single), id=request_id)
-        return _then(
-            single,
-            lambda outcome: relay_pb2.DeliverResponse(status=_status(outcome), id=request_id),
-        )
+                answers.group(request_id, grouped)
+            else:
+                grouped.add_done_callback(answers.group_later(request_id))
+            return
+        try:
+            endpoint = Endpoint.parse(request.recipient)
+        except EndpointError as exc:
+            answers.single(request_id, Outcome(ApexReplyCode.PARAMETER_INVALID, str(exc)))
+            return
+        held = self._router.local.get(endpoint)
+        if held is None:
+            answers.single(request_id, NOT_HERE_OUTCOME)
+            return
+        self._from_pod.inc()
+        held[0].send_data(request.payload, answers.single_later(request_id))
 
     async def Deliver(  # noqa: N802  (gRPC method name)
         self, request: relay_pb2.DeliverRequest, context: grpc.aio.ServicerContext
     ) -> relay_pb2.DeliverResponse:
-        answer = self._answer(request)
-        return answer if isinstance(answer, relay_pb2.DeliverResponse) else await answer
+        answers = _Answers()
+        self._answer(request, answers)
+        while not answers.batch.responses:
+            await answers.wake.wait()
+            answers.wake.clear()
+        return answers.batch.responses[0]
 
     async def DeliverStream(  # noqa: N802
         self,
         request_iterator: AsyncIterator[relay_pb2.DeliverBatch],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[relay_pb2.DeliverOutcomes]:
-        answers: asyncio.Queue[relay_pb2.DeliverResponse | None] = asyncio.Queue()
-        pending: set[asyncio.Future[relay_pb2.DeliverResponse]] = set()
-
-        def answered(future: asyncio.Future[relay_pb2.DeliverResponse]) -> None:
-            pending.discard(future)
-            answers.put_nowait(future.result())
+        answers = _Answers()
 
         async def read() -> None:
-            async for batch in request_iterator:
-                for request in batch.requests:
-                    answer = self._answer(request)
-                    if isinstance(answer, relay_pb2.DeliverResponse):
-                        answers.put_nowait(answer)
-                        continue
-                    pending.add(answer)
-                    answer.add_done_callback(answered)
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
-            answers.put_nowait(None)
+            try:
+                async for batch in request_iterator:
+                    for request in batch.requests:
+                        self._answer(request, answers)
+            finally:
+                answers.finish()
 
         reader = asyncio.ensure_future(read())
+        reader.add_done_callback(_retrieve)
         try:
-            while True:
-                first = await answers.get()
-                if first is None:
-                    return
-                batch = [first]
-                finished = False
-                while not answers.empty():
-                    item = answers.get_nowait()
-                    if item is None:
-                        finished = True
-                        break
-                    batch.append(item)
-                yield relay_pb2.DeliverOutcomes(responses=batch)
-                if finished:
-                    return
+            while not answers.done:
+                await answers.wake.wait()
+                answers.wake.clear()
+                batch = answers.take()
+                if batch is not None:
+                    yield batch
         finally:
             reader.cancel()
 
