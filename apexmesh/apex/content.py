@@ -142,23 +142,27 @@ def _canonical(payload: bytes) -> Payload | None:
     head = _CANONICAL_HEAD.match(payload)
     if head is None:
         return None
-    delimiter = b"\r\n--" + head.group(1)
-    # Searches start at the CRLF that ends a header block: a part beginning with the
-    # dash-boundary makes that CRLF part of a delimiter for the general splitter.
-    control_end = payload.find(delimiter, head.end() - 2)
-    if control_end < head.end():
+    dash_boundary = b"--" + head.group(1)
+    control_start = head.end()
+    # Any CRLF "--" in a part sends the payload to the general splitter, which decides
+    # whether it is a delimiter; short needles keep these searches cheap. They start at
+    # the CRLF ending a header block: a part beginning with the dash-boundary makes that
+    # CRLF part of a delimiter.
+    control_end = payload.find(b"\r\n--", control_start - 2)
+    if control_end < control_start or not payload.startswith(dash_boundary, control_end + 2):
         return None
-    part_start = control_end + len(delimiter) + 2
+    part_start = control_end + len(dash_boundary) + 4
     if payload[part_start - 2 : part_start] != b"\r\n":
         return None
     part = _CANONICAL_PART.match(payload, part_start)
     if part is None:
         return None
     body_start = part.end()
-    body_end = len(payload) - len(delimiter) - 4
+    body_end = len(payload) - len(dash_boundary) - 6  # CRLF, dash-boundary, "--" CRLF
     if (
         body_end < body_start
-        or payload.find(delimiter, body_start - 2) != body_end
+        or payload.find(b"\r\n--", body_start - 2) != body_end
+        or not payload.startswith(dash_boundary, body_end + 2)
         or not payload.endswith(b"--\r\n")
     ):
         return None
@@ -176,7 +180,7 @@ def _canonical(payload: bytes) -> Payload | None:
         ),
         body=payload[body_start:body_end],
     )
-    return Payload(control=payload[head.end() : control_end], parts={content_id: mime})
+    return Payload(control=payload[control_start:control_end], parts={content_id: mime})
 
 
 def _broken(reason: str) -> NoReturn:
@@ -421,19 +425,35 @@ def build_payload(data: Data | bytes, parts: Sequence[MimePart], *, boundary: st
     head, delimiter, close = _layout(boundary)
     chunks = [head, data if isinstance(data, bytes) else data.to_xml()]
     for part in parts:
-        if delimiter in part.body:
-            raise ApexError(ApexReplyCode.ACTION_ABORTED, "the boundary occurs in a part")
-        chunks += [
-            b"\r\n",
-            delimiter,
-            (
-                f"\r\nContent-Type: {part.content_type}\r\nContent-Transfer-Encoding: binary"
-                f"\r\nContent-ID: <{part.content_id}>\r\n\r\n"
-            ).encode("ascii"),
-            part.body,
-        ]
+        _check_framing(delimiter, part.body)
+        chunks += [b"\r\n", delimiter, _part_head(part.content_type, part.content_id), part.body]
     chunks.append(close)
     return b"".join(chunks)
+
+
+def build_one_part(
+    control: bytes, content_id: str, content_type: str, body: bytes, *, boundary: str
+) -> bytes:
+    """:func:`build_payload` of ``control`` and one part given by its fields (what a
+    sender of octets writes for every data, without a :class:`MimePart` to build)."""
+    if content_id == CONTROL_ID:
+        raise ApexError(ApexReplyCode.ACTION_ABORTED, "every part needs its own Content-ID")
+    head, delimiter, close = _layout(boundary)
+    _check_framing(delimiter, body)
+    part_head = _part_head(content_type, content_id)
+    return b"".join((head, control, b"\r\n", delimiter, part_head, body, close))
+
+
+def _check_framing(delimiter: bytes, body: bytes) -> None:
+    if delimiter in body:
+        raise ApexError(ApexReplyCode.ACTION_ABORTED, "the boundary occurs in a part")
+
+
+def _part_head(content_type: str, content_id: str | None) -> bytes:
+    return (
+        f"\r\nContent-Type: {content_type}\r\nContent-Transfer-Encoding: binary"
+        f"\r\nContent-ID: <{content_id}>\r\n\r\n"
+    ).encode("ascii")
 
 
 @functools.lru_cache(maxsize=64)
@@ -462,6 +482,10 @@ def resolve_content(data: Data, parts: Mapping[str, MimePart]) -> MimePart | Dat
     relative reference that is not a bare fragment.
     """
     reference = data.content
+    if reference.startswith("cid:") and "%" not in reference and "#" not in reference:
+        part = parts.get(reference[4:])  # the common reference: nothing to unquote or cut
+        if part is not None:
+            return part
     if reference.startswith("#"):
         content = data.data_content
         if content is None or content.name != reference[1:]:
@@ -487,6 +511,7 @@ __all__ = [
     "MULTIPART_RELATED",
     "MimePart",
     "Payload",
+    "build_one_part",
     "build_payload",
     "parse_payload",
     "resolve_content",
