@@ -24,7 +24,7 @@ import contextlib
 import functools
 import logging
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from types import TracebackType
 from typing import Final
 
@@ -52,7 +52,7 @@ from apexmesh.client.errors import (
     SessionClosedError,
 )
 from apexmesh.client.outgoing import Content, RecipientLike, as_endpoint, as_recipients, encode_data
-from apexmesh.client.received import decode_data
+from apexmesh.client.received import ReceivedData, decode_data
 from apexmesh.client.reports import SendResult
 from apexmesh.client.trans_ids import TransIds
 
@@ -117,7 +117,16 @@ def _settle_send(
     done.set_exception(error)
 
 
+async def _put_all(attachments: list[Attachment], received: ReceivedData) -> None:
+    """Queue ``received`` for each attachment, waiting for room where a queue is full."""
+    for attachment in attachments:
+        if not attachment._offer(received):
+            await attachment._put(received)
+
+
 def _reply_outcome(payload: bytes, trans_id: int | None) -> None:
+    if payload == _OK_PAYLOAD:  # as every apex-mesh relay writes it: nothing to parse
+        return
     try:
         body = split_entity(payload).body
     except BeepError as exc:
@@ -334,10 +343,11 @@ class ApexClient:
             timing_trans_id=timing_id,
             on_close=self._unregister_result if status_id or timing_id else None,
         )
-        for trans_id in result.trans_ids:
-            # Registered before sending: a report may overtake the ok.
-            self._reports[trans_id] = result
-            attachment._results.add(result)
+        if status_id is not None or timing_id is not None:
+            for trans_id in result.trans_ids:
+                # Registered before sending: a report may overtake the ok.
+                self._reports[trans_id] = result
+                attachment._results.add(result)
         try:
             reply = channel.send(payload)
         except ConnectionClosedError:
@@ -362,7 +372,9 @@ class ApexClient:
             while True:
                 incoming = await channel.receive()
                 try:
-                    await self._handle(incoming)
+                    waiting = self._handle(incoming)
+                    if waiting is not None:
+                        await waiting
                 except (ConnectionClosedError, SessionClosedError):
                     raise
                 except Exception:  # one bad message must not stop the reader
@@ -374,26 +386,31 @@ class ApexClient:
         finally:
             self._end_all(AttachmentTerminatedError(421, "BEEP session ended"))
 
-    async def _handle(self, incoming: Incoming) -> None:
+    def _handle(self, incoming: Incoming) -> Awaitable[None] | None:
+        """Process one MSG from the relay; what must wait (an attach still unanswered, a
+        full receive queue) comes back as an awaitable, the rest is done on return."""
         try:
             payload = parse_payload(incoming.payload)
             message = parse_message(payload.control)
         except ApexError as exc:
             incoming.error(beep_xml(Error.from_exception(exc).to_xml()))
-            return
+            return None
         if isinstance(message, Data):
-            await self._on_data(incoming, message, payload.parts)
-        elif isinstance(message, Terminate):
+            return self._on_data(incoming, message, payload.parts)
+        if isinstance(message, Terminate):
             self._on_terminate(incoming, message)
-        else:
-            incoming.error(
-                _error_payload(
-                    ApexReplyCode.ACTION_NOT_TAKEN,
-                    f"an application does not accept {type(message).__name__.lower()}",
-                )
+            return None
+        incoming.error(
+            _error_payload(
+                ApexReplyCode.ACTION_NOT_TAKEN,
+                f"an application does not accept {type(message).__name__.lower()}",
             )
+        )
+        return None
 
-    async def _on_data(self, incoming: Incoming, data: Data, parts: Mapping[str, MimePart]) -> None:
+    def _on_data(
+        self, incoming: Incoming, data: Data, parts: Mapping[str, MimePart]
+    ) -> Awaitable[None] | None:
         """RFC 3340 section 4.4.4.2: ok when some recipient is attached here, else 550."""
         targets: list[Attachment] = []
         for recipient in data.recipients:
@@ -401,29 +418,43 @@ class ApexClient:
             if attachment is None:
                 continue
             if attachment.state is AttachmentState.ATTACHING:
-                await attachment._settled  # its ok may still be on its way to attach()
+                # Its ok may still be on its way to attach(): decide once it has settled.
+                return self._on_data_settled(incoming, data, parts, attachment)
             if attachment.state is AttachmentState.ATTACHED and attachment not in targets:
                 targets.append(attachment)
         if not targets:
             incoming.error(
                 _error_payload(ApexReplyCode.ACTION_NOT_TAKEN, "no recipient is attached here")
             )
-            return
+            return None
         response = self._status_response(data)
         try:
             received = decode_data(data, parts, response)
         except ApexError as exc:
             incoming.error(beep_xml(Error.from_exception(exc).to_xml()))
-            return
+            return None
         incoming.reply(_OK_PAYLOAD)
         if response is not None:
             collector = self._reports.get(response.trans_id)
             if collector is not None:
                 collector._deliver(response)
-                return
-        for attachment in targets:
+                return None
+        for index, attachment in enumerate(targets):
             if not attachment._offer(received):
-                await attachment._put(received)
+                return _put_all(targets[index:], received)
+        return None
+
+    async def _on_data_settled(
+        self,
+        incoming: Incoming,
+        data: Data,
+        parts: Mapping[str, MimePart],
+        attaching: Attachment,
+    ) -> None:
+        await attaching._settled
+        waiting = self._on_data(incoming, data, parts)
+        if waiting is not None:
+            await waiting
 
     def _status_response(self, data: Data) -> StatusResponse | None:
         """The statusResponse of a report (RFC 3340 section 5.1), parsed only for data

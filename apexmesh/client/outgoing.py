@@ -6,7 +6,7 @@ control document, named by a ``cid:`` URL (RFC 2392) with a globally unique Cont
 (a counter under a random 128-bit prefix drawn once per process); XML content travels
 inline as the ``data-content`` element named ``Content`` and referenced as ``#Content``,
 exactly as the RFC's examples do. The multipart boundary is random (:mod:`secrets`) and
-kept while no part contains it: :func:`apexmesh.apex.content.build_payload` checks every
+kept while no part contains it: :func:`apexmesh.apex.content.build_one_part` checks every
 part, and a part that happens to contain it (or was crafted to) gets a fresh random
 boundary, so a payload is never cut in the wrong place.
 
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from apexmesh.apex.content import MimePart, build_payload
+from apexmesh.apex.content import build_one_part
 from apexmesh.apex.data import Data, DataContent, Originator, Recipient
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
@@ -72,6 +72,8 @@ def as_endpoint(value: Endpoint | str) -> Endpoint:
 
 def as_recipients(values: RecipientLike | Iterable[RecipientLike]) -> tuple[Recipient, ...]:
     """Normalize one or several recipients to ``recipient`` elements."""
+    if type(values) is str:
+        return _recipient_named(values)
     if isinstance(values, Endpoint | str | Recipient):
         values = (values,)
     return tuple(
@@ -80,6 +82,13 @@ def as_recipients(values: RecipientLike | Iterable[RecipientLike]) -> tuple[Reci
     )
 
 
+@functools.lru_cache(maxsize=4096)
+def _recipient_named(text: str) -> tuple[Recipient, ...]:
+    """One recipient named by its text (the common call), parsed once per text."""
+    return (Recipient.plain(as_endpoint(text)),)
+
+
+@functools.lru_cache(maxsize=256)
 def _check_media_type(content_type: str) -> None:
     kind, slash, sub = content_type.partition("/")
     if (
@@ -153,10 +162,11 @@ def encode_data(
                 _envelope(originator, recipients, options),
             )
         )
-        part = MimePart(content_id=content_id, content_type=content_type, body=content)
         for attempt in range(_MAX_BOUNDARY_ATTEMPTS):
             try:
-                return build_payload(control, (part,), boundary=_boundary)
+                return build_one_part(
+                    control, content_id, content_type, content, boundary=_boundary
+                )
             except ApexError:
                 if attempt == _MAX_BOUNDARY_ATTEMPTS - 1:
                     raise

@@ -48,7 +48,8 @@ class SendResult:
         #: timing error (550) and transient (350) reports are collected here too.
         self.timing_trans_id = timing_trans_id
         self._collected: list[StatusResponse] = []
-        self._ready = asyncio.Event()
+        #: Made by the first reports() that must wait (most results are never asked).
+        self._ready: asyncio.Event | None = None
         self._end: ApexClientError | None = None
         self._on_close = on_close
 
@@ -78,6 +79,8 @@ class SendResult:
             while len(self._collected) < count:
                 if self._end is not None:
                     raise self._end
+                if self._ready is None:
+                    self._ready = asyncio.Event()
                 self._ready.clear()
                 await self._ready.wait()
         self.close()
@@ -91,11 +94,13 @@ class SendResult:
 
     def _deliver(self, response: StatusResponse) -> None:
         self._collected.append(response)
-        self._ready.set()
+        if self._ready is not None:
+            self._ready.set()
 
     def _fail(self, error: ApexClientError) -> None:
         self._end = error
-        self._ready.set()
+        if self._ready is not None:
+            self._ready.set()
 
 
 __all__ = ["SendResult"]
