@@ -41,6 +41,8 @@ class Associations:
 
     _by_trans_id: dict[int, Association] = field(default_factory=dict)
     _pending: set[int] = field(default_factory=set)
+    #: The endpoints of ``_by_trans_id``'s attachments (asked for every data received).
+    _attached: set[Endpoint] = field(default_factory=set)
 
     def begin(self, trans_id: int) -> None:
         """Reserve ``trans_id`` for an attach or bind being processed (555 if in use)."""
@@ -56,6 +58,8 @@ class Associations:
         """The operation begun with ``begin`` succeeded."""
         self._pending.discard(association.trans_id)
         self._by_trans_id[association.trans_id] = association
+        if isinstance(association, Attachment):
+            self._attached.add(association.endpoint)
 
     def abandon(self, trans_id: int) -> None:
         """The operation begun with ``begin`` failed; its transID is free again."""
@@ -66,18 +70,29 @@ class Associations:
         if trans_id == 0:
             everything = tuple(self._by_trans_id.values())
             self._by_trans_id.clear()
+            self._attached.clear()
             return everything
         association = self._by_trans_id.pop(trans_id, None)
         if association is None:
             raise ApexError(
                 ApexReplyCode.ACTION_NOT_TAKEN, "unknown transaction-identifier", trans_id=trans_id
             )
+        self._forget(association)
         return (association,)
 
     def remove(self, association: Association) -> None:
         """Forget an association the relay itself ended (relay-initiated terminate)."""
         if self._by_trans_id.get(association.trans_id) == association:
             del self._by_trans_id[association.trans_id]
+            self._forget(association)
+
+    def _forget(self, association: Association) -> None:
+        if isinstance(association, Attachment) and self.attachment_of(association.endpoint) is None:
+            self._attached.discard(association.endpoint)
+
+    def attached(self, endpoint: Endpoint) -> bool:
+        """True when ``endpoint`` is attached over this channel."""
+        return endpoint in self._attached
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:

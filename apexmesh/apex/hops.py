@@ -95,6 +95,15 @@ def plan_data(
     Raises :class:`ApexError` 504 when a per-data option applies, is not understood and
     has mustUnderstand true (the operation fails before ``ok``).
     """
+    if not data.options and not data.originator.options and len(data.recipients) == 1:
+        recipient = data.recipients[0]
+        if not recipient.options:
+            # Most data: one recipient, no option anywhere; the general steps below
+            # would make exactly this plan, the data forwarded as received.
+            plan = RecipientPlan(
+                recipient=recipient, final=is_final(recipient.identity), forward=data
+            )
+            return DataPlan(data_options=(), recipients=(plan,))
     finals = tuple(is_final(recipient.identity) for recipient in data.recipients)
     any_final = any(finals)
     data_options: list[Option] = []

@@ -15,7 +15,7 @@ import contextlib
 import enum
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from apexmesh.aio import (
@@ -31,7 +31,15 @@ from apexmesh.apex.associations import Associations, Attachment, Binding
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.content import parse_payload
 from apexmesh.apex.data import Data
-from apexmesh.apex.elements import Attach, Bind, Error, Ok, Terminate, parse_message
+from apexmesh.apex.elements import (
+    ApexMessage,
+    Attach,
+    Bind,
+    Error,
+    Ok,
+    Terminate,
+    parse_message,
+)
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import select_local_options
 from apexmesh.apex.party import overrides
@@ -118,7 +126,9 @@ class ApexChannel:
             while True:
                 incoming = await channel.receive()
                 try:
-                    await self._handle(incoming)
+                    waiting = self._handle(incoming)
+                    if waiting is not None:
+                        await waiting
                 except (ConnectionClosedError, BeepError):
                     raise
                 except Exception:  # noqa: BLE001  (Redis or a bug: answer, keep serving)
@@ -152,20 +162,26 @@ class ApexChannel:
 
     # ---------------------------------------------------------------- incoming MSGs
 
-    async def _handle(self, incoming: Incoming) -> None:
+    def _handle(self, incoming: Incoming) -> Awaitable[None] | None:
+        """Process one MSG. Data is answered on return unless its options must be
+        looked at first; what must wait (those, attach, bind, terminate) comes back as
+        an awaitable, which the channel awaits before its next MSG."""
         try:
             payload = parse_payload(incoming.payload)
             element = parse_message(payload.control)
         except ApexError as exc:
             incoming.error(beep_xml(Error.from_exception(exc).to_xml()))
-            return
+            return None
         if isinstance(element, Data):
-            answer = await self.router.accept(element, payload, incoming.payload, self)
-            if answer is None:
-                incoming.reply(_OK)
-            else:
-                incoming.error(beep_xml(answer.to_xml()))
-            return
+            answer = self.router.accept(element, payload, incoming.payload, self)
+            if answer is None or isinstance(answer, Error):
+                _answer_data(incoming, answer)
+                return None
+            return _answer_data_later(incoming, answer)
+        return self._handle_operation(incoming, element)
+
+    async def _handle_operation(self, incoming: Incoming, element: ApexMessage) -> None:
+        """attach, bind and terminate (and anything else, refused)."""
         if isinstance(element, Attach | Bind):
             result = await self._associate(element)
             if element_is_ok(result):
@@ -288,6 +304,18 @@ def _answered(settle: Callable[[Outcome], None], reply: asyncio.Future[Reply]) -
         settle(ENDPOINT_DETACHED)
     else:
         settle(outcome_from_reply(reply.result()))
+
+
+def _answer_data(incoming: Incoming, answer: Error | None) -> None:
+    """Step 3 of 4.4.4.1: ``ok``, or the error that refused the data."""
+    if answer is None:
+        incoming.reply(_OK)
+    else:
+        incoming.error(beep_xml(answer.to_xml()))
+
+
+async def _answer_data_later(incoming: Incoming, answer: Awaitable[Error | None]) -> None:
+    _answer_data(incoming, await answer)
 
 
 def _consume(future: asyncio.Future[Reply]) -> None:

@@ -63,6 +63,7 @@ from apexmesh.apex.party import (
 from apexmesh.apex.report import PendingReport, pending_reports, status_response
 from apexmesh.apex.timing import DATA_TIMING, Timer, forward, timing_options
 from apexmesh.store.held import ATTACHED, Refused
+from services.relay.edge import Mode
 from services.relay.grouping import Group, deliver_here
 from services.relay.holder import Holder, payload_for, timing_state
 from services.relay.outcomes import (
@@ -216,6 +217,11 @@ class Router:
         )
         #: hold4Endpoint (RFC 3342 section 3); None: the option is not offered.
         self.holder: Holder | None = None
+        # The counters every data moves, resolved once.
+        self._accepted = metrics.data.labels("accepted")
+        self._to_pod = metrics.deliveries.labels("pod")
+        self._to_local = metrics.deliveries.labels("local")
+        self._delivered = metrics.outcomes.labels("delivered")
 
     # ------------------------------------------------------------ attach, bind, terminate
 
@@ -318,15 +324,15 @@ class Router:
 
     # ------------------------------------------------------------ data, steps 1 to 3
 
-    async def accept(
+    def accept(
         self, data: Data, payload: Payload, raw: bytes, channel: ApexChannel
-    ) -> Error | None:
-        """Steps 1-3 for data received on an APEX channel; None means ``ok``."""
-        from services.relay.edge import Mode
-
+    ) -> Error | Awaitable[Error | None] | None:
+        """Steps 1-3 for data received on an APEX channel; None means ``ok``. Data whose
+        options must be looked at before ``ok`` (dataTiming, hold4Endpoint) get their
+        answer as an awaitable; all other data get it on return."""
         originator = data.originator.identity
         if channel.mode is Mode.EDGE:
-            allowed = originator in channel.associations.endpoints
+            allowed = channel.associations.attached(originator)
         else:
             allowed = originator.domain in channel.associations.domains or (
                 originator.domain in self.trusted
@@ -341,17 +347,33 @@ class Router:
         if isinstance(planned, Error):
             return planned
         received_at = self.timekeeper.now()
-        held: frozenset[Endpoint] = frozenset()
-        if any(p.process for p in planned.recipients):
-            checked = self._check_party_options(data, planned, received_at)
-            if checked is not None:
-                return checked
-            holding = await self._hold_unattached(data, planned, payload, raw, received_at)
-            if isinstance(holding, Error):
-                self.metrics.count(self.metrics.data, "refused")
-                return holding
-            held = holding
-        self.metrics.count(self.metrics.data, "accepted")
+        for recipient in planned.recipients:
+            if recipient.process:
+                return self._accept_with_options(
+                    data, planned, payload, raw, received_at, dispatcher
+                )
+        self._accepted.inc()
+        dispatcher.submit(Job(data, planned, tuple(payload.parts.values()), raw, received_at))
+        return None
+
+    async def _accept_with_options(
+        self,
+        data: Data,
+        planned: DataPlan,
+        payload: Payload,
+        raw: bytes,
+        received_at: int,
+        dispatcher: Dispatcher,
+    ) -> Error | None:
+        """Step 3 of :meth:`accept` for data with options to process before ``ok``."""
+        checked = self._check_party_options(data, planned, received_at)
+        if checked is not None:
+            return checked
+        held = await self._hold_unattached(data, planned, payload, raw, received_at)
+        if isinstance(held, Error):
+            self.metrics.count(self.metrics.data, "refused")
+            return held
+        self._accepted.inc()
         dispatcher.submit(Job(data, planned, tuple(payload.parts.values()), raw, received_at, held))
         return None
 
@@ -535,7 +557,7 @@ class Router:
             return True
         held = self.local.get(endpoint)
         if held is not None:
-            self.metrics.count(self.metrics.deliveries, "local")
+            self._to_local.inc()
             settle = functools.partial(self._count_outcome, job, endpoint)
             held[0].send_data(job_payload(job, forward), settle)
             return True
@@ -544,7 +566,7 @@ class Router:
             return False
         address = located[1]
         payload = job_payload(job, forward)
-        self.metrics.count(self.metrics.deliveries, "pod")
+        self._to_pod.inc()
         settle = functools.partial(self._settled_at_pod, job, endpoint, payload, address)
         self.peers.send(address, endpoint, originator, payload, settle)
         return True
@@ -660,6 +682,9 @@ class Router:
             self.metrics.count(self.metrics.outcomes, "delivered", delivered)
 
     def _count_outcome(self, job: Job, endpoint: Endpoint, outcome: Outcome) -> None:
+        if outcome is DELIVERED:
+            self._delivered.inc()
+            return
         if outcome is HELD:
             self.metrics.count(self.metrics.outcomes, "held")
             return
