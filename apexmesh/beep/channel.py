@@ -69,6 +69,8 @@ class Channel:
     next_msgno: int = 0
     #: Message numbers of this peer's MSGs whose reply is not yet complete, in order.
     awaiting_reply: deque[int] = field(default_factory=deque)
+    #: The same numbers as a set: asked for each MSG sent, while hundreds may await.
+    awaiting_set: set[int] = field(default_factory=set)
     #: How many of ``awaiting_reply`` have had their first frame sent (always a prefix,
     #: as MSGs leave in queue order): a reply to any other is a peer's violation.
     msgs_started: int = 0

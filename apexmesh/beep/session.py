@@ -494,6 +494,7 @@ class Session:
         zero = Channel(number=0, profile="")
         zero.next_msgno = 1  # msgno 0 is the greeting exchange (section 2.4)
         zero.awaiting_reply.append(0)
+        zero.awaiting_set.add(0)
         zero.msgs_started = 1  # the peer's greeting answers no MSG on the wire
         self._channels[0] = zero
         unavailable = self.config.unavailable
@@ -666,7 +667,7 @@ class Session:
         keyword = frame.keyword
         msgno = frame.msgno
         if not ch.awaiting_reply or ch.awaiting_reply[0] != msgno:
-            if msgno in ch.awaiting_reply:
+            if msgno in ch.awaiting_set:
                 raise FramingError(f"reply to MSG {msgno} arrived out of order")
             raise FramingError(f"{keyword} for MSG {msgno}, which awaits no reply")
         if not ch.msgs_started:
@@ -720,7 +721,7 @@ class Session:
         self._account(size)
 
     def _finish_reply(self, ch: Channel) -> None:
-        ch.awaiting_reply.popleft()
+        ch.awaiting_set.discard(ch.awaiting_reply.popleft())
         ch.msgs_started -= 1
         self._buffered -= ch.reply_size
         ch.reply_size = 0
@@ -1144,10 +1145,11 @@ class Session:
 
     def _queue_msg(self, ch: Channel, payload: bytes) -> int:
         msgno = ch.next_msgno
-        while msgno in ch.awaiting_reply:
+        while msgno in ch.awaiting_set:
             msgno = (msgno + 1) % (MAX_NUMBER + 1)
         ch.next_msgno = (msgno + 1) % (MAX_NUMBER + 1)
         ch.awaiting_reply.append(msgno)
+        ch.awaiting_set.add(msgno)
         self._enqueue(ch, Outgoing(MSG, msgno, payload))
         self._flush()
         return msgno

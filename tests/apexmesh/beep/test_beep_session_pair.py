@@ -697,3 +697,16 @@ def test_sequence_numbers_wrap_modulo_2_32() -> None:
     assert min(seqnos) < 20_000 < start <= max(seqnos)  # it wrapped
     assert pair.ini._channels[ch].send_seqno == (start + 20_002) % (1 << 32)
     assert_clean(pair)
+
+
+def test_message_numbers_wrap_and_skip_those_still_awaiting_replies() -> None:
+    """RFC 3080 section 2.2.1.1: a msgno is not reused while its reply is pending; after
+    2**31 - 1 the numbers start again at 0 and step over the ones still outstanding."""
+    pair = Pair()
+    ch = pair.open_channel()
+    pair.ini.send_msg(ch, body(b"zero"))  # msgno 0 stays unanswered
+    pair.ini.send_msg(ch, body(b"one"))  # msgno 1 too
+    pair.pump()
+    pair.ini._channels[ch].next_msgno = (1 << 31) - 1  # as if 2**31 MSGs had gone
+    numbers = [pair.ini.send_msg(ch, body(b"%d" % n)) for n in range(3)]
+    assert numbers == [(1 << 31) - 1, 2, 3]
