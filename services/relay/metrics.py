@@ -1,7 +1,9 @@
 """Prometheus metrics of the relay (names follow the Prometheus naming guide).
 
 Labelled children are resolved once and kept (``count``): ``Counter.labels`` costs a lock
-and a dictionary build per call, too much for a per-message path.
+and a dictionary build per call, too much for a per-message path. The counters every
+data moves (data operations, deliveries, outcomes) are loop counters
+(:mod:`apexmesh.ops.counters`): plain integers, read when scraped.
 """
 
 from __future__ import annotations
@@ -10,21 +12,23 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from apexmesh.ops.counters import CounterChild, LoopCounter
+
 
 @dataclass(frozen=True, slots=True)
 class RelayMetrics:
     sessions: Gauge
     attachments: Gauge
-    data: Counter
-    deliveries: Counter
-    outcomes: Counter
+    data: LoopCounter
+    deliveries: LoopCounter
+    outcomes: LoopCounter
     timing_reports: Counter
     deadline_misses: Counter
     held: Counter
     held_count: Gauge
     held_bytes: Gauge
     held_oldest_age: Gauge
-    _children: dict[tuple[int, str], Counter] = field(default_factory=dict)
+    _children: dict[tuple[int, str], Counter | CounterChild] = field(default_factory=dict)
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> RelayMetrics:
@@ -37,19 +41,19 @@ class RelayMetrics:
                 "Endpoints attached to this relay pod.",
                 registry=registry,
             ),
-            data=Counter(
+            data=LoopCounter(
                 "apexmesh_relay_data_operations",
                 "Data operations received, by result (accepted or refused).",
                 ["result"],
                 registry=registry,
             ),
-            deliveries=Counter(
+            deliveries=LoopCounter(
                 "apexmesh_relay_deliveries",
                 "Deliveries dispatched, by route (local, pod, from-pod, mesh, service).",
                 ["route"],
                 registry=registry,
             ),
-            outcomes=Counter(
+            outcomes=LoopCounter(
                 "apexmesh_relay_delivery_outcomes",
                 "Delivery outcomes per recipient (delivered or the reply code).",
                 ["result"],
@@ -95,7 +99,7 @@ class RelayMetrics:
             ),
         )
 
-    def count(self, counter: Counter, label: str, amount: int = 1) -> None:
+    def count(self, counter: Counter | LoopCounter, label: str, amount: int = 1) -> None:
         """Increment ``counter``'s child for ``label`` (its only label)."""
         key = (id(counter), label)
         child = self._children.get(key)
