@@ -103,6 +103,8 @@ class Endpoint:
     domain: str
     #: ``str(self)``, made on first use (every data names endpoints as text again).
     _text: str = field(default="", init=False, compare=False, repr=False)
+    #: ``hash(self)``, made on first use (endpoints key most tables of a relay).
+    _hash: int = field(default=0, init=False, compare=False, repr=False)
 
     @classmethod
     def parse(cls, text: str) -> Endpoint:
@@ -154,7 +156,11 @@ class Endpoint:
     def __hash__(self) -> int:
         # The text is canonical (equal endpoints have equal text) and, once made, cached
         # with its hash: endpoints are dictionary keys on every hop of every data.
-        return hash(str(self))
+        known = self._hash
+        if not known:
+            known = hash(str(self))
+            object.__setattr__(self, "_hash", known)
+        return known
 
     def __str__(self) -> str:
         text = self._text
