@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from figures import figure
+from pipeline import pipelined
 
 from apexmesh.aio import (
     AcceptChannel,
@@ -223,13 +224,11 @@ async def loopback_echo(count: int, size: int = 256) -> float:
     conn = await connect("127.0.0.1", port, SessionConfig(receive_window_octets=256 * 1024))
     channel = await conn.open_channel(LOOPBACK_PROFILE)
     payload = build_entity(b"x" * size)
+    await pipelined(lambda: channel.send(payload), LOOPBACK_DEPTH, LOOPBACK_DEPTH)  # warm-up
+    last = await channel.send(payload)
+    assert last.payload == payload
     started = time.perf_counter()
-    sent = 0
-    while sent < count:
-        batch = min(LOOPBACK_DEPTH, count - sent)
-        replies = await asyncio.gather(*(channel.send(payload) for _ in range(batch)))
-        assert all(r.payload == payload for r in replies)
-        sent += batch
+    await pipelined(lambda: channel.send(payload), count, LOOPBACK_DEPTH)
     elapsed = time.perf_counter() - started
     await conn.close()
     server.close()

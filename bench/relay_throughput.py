@@ -5,11 +5,13 @@ BEEP, no SASL, so the comparison with the plaintext echo is fair), attaches a se
 example.com's pod 1 and receivers to pod 1 (same pod) and pod 2 (other pod: one gRPC
 hop more), and measures:
 
-* throughput: data operations per second, 256-octet content, MSGs pipelined, counted when
-  the receiver has them all (every one answered ``ok`` by the relay and delivered);
+* throughput: data operations per second, 256-octet content, :data:`DEPTH` in flight
+  (bench/pipeline.py, as the baseline), counted when the receiver has them all (every
+  one answered ``ok`` by the relay and delivered);
 * latency: p50 / p99 from send to receipt at a fixed offered rate;
 * baseline, same run: a raw BEEP MSG/RPY echo over loopback TCP through the same asyncio
-  adapter (bench/beep_frames.py ``loopback_echo``), exchanges per second;
+  adapter (bench/beep_frames.py ``loopback_echo``), exchanges per second, measured right
+  before each relay round (``--rounds``; the best round of each is reported);
 * CPU per data operation (user + system, microseconds) of the sender's relay pod, the
   receiver's pod and this process (both endpoints), during the throughput run: on a
   2-core machine the three share the cores, so these say where the time goes.
@@ -38,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from beep_frames import loopback_echo
 from figures import figure
+from pipeline import pipelined
 
 from apexmesh.client import Attachment, connect_endpoint
 from apexmesh.ops.localmesh import LocalMesh
@@ -67,20 +70,9 @@ async def throughput(sender: Attachment, receiver: Attachment, count: int) -> fl
         for _ in range(count):
             await receiver.receive()
 
-    window = asyncio.Semaphore(DEPTH)
-
-    def answered(_: asyncio.Future[object]) -> None:
-        window.release()
-
     started = time.perf_counter()
     receiving = asyncio.ensure_future(drain())
-    sends = []
-    for _ in range(count):
-        await window.acquire()  # a sliding window of DEPTH operations in flight
-        sent = sender.submit(target, content)
-        sent.add_done_callback(answered)
-        sends.append(sent)
-    await asyncio.gather(*sends)
+    await pipelined(lambda: sender.submit(target, content), count, DEPTH)
     await asyncio.wait_for(receiving, 60)
     return count / (time.perf_counter() - started)
 
@@ -117,12 +109,11 @@ async def latency(
 
 async def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=5000)
+    parser.add_argument("--count", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args(argv)
-    echo_rate = await loopback_echo(args.count * 4)
-    print(f"raw BEEP MSG/RPY echo over loopback: {echo_rate:,.0f} exchanges/s")
     mesh = LocalMesh(Path(tempfile.mkdtemp(prefix="apex-bench-")), dev=True)
     await mesh.start()
     clients = []
@@ -141,17 +132,28 @@ async def main(argv: list[str]) -> None:
             "endpoints": os.getpid(),
         }
         results = []
+        echoes: list[float] = []
         for label, receiver in (("same_pod", near), ("other_pod", far)):
             await throughput(fred, receiver, 200)  # warm-up: connections, caches
-            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            rate = await throughput(fred, receiver, args.count)
-            cpu = {
-                name: (cpu_seconds(pid) - before[name]) / args.count * 1e6
-                for name, pid in pids.items()
-            }
+            rounds: list[tuple[float, float, dict[str, float]]] = []
+            for _ in range(args.rounds):
+                # The baseline runs right before each relay round: a machine whose speed
+                # drifts (a shared VM) moves both alike; the best round of each is kept.
+                echo = await loopback_echo(args.count * 2)
+                before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+                rate = await throughput(fred, receiver, args.count)
+                cpu = {
+                    name: (cpu_seconds(pid) - before[name]) / args.count * 1e6
+                    for name, pid in pids.items()
+                }
+                rounds.append((echo, rate, cpu))
+            echo_rate = max(echo for echo, _, _ in rounds)
+            _, rate, cpu = max(rounds, key=lambda r: r[1])
+            echoes.append(echo_rate)
             p50, p99 = await latency(fred, receiver, args.rate, args.seconds)
             print(
-                f"{label:>9}: {rate:,.0f} data/s ({rate / echo_rate:.0%} of the raw echo); "
+                f"{label:>9}: {rate:,.0f} data/s, {rate / echo_rate:.0%} of the raw echo "
+                f"({echo_rate:,.0f} exchanges/s; best of {args.rounds} alternate rounds each); "
                 f"at {args.rate:.0f}/s p50 {p50:.2f} ms, p99 {p99:.2f} ms; CPU per data: "
                 + ", ".join(f"{name} {micros:.0f} us" for name, micros in cpu.items())
             )
@@ -165,7 +167,7 @@ async def main(argv: list[str]) -> None:
                 figure(f"relay_{label}_latency_p50", p50, "ms"),
                 figure(f"relay_{label}_latency_p99", p99, "ms"),
             ]
-        results.append(figure("raw_beep_echo", echo_rate, "exchanges/s"))
+        results.append(figure("raw_beep_echo", max(echoes), "exchanges/s"))
     finally:
         for client in clients:
             await client.close()
