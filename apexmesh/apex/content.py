@@ -35,9 +35,9 @@ import functools
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from email.message import Message
-from typing import Final, NoReturn
+from types import MappingProxyType
+from typing import Final, NamedTuple, NoReturn
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
@@ -53,10 +53,13 @@ MAX_MIME_PARTS: Final = 64
 
 MULTIPART_RELATED: Final = "multipart/related"
 
+#: The parts of a payload that is the control document alone (read-only, shared).
+NO_PARTS: Final[Mapping[str, MimePart]] = MappingProxyType({})
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MimePart:
-    """One body part of a multipart/related payload."""
+
+class MimePart(NamedTuple):
+    """One body part of a multipart/related payload (a NamedTuple, as frames are: two
+    are made for every data a relay or an endpoint receives, at C speed)."""
 
     #: The Content-ID without angle brackets, or None when the part has none.
     content_id: str | None
@@ -68,14 +71,13 @@ class MimePart:
     body: bytes = b""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Payload:
+class Payload(NamedTuple):
     """An APEX payload: the control document and the MIME parts it can reference."""
 
     #: The application/beep+xml control document (for :func:`parse_apex`).
     control: bytes
     #: The other parts by Content-ID (empty when the payload is the document alone).
-    parts: Mapping[str, MimePart] = field(default_factory=dict)
+    parts: Mapping[str, MimePart] = NO_PARTS
 
 
 def parse_payload(payload: bytes) -> Payload:
