@@ -12,6 +12,7 @@ from apexmesh.aio.connection import (
     Incoming,
     RejectChannel,
     Reply,
+    ReplyCallback,
     StartHandler,
 )
 from apexmesh.aio.endpoints import connect, listen
@@ -26,6 +27,7 @@ __all__ = [
     "Incoming",
     "RejectChannel",
     "Reply",
+    "ReplyCallback",
     "StartHandler",
     "connect",
     "listen",

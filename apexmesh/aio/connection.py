@@ -69,6 +69,11 @@ class Reply:
         return self.kind != "ERR"
 
 
+#: What :meth:`Channel.send_then` calls: with the reply, or with the error that ended the
+#: session before it came.
+ReplyCallback = Callable[["Reply | ConnectionClosedError"], None]
+
+
 @dataclass(slots=True)
 class Incoming:
     """A MSG from the peer; answer it exactly once (``reply``/``error``/answers+``finish``)."""
@@ -105,7 +110,7 @@ class Channel:
     reply_content: str | None = None
     _incoming: deque[Incoming] = field(default_factory=deque)
     _incoming_ready: asyncio.Event = field(default_factory=asyncio.Event)
-    _pending: dict[int, asyncio.Future[Reply]] = field(default_factory=dict)
+    _pending: dict[int, asyncio.Future[Reply] | ReplyCallback] = field(default_factory=dict)
     _answers: dict[int, list[bytes]] = field(default_factory=dict)
     _closed: asyncio.Future[None] | None = None
     #: True once the channel was closed (by either peer).
@@ -117,6 +122,15 @@ class Channel:
         msgno = self.conn.call(lambda s: s.send_msg(self.number, payload))
         self._pending[msgno] = future
         return future
+
+    def send_then(self, payload: bytes, on_reply: ReplyCallback) -> None:
+        """Send a MSG; ``on_reply`` gets its complete reply, or the
+        :class:`ConnectionClosedError` that ended the session first. It is called from
+        the connection's data handling, so it must not block; a caller that only turns
+        the reply into something else saves the future (and the loop turn) of
+        :meth:`send`."""
+        msgno = self.conn.call(lambda s: s.send_msg(self.number, payload))
+        self._pending[msgno] = on_reply
 
     async def request(self, payload: bytes) -> Reply:
         """Send a MSG and wait for its reply."""
@@ -430,9 +444,14 @@ class BeepConnection(asyncio.Protocol):
         channel = self._channels.get(channel_number)
         if channel is None:
             return
-        future = channel._pending.pop(msgno, None)
-        if future is not None and not future.done():
-            future.set_result(reply)
+        pending = channel._pending.pop(msgno, None)
+        if pending is None:
+            return
+        if isinstance(pending, asyncio.Future):
+            if not pending.done():
+                pending.set_result(reply)
+        else:
+            _call_back(pending, reply)
 
     def _on_reply(self, event: ev.ReplyReceived) -> None:
         self._resolve(event.channel, event.msgno, Reply(kind="RPY", payload=event.payload))
@@ -552,7 +571,12 @@ class BeepConnection(asyncio.Protocol):
             *self._starting.values(),
         ]
         for channel in self._channels.values():
-            futures.extend(channel._pending.values())
+            pending, channel._pending = channel._pending, {}
+            for waiting in pending.values():
+                if isinstance(waiting, asyncio.Future):
+                    futures.append(waiting)
+                else:
+                    _call_back(waiting, error)
             futures.append(channel._closed)
             channel._incoming_ready.set()
         for future in futures:
@@ -561,6 +585,15 @@ class BeepConnection(asyncio.Protocol):
                 future.exception()  # mark retrieved: nobody may be waiting
         if not self.closed.done():
             self.closed.set_result(ev.SessionTerminated(code=error.code, reason=str(error)))
+
+
+def _call_back(callback: ReplyCallback, outcome: Reply | ConnectionClosedError) -> None:
+    """Run a :meth:`Channel.send_then` callback; its failure is logged, never raised into
+    the protocol's data handling."""
+    try:
+        callback(outcome)
+    except Exception:
+        logger.exception("reply callback failed")
 
 
 def _code(value: int) -> ReplyCode | None:

@@ -17,6 +17,7 @@ from apexmesh.aio import (
     Channel,
     ConnectionClosedError,
     RejectChannel,
+    Reply,
     connect,
     listen,
 )
@@ -198,6 +199,48 @@ async def test_large_messages_both_ways_and_pipelining(
         str(i).encode() for i in range(200)
     ]
     await conn.close()
+
+
+async def test_send_then_calls_back_with_each_reply_in_order(
+    server: tuple[int, list[BeepConnection]],
+) -> None:
+    port, _ = server
+    conn = await connect("127.0.0.1", port)
+    channel = await conn.open_channel(ECHO)
+    got: list[Reply | ConnectionClosedError] = []
+    for i in range(50):
+        channel.send_then(build_entity(str(i).encode()), got.append)
+    channel.send_then(build_entity(b"fail"), got.append)
+    await channel.request(build_entity(b"last"))  # replies come in order
+    assert [r.kind for r in got if isinstance(r, Reply)] == ["RPY"] * 50 + ["ERR"]
+    assert [split_entity(r.payload).body for r in got[:50] if isinstance(r, Reply)] == [
+        str(i).encode() for i in range(50)
+    ]
+    await conn.close()
+
+
+async def test_send_then_gets_the_error_when_the_session_ends_and_survives_a_bad_callback(
+    server: tuple[int, list[BeepConnection]], caplog: pytest.LogCaptureFixture
+) -> None:
+    port, connections = server
+    conn = await connect("127.0.0.1", port)
+    channel = await conn.open_channel(ECHO)
+
+    def broken(_: object) -> None:
+        raise RuntimeError("callback bug")
+
+    channel.send_then(build_entity(b"one"), broken)
+    assert (await channel.request(build_entity(b"two"))).ok  # the connection carries on
+    assert "reply callback failed" in caplog.text
+    got: list[Reply | ConnectionClosedError] = []
+    for peer in connections:  # the server stops reading: our MSG stays unanswered
+        assert peer.transport is not None
+        peer.transport.pause_reading()
+    channel.send_then(build_entity(b"never answered"), got.append)
+    conn.abort()
+    await conn.closed
+    assert len(got) == 1
+    assert isinstance(got[0], ConnectionClosedError)
 
 
 async def test_unknown_profile_is_refused_with_550(
