@@ -95,26 +95,23 @@ def _outcome(body: bytes | str, trans_id: int | None) -> None:
 
 
 def _settle_send(
-    result: SendResult, done: asyncio.Future[SendResult], reply: asyncio.Future[Reply]
+    result: SendResult, done: asyncio.Future[SendResult], reply: Reply | ConnectionClosedError
 ) -> None:
-    """The relay answered a data MSG (or the session ended): settle its send."""
-    if done.cancelled() or reply.cancelled():
+    """The relay answered a data MSG (or the session ended first): settle its send."""
+    if done.cancelled():
         result.close()
-        done.cancel()
         return
-    error = reply.exception()
-    if error is None:
+    if isinstance(reply, Reply):
         try:
-            _reply_outcome(reply.result().payload, None)
-        except ApexRequestError as exc:
-            error = exc
+            _reply_outcome(reply.payload, None)
+        except ApexRequestError as error:
+            result.close()
+            done.set_exception(error)
         else:
             done.set_result(result)
-            return
-    elif isinstance(error, ConnectionClosedError):
-        error = SessionClosedError()
+        return
     result.close()
-    done.set_exception(error)
+    done.set_exception(SessionClosedError())
 
 
 async def _put_all(attachments: list[Attachment], received: ReceivedData) -> None:
@@ -348,13 +345,12 @@ class ApexClient:
                 # Registered before sending: a report may overtake the ok.
                 self._reports[trans_id] = result
                 attachment._results.add(result)
+        done: asyncio.Future[SendResult] = self.conn.loop.create_future()
         try:
-            reply = channel.send(payload)
+            channel.send_then(payload, functools.partial(_settle_send, result, done))
         except ConnectionClosedError:
             result.close()
             raise SessionClosedError() from None
-        done: asyncio.Future[SendResult] = self.conn.loop.create_future()
-        reply.add_done_callback(functools.partial(_settle_send, result, done))
         return done
 
     def _unregister_result(self, result: SendResult) -> None:

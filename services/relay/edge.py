@@ -260,11 +260,9 @@ class ApexChannel:
             self.conn.loop.call_soon(settle, ENDPOINT_DETACHED)
             return
         try:
-            reply = channel.send(payload)
+            channel.send_then(payload, functools.partial(_answered, settle))
         except BeepError:  # the session ended, or the channel closed meanwhile
             self.conn.loop.call_soon(settle, ENDPOINT_DETACHED)
-            return
-        reply.add_done_callback(functools.partial(_answered, settle))
 
     async def terminate(
         self, attachment: Attachment, code: int, text: str, *, wait: bool = True
@@ -298,12 +296,9 @@ class ApexChannel:
             await channel.request(beep_xml(element.to_xml()))
 
 
-def _answered(settle: Callable[[Outcome], None], reply: asyncio.Future[Reply]) -> None:
+def _answered(settle: Callable[[Outcome], None], reply: Reply | ConnectionClosedError) -> None:
     """The endpoint answered a data (or the session ended before it did)."""
-    if reply.cancelled() or reply.exception() is not None:
-        settle(ENDPOINT_DETACHED)
-    else:
-        settle(outcome_from_reply(reply.result()))
+    settle(outcome_from_reply(reply) if isinstance(reply, Reply) else ENDPOINT_DETACHED)
 
 
 def _answer_data(incoming: Incoming, answer: Error | None) -> None:
