@@ -128,13 +128,13 @@ class _Stream:
         try:
             call = self._stub.DeliverStream(self._outgoing())
             async for outcomes in call:
+                pending = self._pending
                 for response in outcomes.responses:
-                    if response.statuses:
-                        self._settle_group(response)
-                        continue
-                    settle = self._pending.pop(response.id, None)
+                    settle = pending.pop(response.id, None)
                     if settle is not None:
                         settle(outcome_of(response.status))
+                    else:
+                        self._settle_group(response)
         except grpc.aio.AioRpcError as exc:
             _log.warning("delivery stream to %s broke: %s", self.address, exc.code())
         finally:

@@ -144,6 +144,11 @@ class Dispatcher:
     queue: asyncio.Queue[Job] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or running: a job can be routed now without passing another."""
+        return (self.task is None or self.task.done()) and self.queue.empty()
+
     def submit(self, job: Job) -> None:
         idle = self.task is None or self.task.done()
         if idle and self.queue.empty():
@@ -343,6 +348,15 @@ class Router:
         dispatcher = self._dispatchers.get(id(channel))
         if dispatcher is None:
             dispatcher = self._dispatchers[id(channel)] = Dispatcher(self)
+        # Nothing to plan (no option anywhere) and nothing before it in this channel's
+        # order: routed now when every fact is known here.
+        if (
+            dispatcher.idle
+            and plain(data)
+            and self.route_plain(data, data.recipients[0].identity, raw)
+        ):
+            self._accepted.inc()
+            return None
         planned = self._plan(data)
         if isinstance(planned, Error):
             return planned
@@ -525,27 +539,24 @@ class Router:
     # ------------------------------------------------------------ data, steps 4 and 5
 
     def dispatch_now(self, job: Job) -> bool:
-        """Steps 4 and 5 without waiting, for the most common data: one recipient of
-        this domain, no option anywhere (so no report can be owed), its ``core:data``
-        decision cached and its attachment here or located less than
-        :data:`LOCATION_TTL_SECONDS` ago. False, with nothing done, when any of that does
-        not hold: :meth:`dispatch` then runs it in the origin's dispatcher."""
+        """Steps 4 and 5 of a job without waiting, when :meth:`route_plain` can (the job's
+        data is plain and its plan the trivial one); False, with nothing done, otherwise:
+        :meth:`dispatch` then runs it in the origin's dispatcher."""
         plans = job.plan.recipients
         if len(plans) != 1 or job.held:
             return False
         plan = plans[0]
-        data = job.data
-        forward = plan.forward
-        endpoint = plan.recipient.identity
-        if (
-            forward is None
-            or not plan.final
-            or plan.process
-            or data.options
-            or data.originator.options
-            or plan.recipient.options
-            or endpoint.is_service
-        ):
+        if plan.forward is not job.data or plan.process or not plan.final:
+            return False
+        return self.route_plain(job.data, plan.recipient.identity, job.raw)
+
+    def route_plain(self, data: Data, endpoint: Endpoint, raw: bytes) -> bool:
+        """Steps 4 and 5 without waiting, for the most common data: ``data`` (received as
+        ``raw``) is :func:`plain` and names ``endpoint`` of this domain; its ``core:data``
+        decision is cached and its attachment here or located less than
+        :data:`LOCATION_TTL_SECONDS` ago. False, with nothing done, when any of that does
+        not hold (the caller then plans it and queues it in order)."""
+        if endpoint.is_service or endpoint.domain not in self.domains:
             return False
         originator = data.originator.identity
         decision = self.access.lookup(str(endpoint), str(originator), CORE_DATA)
@@ -553,39 +564,52 @@ class Router:
             return False
         if not decision.allowed:
             refused = Outcome(int(decision.code), decision.text or "access denied")
-            self._count_outcome(job, endpoint, refused)
+            self._count_outcome(originator, endpoint, refused)
             return True
         held = self.local.get(endpoint)
         if held is not None:
             self._to_local.inc()
-            settle = functools.partial(self._count_outcome, job, endpoint)
-            held[0].send_data(job_payload(job, forward), settle)
+            held[0].send_data(raw, functools.partial(self._count_outcome, originator, endpoint))
             return True
         located = self._locations.get(endpoint)
         if located is None or located[0] <= self.clock():
             return False
         address = located[1]
-        payload = job_payload(job, forward)
         self._to_pod.inc()
-        settle = functools.partial(self._settled_at_pod, job, endpoint, payload, address)
-        self.peers.send(address, endpoint, originator, payload, settle)
+        settle = functools.partial(self._settled_at_pod, originator, endpoint, raw, address)
+        self.peers.send(address, endpoint, originator, raw, settle)
         return True
 
     def _settled_at_pod(
-        self, job: Job, endpoint: Endpoint, payload: bytes, address: str, outcome: Outcome
+        self,
+        originator: Endpoint,
+        endpoint: Endpoint,
+        payload: bytes,
+        address: str,
+        outcome: Outcome,
     ) -> None:
-        """A delivery of :meth:`dispatch_now` through another pod ended; a stale location
+        """A delivery of :meth:`route_plain` through another pod ended; a stale location
         is retried (as :meth:`_deliver_here` does) before the outcome counts."""
         if not _stale_location(outcome):
-            self._count_outcome(job, endpoint, outcome)
+            self._count_outcome(originator, endpoint, outcome)
             return
-        originator = job.data.originator.identity
         retry = asyncio.ensure_future(
             self._retry_elsewhere(endpoint, originator, payload, address, outcome)
         )
         self._background.add(retry)
         retry.add_done_callback(self._background.discard)
-        retry.add_done_callback(functools.partial(self._record, job, endpoint))
+        retry.add_done_callback(functools.partial(self._recorded, originator, endpoint))
+
+    def _recorded(
+        self, originator: Endpoint, endpoint: Endpoint, future: asyncio.Future[Outcome]
+    ) -> None:
+        """Count and log one recipient's outcome once its delivery has settled."""
+        try:
+            outcome = future.result()
+        except Exception as exc:  # noqa: BLE001  (a route failed without an outcome)
+            _log.warning("delivery to %s failed: %s", endpoint, exc)
+            outcome = Outcome(ApexReplyCode.ACTION_ABORTED, "local error")
+        self._count_outcome(originator, endpoint, outcome)
 
     async def dispatch(self, job: Job) -> None:
         """Route every recipient of an accepted data; collect outcomes in the background."""
@@ -652,13 +676,8 @@ class Router:
         task.add_done_callback(self._background.discard)
 
     def _record(self, job: Job, endpoint: Endpoint, future: asyncio.Future[Outcome]) -> None:
-        """Count and log one recipient's outcome once its delivery has settled."""
-        try:
-            outcome = future.result()
-        except Exception as exc:  # noqa: BLE001  (a route failed without an outcome)
-            _log.warning("delivery to %s failed: %s", endpoint, exc)
-            outcome = Outcome(ApexReplyCode.ACTION_ABORTED, "local error")
-        self._count_outcome(job, endpoint, outcome)
+        """:meth:`_recorded` for a recipient of ``job``."""
+        self._recorded(job.data.originator.identity, endpoint, future)
 
     def _record_group(
         self,
@@ -677,11 +696,11 @@ class Router:
             if outcome is DELIVERED:
                 delivered += 1
             else:
-                self._count_outcome(job, endpoint, outcome)
+                self._count_outcome(job.data.originator.identity, endpoint, outcome)
         if delivered:
             self.metrics.count(self.metrics.outcomes, "delivered", delivered)
 
-    def _count_outcome(self, job: Job, endpoint: Endpoint, outcome: Outcome) -> None:
+    def _count_outcome(self, originator: Endpoint, endpoint: Endpoint, outcome: Outcome) -> None:
         if outcome is DELIVERED:
             self._delivered.inc()
             return
@@ -692,7 +711,7 @@ class Router:
         if not outcome.ok:
             _log.info(
                 "data from %s to %s not delivered: %s %s",
-                job.data.originator.identity,
+                originator,
                 endpoint,
                 outcome.code,
                 outcome.text,
@@ -933,7 +952,7 @@ class Router:
                     for endpoint in endpoints
                 )
         for endpoint, outcome in results.items():
-            self._count_outcome(job, endpoint, outcome)
+            self._count_outcome(job.data.originator.identity, endpoint, outcome)
         held = frozenset(endpoint for endpoint, outcome in results.items() if outcome is HELD)
         for report in _without((*reports, *self._forwarding_failures(job, results, reports)), held):
             response = status_response(
@@ -1006,6 +1025,18 @@ def peer_endpoint(channel: ApexChannel, domain: str) -> Endpoint | None:
         return Endpoint.parse(text)
     except ValueError:
         return None
+
+
+def plain(data: Data) -> bool:
+    """One recipient and no option anywhere: the relay forwards such data as received
+    (``hops.plan_data`` plans it so) and owes no report for it."""
+    recipients = data.recipients
+    return (
+        len(recipients) == 1
+        and not recipients[0].options
+        and not data.options
+        and not data.originator.options
+    )
 
 
 def _done(outcome: Outcome) -> asyncio.Future[Outcome]:
