@@ -172,17 +172,15 @@ def _canonical(payload: bytes) -> Payload | None:
     content_id = part.group(2).decode("ascii")
     if content_id == CONTROL_ID or media.startswith(("multipart/", "message/")):
         return None  # the general path gives these their errors
-    mime = MimePart(
-        content_id=content_id,
-        content_type=media,
-        headers=(
-            ("Content-Type", media),
-            ("Content-Transfer-Encoding", "binary"),
-            ("Content-ID", f"<{content_id}>"),
-        ),
-        body=payload[body_start:body_end],
-    )
-    return Payload(control=payload[control_start:control_end], parts={content_id: mime})
+    headers = (*_canonical_headers(media), ("Content-ID", f"<{content_id}>"))
+    mime = MimePart(content_id, media, headers, payload[body_start:body_end])
+    return Payload(payload[control_start:control_end], {content_id: mime})
+
+
+@functools.lru_cache(maxsize=256)
+def _canonical_headers(media: str) -> tuple[tuple[str, str], ...]:
+    """The headers of a canonical part before its Content-ID (a sender's parts share them)."""
+    return (("Content-Type", media), ("Content-Transfer-Encoding", "binary"))
 
 
 def _broken(reason: str) -> NoReturn:

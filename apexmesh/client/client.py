@@ -335,7 +335,9 @@ class ApexClient:
         if hold_id is not None:
             self._ids.release(hold_id)  # no report ever names it
         result = SendResult(
-            recipients=tuple(str(r.identity) for r in targets),
+            recipients=(str(targets[0].identity),)
+            if len(targets) == 1
+            else tuple(str(r.identity) for r in targets),
             status_trans_id=status_id,
             timing_trans_id=timing_id,
             on_close=self._unregister_result if status_id or timing_id else None,
