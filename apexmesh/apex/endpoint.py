@@ -91,7 +91,7 @@ def normalize_domain(text: str) -> str:
     return domain.lower()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Endpoint:
     """An APEX endpoint identity: ``address[/subaddress]@domain``."""
 
@@ -152,6 +152,18 @@ class Endpoint:
         if self.subaddress is None:
             return self
         return Endpoint(self.address, None, self.domain)
+
+    def __eq__(self, other: object) -> bool:
+        # Parsed endpoints are shared (the parse is cached): identity answers most.
+        if self is other:
+            return True
+        if type(other) is not Endpoint:
+            return NotImplemented
+        return (
+            self.address == other.address
+            and self.domain == other.domain
+            and self.subaddress == other.subaddress
+        )
 
     def __hash__(self) -> int:
         # The text is canonical (equal endpoints have equal text) and, once made, cached
