@@ -324,6 +324,10 @@ def parse_apex(body: bytes | str) -> ApexElement:
 def parse_message(body: bytes | str) -> ApexMessage:
     """Parse a BEEP payload of the APEX profile: attach, bind, terminate or data (MSG),
     ok (RPY) or error (ERR); anything else is 501."""
+    if type(body) is bytes and len(body) <= MAX_XML_OCTETS:
+        known = known_data(body)  # most data: no parse at all (see known_data)
+        if known is not None:
+            return known
     element = parse_apex(body)
     if not isinstance(element, Attach | Bind | Terminate | Data | Ok | Error):
         _dtd.fail(f"{type(element).__name__} is not an APEX message")
