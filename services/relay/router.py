@@ -32,6 +32,7 @@ import dataclasses
 import enum
 import functools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -141,34 +142,34 @@ class Dispatcher:
     """Runs steps 4-5 for one origin, in the order its data was accepted."""
 
     router: Router
-    queue: asyncio.Queue[Job] = field(default_factory=asyncio.Queue)
+    jobs: deque[Job] = field(default_factory=deque)
+    #: True while a task works through ``jobs`` (so a job routed now could pass one).
+    running: bool = False
     task: asyncio.Task[None] | None = None
 
-    @property
-    def idle(self) -> bool:
-        """Nothing queued or running: a job can be routed now without passing another."""
-        return (self.task is None or self.task.done()) and self.queue.empty()
-
     def submit(self, job: Job) -> None:
-        idle = self.task is None or self.task.done()
-        if idle and self.queue.empty():
+        if not self.running:
             try:
                 if self.router.dispatch_now(job):
                     return
             except Exception:  # noqa: BLE001  (as in _run: one job's bug stops no other)
                 _log.exception("relaying data from %s failed", job.data.originator.identity)
                 return
-        self.queue.put_nowait(job)
-        if idle:
+        self.jobs.append(job)
+        if not self.running:
+            self.running = True
             self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
-        while not self.queue.empty():
-            job = self.queue.get_nowait()
-            try:
-                await self.router.dispatch(job)
-            except Exception:  # noqa: BLE001  (a bug in one job must not stop the others)
-                _log.exception("relaying data from %s failed", job.data.originator.identity)
+        try:
+            while self.jobs:
+                job = self.jobs.popleft()
+                try:
+                    await self.router.dispatch(job)
+                except Exception:  # noqa: BLE001  (a bug in one job must not stop the others)
+                    _log.exception("relaying data from %s failed", job.data.originator.identity)
+        finally:
+            self.running = False
 
 
 class Router:
@@ -207,6 +208,8 @@ class Router:
         #: Endpoints attached over an APEX channel of this pod.
         self.local: dict[Endpoint, tuple[ApexChannel, Attachment]] = {}
         self._locations: dict[Endpoint, tuple[float, str]] = {}
+        #: Endpoints whose location is being asked again (see _refresh_location).
+        self._refreshing: set[Endpoint] = set()
         self._service_dispatcher = Dispatcher(self)
         self._dispatchers: dict[int, Dispatcher] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -351,7 +354,7 @@ class Router:
         # Nothing to plan (no option anywhere) and nothing before it in this channel's
         # order: routed now when every fact is known here.
         if (
-            dispatcher.idle
+            not dispatcher.running
             and plain(data)
             and self.route_plain(data, data.recipients[0].identity, raw)
         ):
@@ -572,13 +575,37 @@ class Router:
             held[0].send_data(raw, functools.partial(self._count_outcome, originator, endpoint))
             return True
         located = self._locations.get(endpoint)
-        if located is None or located[0] <= self.clock():
+        if located is None:
+            return False
+        if located[0] <= self.clock() and not self._refresh_location(endpoint, located[0]):
             return False
         address = located[1]
         self._to_pod.inc()
         settle = functools.partial(self._settled_at_pod, originator, endpoint, raw, address)
         self.peers.send(address, endpoint, originator, raw, settle)
         return True
+
+    def _refresh_location(self, endpoint: Endpoint, expired_at: float) -> bool:
+        """A location past its TTL: asked again in the background (once), and used
+        meanwhile for one more TTL (a stale one costs a retry, never the data): the
+        data of that moment need not queue behind a Redis round trip. False when it is
+        older than that."""
+        if expired_at + LOCATION_TTL_SECONDS <= self.clock():
+            return False
+        if endpoint not in self._refreshing:
+            self._refreshing.add(endpoint)
+            task = asyncio.get_running_loop().create_task(self._relocate_soon(endpoint))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return True
+
+    async def _relocate_soon(self, endpoint: Endpoint) -> None:
+        try:
+            await self._ask_location(endpoint)
+        except Exception as exc:  # noqa: BLE001  (Redis away: the entry ages out instead)
+            _log.warning("locating %s again failed: %s", endpoint, exc)
+        finally:
+            self._refreshing.discard(endpoint)
 
     def _settled_at_pod(
         self,
@@ -911,10 +938,15 @@ class Router:
         return await self.peers.deliver(fresh, endpoint, originator, payload)
 
     async def _locate(self, endpoint: Endpoint) -> str | None:
-        now = self.clock()
         cached = self._locations.get(endpoint)
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > self.clock():
             return cached[1]
+        return await self._ask_location(endpoint)
+
+    async def _ask_location(self, endpoint: Endpoint) -> str | None:
+        """Where Redis says ``endpoint`` is attached (None: here or nowhere), kept for
+        :data:`LOCATION_TTL_SECONDS`."""
+        now = self.clock()
         found = await self.attachments.locate(str(endpoint))
         if found is None or not found[1] or found[0] == self.attachments.pod_id:
             self._locations.pop(endpoint, None)
