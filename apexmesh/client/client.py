@@ -32,7 +32,7 @@ from apexmesh.aio import BeepConnection, Channel, ChannelStartError, ConnectionC
 from apexmesh.aio.connection import Incoming, Reply
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.content import MimePart, parse_payload
-from apexmesh.apex.data import Data
+from apexmesh.apex.data import Data, Recipient
 from apexmesh.apex.elements import Attach, Error, Ok, Terminate, parse_message
 from apexmesh.apex.endpoint import SERVICE_PREFIX, Endpoint
 from apexmesh.apex.errors import ApexError
@@ -112,6 +112,13 @@ def _settle_send(
         return
     result.close()
     done.set_exception(SessionClosedError())
+
+
+def _texts(recipients: tuple[Recipient, ...]) -> tuple[str, ...]:
+    """The recipients' endpoints as text (a lone one without a generator)."""
+    if len(recipients) == 1:
+        return (str(recipients[0].identity),)
+    return tuple(str(r.identity) for r in recipients)
 
 
 async def _put_all(attachments: list[Attachment], received: ReceivedData) -> None:
@@ -290,12 +297,23 @@ class ApexClient:
         """Send a data MSG now; the future resolves with its result once the relay
         answered ``ok`` (or fails with the relay's error). Errors found before sending
         are raised here."""
-        if attachment.ended is not None:
-            raise attachment.ended
         if attachment.state is not AttachmentState.ATTACHED:
+            if attachment.ended is not None:
+                raise attachment.ended
             raise AttachmentTerminatedError(ApexReplyCode.ACTION_NOT_TAKEN, "not attached")
         channel = self._require_channel()
         targets = as_recipients(recipients)
+        if not status_request and not hold and timing is None:
+            # No transID to allocate or report to collect (most data).
+            payload = encode_data(
+                originator=attachment.endpoint,
+                recipients=targets,
+                content=content,
+                content_type=content_type,
+                options=options,
+            )
+            result = SendResult(recipients=_texts(targets), status_trans_id=None)
+            return self._send_payload(channel, payload, result)
         status_id: int | None = None
         if status_request:
             status_id = self._ids.allocate()
@@ -335,9 +353,7 @@ class ApexClient:
         if hold_id is not None:
             self._ids.release(hold_id)  # no report ever names it
         result = SendResult(
-            recipients=(str(targets[0].identity),)
-            if len(targets) == 1
-            else tuple(str(r.identity) for r in targets),
+            recipients=_texts(targets),
             status_trans_id=status_id,
             timing_trans_id=timing_id,
             on_close=self._unregister_result if status_id or timing_id else None,
@@ -347,6 +363,11 @@ class ApexClient:
                 # Registered before sending: a report may overtake the ok.
                 self._reports[trans_id] = result
                 attachment._results.add(result)
+        return self._send_payload(channel, payload, result)
+
+    def _send_payload(
+        self, channel: Channel, payload: bytes, result: SendResult
+    ) -> asyncio.Future[SendResult]:
         done: asyncio.Future[SendResult] = self.conn.loop.create_future()
         try:
             channel.send_then(payload, functools.partial(_settle_send, result, done))
@@ -415,17 +436,23 @@ class ApexClient:
             attachment = self._by_endpoint.get(recipient.identity)
             if attachment is None:
                 continue
-            if attachment.state is AttachmentState.ATTACHING:
+            state = attachment.state
+            if state is AttachmentState.ATTACHED:
+                if attachment not in targets:
+                    targets.append(attachment)
+            elif state is AttachmentState.ATTACHING:
                 # Its ok may still be on its way to attach(): decide once it has settled.
                 return self._on_data_settled(incoming, data, parts, attachment)
-            if attachment.state is AttachmentState.ATTACHED and attachment not in targets:
-                targets.append(attachment)
         if not targets:
             incoming.error(
                 _error_payload(ApexReplyCode.ACTION_NOT_TAKEN, "no recipient is attached here")
             )
             return None
-        response = self._status_response(data)
+        response = (
+            None
+            if data.originator.identity.address != _REPORT_ADDRESS
+            else self._status_response(data)
+        )
         try:
             received = decode_data(data, parts, response)
         except ApexError as exc:
