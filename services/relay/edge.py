@@ -256,12 +256,12 @@ class ApexChannel:
         """:meth:`deliver` with the outcome passed to ``settle`` (once, from the loop)
         instead of a future: the per-data path of the relay."""
         channel = self.channel
-        if channel is None or self._closed or self.closed_by_peer:
+        if channel is None or self._closed:
             self.conn.loop.call_soon(settle, ENDPOINT_DETACHED)
             return
         try:
             channel.send_then(payload, functools.partial(_answered, settle))
-        except BeepError:  # the session ended, or the channel closed meanwhile
+        except BeepError:  # the session ended, or the peer closed the channel
             self.conn.loop.call_soon(settle, ENDPOINT_DETACHED)
 
     async def terminate(

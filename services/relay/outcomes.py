@@ -47,11 +47,14 @@ NOT_HERE_OUTCOME: Final = Outcome(ApexReplyCode.ACTION_NOT_TAKEN, NOT_HERE)
 #: every delivery); anything else goes through the parser.
 _OK_BODIES: Final = frozenset({b"<ok />", b"<ok/>", b"<ok></ok>"})
 _OK_ENTITY: Final = b"Content-Type: application/beep+xml\r\n\r\n"
+_OK_PAYLOAD: Final = _OK_ENTITY + b"<ok />"
 
 
 def outcome_from_reply(reply: Reply) -> Outcome:
     """Read the next hop's answer to a data MSG: ``ok`` or an ``error`` element."""
     payload = reply.payload
+    if payload == _OK_PAYLOAD and reply.kind == "RPY":  # as the SDK writes it
+        return DELIVERED
     if (
         reply.kind == "RPY"
         and payload.startswith(_OK_ENTITY)

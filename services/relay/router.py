@@ -617,6 +617,9 @@ class Router:
     ) -> None:
         """A delivery of :meth:`route_plain` through another pod ended; a stale location
         is retried (as :meth:`_deliver_here` does) before the outcome counts."""
+        if outcome is DELIVERED:
+            self._delivered.inc()
+            return
         if not _stale_location(outcome):
             self._count_outcome(originator, endpoint, outcome)
             return
