@@ -116,23 +116,68 @@ def _parse_general(payload: bytes) -> Payload:
 CONTROL_ID: Final = "apex-control"
 
 _CANONICAL_START: Final = b'Content-Type: multipart/related; boundary="'
-#: The head of the layout :func:`build_payload` writes, up to the control document: one
-#: entity header, a quoted boundary of plain characters, the control part's two headers.
-_CANONICAL_HEAD: Final = re.compile(
-    re.escape(_CANONICAL_START)
-    + rb'([0-9A-Za-z_.\-]{1,70})"; start="<'
-    + CONTROL_ID.encode()
-    + rb'>"; type="application/beep\+xml"\r\n\r\n'
-    rb"--\1\r\nContent-Type: application/beep\+xml\r\nContent-ID: <"
-    + CONTROL_ID.encode()
-    + rb">\r\n\r\n"
-)
-#: The headers :func:`build_payload` gives a content part: a lower-case media type without
-#: parameters, binary encoding, a Content-ID of plain characters.
-_CANONICAL_PART: Final = re.compile(
-    rb"Content-Type: ([a-z0-9][a-z0-9!#$&^_.+\-]*/[a-z0-9][a-z0-9!#$&^_.+\-]*)\r\n"
-    rb"Content-Transfer-Encoding: binary\r\nContent-ID: <([0-9A-Za-z_.@\-]{1,256})>\r\n\r\n"
-)
+#: A boundary :func:`build_payload` writes: 1 to 70 plain characters, quoted.
+_CANONICAL_BOUNDARY: Final = re.compile(rb"[0-9A-Za-z_.\-]{1,70}")
+
+
+#: Between a canonical part's media type and its Content-ID.
+_PART_MIDDLE: Final = b"\r\nContent-Transfer-Encoding: binary\r\nContent-ID: <"
+#: Longest media type and Content-ID the canonical path reads (longer: general path).
+_CANONICAL_FIELD_MAX: Final = 256
+_CANONICAL_MEDIA: Final = re.compile(rb"[a-z0-9][a-z0-9!#$&^_.+\-]*/[a-z0-9][a-z0-9!#$&^_.+\-]*")
+#: The octets of a canonical Content-ID (deleted by ``bytes.translate``: what remains
+#: is not one).
+_CANONICAL_ID_OCTETS: Final = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_.@-"
+
+
+class _Shape(NamedTuple):
+    """What :func:`build_payload` writes around the parts for one boundary."""
+
+    #: Entity header, the first delimiter and the control part's headers.
+    head: bytes
+    #: The delimiter before a content part and the start of its Content-Type header.
+    part: bytes
+    #: The close delimiter ending the payload.
+    close: bytes
+
+
+@functools.lru_cache(maxsize=64)
+def _canonical_shape(boundary: bytes) -> _Shape | None:
+    """The layout around the parts for ``boundary`` (a sender keeps its boundary, so
+    this is made once per sender); None when it is not a plain-character boundary."""
+    if _CANONICAL_BOUNDARY.fullmatch(boundary) is None:
+        return None
+    control_id = CONTROL_ID.encode()
+    head = b"".join(
+        (
+            _CANONICAL_START,
+            boundary,
+            b'"; start="<' + control_id + b'>"; type="application/beep+xml"\r\n\r\n--',
+            boundary,
+            b"\r\nContent-Type: application/beep+xml\r\nContent-ID: <" + control_id,
+            b">\r\n\r\n",
+        )
+    )
+    return _Shape(
+        head, b"\r\n--" + boundary + b"\r\nContent-Type: ", b"\r\n--" + boundary + b"--\r\n"
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _canonical_media(media: bytes) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+    """The media type and the headers before the Content-ID of a canonical part (a
+    lower-case type without parameters); None for anything else and for the types the
+    general path gives an error (nested multipart, message/*)."""
+    if _CANONICAL_MEDIA.fullmatch(media) is None or media.startswith((b"multipart/", b"message/")):
+        return None
+    name = media.decode("ascii")
+    return name, (("Content-Type", name), ("Content-Transfer-Encoding", "binary"))
+
+
+_BOUNDARY_START: Final = len(_CANONICAL_START)
+_CONTROL_ID_OCTETS: Final = CONTROL_ID.encode()
+#: Builds a NamedTuple from a tuple of its fields without its Python-level ``__new__``.
+_new_tuple = tuple.__new__
 
 
 def _canonical(payload: bytes) -> Payload | None:
@@ -140,47 +185,57 @@ def _canonical(payload: bytes) -> Payload | None:
     :func:`build_payload` writes with one content part (what every apex-mesh sender and
     relay produces), else None. The result is the one :func:`_related` would return:
     anything that would make the general splitter look further (a delimiter-like line
-    in a body, padding, a preamble or epilogue, other headers) takes the general path."""
-    head = _CANONICAL_HEAD.match(payload)
-    if head is None:
+    in a body, padding, a preamble or epilogue, other headers) takes the general path.
+
+    Every data a relay or an endpoint receives comes through here, so it compares
+    octets rather than run patterns: the layout around the parts is made once per
+    boundary, a media type checked once per type, and the tuples built without
+    Python-level constructors."""
+    quote = payload.find(b'"', _BOUNDARY_START, _BOUNDARY_START + 71)
+    shape = _canonical_shape(payload[_BOUNDARY_START:quote]) if quote > 0 else None
+    if shape is None or not payload.startswith(shape.head):
         return None
-    dash_boundary = b"--" + head.group(1)
-    control_start = head.end()
+    control_start = len(shape.head)
     # Any CRLF "--" in a part sends the payload to the general splitter, which decides
     # whether it is a delimiter; short needles keep these searches cheap. They start at
     # the CRLF ending a header block: a part beginning with the dash-boundary makes that
     # CRLF part of a delimiter.
     control_end = payload.find(b"\r\n--", control_start - 2)
-    if control_end < control_start or not payload.startswith(dash_boundary, control_end + 2):
+    if control_end < control_start or not payload.startswith(shape.part, control_end):
         return None
-    part_start = control_end + len(dash_boundary) + 4
-    if payload[part_start - 2 : part_start] != b"\r\n":
+    media_start = control_end + len(shape.part)
+    media_end = payload.find(b"\r\n", media_start, media_start + _CANONICAL_FIELD_MAX)
+    known_media = _canonical_media(payload[media_start:media_end]) if media_end > 0 else None
+    if known_media is None or not payload.startswith(_PART_MIDDLE, media_end):
         return None
-    part = _CANONICAL_PART.match(payload, part_start)
-    if part is None:
+    id_start = media_end + len(_PART_MIDDLE)
+    id_end = payload.find(b">\r\n\r\n", id_start, id_start + _CANONICAL_FIELD_MAX + 5)
+    if id_end <= id_start:
         return None
-    body_start = part.end()
-    body_end = len(payload) - len(dash_boundary) - 6  # CRLF, dash-boundary, "--" CRLF
+    raw_id = payload[id_start:id_end]
+    if raw_id.translate(None, _CANONICAL_ID_OCTETS) or raw_id == _CONTROL_ID_OCTETS:
+        return None  # the general path reads it (or gives the control's Content-ID its error)
+    body_start = id_end + 5
+    close = shape.close
+    body_end = len(payload) - len(close)
     if (
         body_end < body_start
         or payload.find(b"\r\n--", body_start - 2) != body_end
-        or not payload.startswith(dash_boundary, body_end + 2)
-        or not payload.endswith(b"--\r\n")
+        or not payload.endswith(close)
     ):
         return None
-    media = part.group(1).decode("ascii")
-    content_id = part.group(2).decode("ascii")
-    if content_id == CONTROL_ID or media.startswith(("multipart/", "message/")):
-        return None  # the general path gives these their errors
-    headers = (*_canonical_headers(media), ("Content-ID", f"<{content_id}>"))
-    mime = MimePart(content_id, media, headers, payload[body_start:body_end])
-    return Payload(payload[control_start:control_end], {content_id: mime})
-
-
-@functools.lru_cache(maxsize=256)
-def _canonical_headers(media: str) -> tuple[tuple[str, str], ...]:
-    """The headers of a canonical part before its Content-ID (a sender's parts share them)."""
-    return (("Content-Type", media), ("Content-Transfer-Encoding", "binary"))
+    content_type, headers = known_media
+    content_id = raw_id.decode("ascii")
+    mime = _new_tuple(
+        MimePart,
+        (
+            content_id,
+            content_type,
+            (*headers, ("Content-ID", f"<{content_id}>")),
+            payload[body_start:body_end],
+        ),
+    )
+    return _new_tuple(Payload, (payload[control_start:control_end], {content_id: mime}))
 
 
 def _broken(reason: str) -> NoReturn:

@@ -124,3 +124,32 @@ def test_fast_and_general_paths_agree(body: bytes, around: bytes, boundary: str)
         return  # build_payload refuses a body holding its boundary
     raw = raw.replace(CONTROL, around + CONTROL + around, 1)
     assert outcome(parse_payload, raw) == outcome(content._parse_general, raw)
+
+
+_FIELD_ALPHABET = st.sampled_from(
+    [b"a", b"Z", b"0", b"@", b".", b"-", b"_", b"/", b" ", b"<", b">", b'"', b";", b"=", b"\r\n"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(_FIELD_ALPHABET, max_size=10).map(b"".join),
+    st.lists(_FIELD_ALPHABET, max_size=10).map(b"".join),
+    st.sampled_from([1, 250, 260]),
+)
+def test_odd_media_types_and_content_ids_parse_as_the_general_splitter_says(
+    media: bytes, cid: bytes, repeat: int
+) -> None:
+    raw = (
+        canonical(b"x" * 10)
+        .replace(b"Content-Type: a/b", b"Content-Type: " + media * repeat)
+        .replace(b"<1@x>", b"<" + cid * repeat + b">")
+    )
+    assert outcome(parse_payload, raw) == outcome(content._parse_general, raw)
+
+
+@pytest.mark.parametrize(("cid", "media"), [("1@x", "a/" + "b" * 300), ("1" * 300 + "@x", "a/b")])
+def test_fields_past_the_fast_paths_bound_take_the_general_path(cid: str, media: str) -> None:
+    raw = canonical(b"x", cid=cid, media=media)
+    assert content._canonical(raw) is None
+    assert parse_payload(raw).parts[cid].content_type == media
