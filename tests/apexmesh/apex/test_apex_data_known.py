@@ -61,11 +61,29 @@ def test_inline_content_is_kept_as_the_peer_wrote_it() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [b"cid:a&amp;b@x", b"cid:a b@x", b"cid:\ta@x", b'cid:a"b@x', b"cid:" + b"x" * 2000],
+    [
+        b"cid:a&amp;b@x",
+        b"cid:a b@x",
+        b"cid:\ta@x",
+        b'cid:a"b@x',
+        b"cid:a'b@x",
+        b"cid:a'>b@x",
+        b"",
+        b"cid:" + b"x" * 1021,  # one octet past the longest value recognized
+        b"cid:" + b"x" * 2000,
+    ],
 )
 def test_values_xml_would_not_read_as_written_take_the_parser(value: bytes) -> None:
     parse_apex(document(b"cid:1@x"))
     assert known_data(document(value)) is None
+
+
+def test_the_longest_value_recognized_is_recognized() -> None:
+    parse_apex(document(b"cid:1@x"))
+    raw = document(b"cid:" + b"x" * 1020)
+    known = known_data(raw)
+    assert known is not None
+    assert known == full_parse(raw)
 
 
 def test_a_rest_never_parsed_is_never_recognized() -> None:
