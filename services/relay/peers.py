@@ -2,7 +2,8 @@
 
 Data for an endpoint attached to another relay pod goes to that pod, which sends it on
 the endpoint's APEX channel. One long-lived stream per peer pod keeps deliveries in the
-order they were dispatched and costs no per-call setup; responses carry the request id.
+order they were dispatched and costs no per-call setup; responses carry the request id,
+and plain successes (nearly all of them) come back as packed ids (:data:`PACKED_OUTCOMES`).
 A broken stream fails its pending deliveries with 421 (service not available) and is
 reopened by the next delivery.
 
@@ -21,6 +22,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from typing import Final
 
 import grpc
 
@@ -42,6 +44,11 @@ BATCH_OCTETS = 1 << 20
 TERMINATE_TIMEOUT_SECONDS = 5.0
 
 UNAVAILABLE = Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "relay pod not available")
+
+#: Call metadata of a DeliverStream whose caller reads ``DeliverOutcomes.delivered``
+#: (plain successes as packed ids): a pod answers that way only when asked, so pods of
+#: two versions keep working together during a rolling upgrade.
+PACKED_OUTCOMES: Final = ("apexmesh-outcomes", "packed")
 
 #: Called with the outcome of one delivery.
 Settle = Callable[[Outcome], None]
@@ -126,9 +133,13 @@ class _Stream:
 
     async def _run(self) -> None:
         try:
-            call = self._stub.DeliverStream(self._outgoing())
+            call = self._stub.DeliverStream(self._outgoing(), metadata=(PACKED_OUTCOMES,))
             async for outcomes in call:
                 pending = self._pending
+                for request_id in outcomes.delivered:
+                    settle = pending.pop(request_id, None)
+                    if settle is not None:
+                        settle(DELIVERED)
                 for response in outcomes.responses:
                     settle = pending.pop(response.id, None)
                     if settle is not None:

@@ -26,7 +26,8 @@ from apexmesh.apex.party import OVERRIDE_CODE
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from services.relay.grouping import Group, deliver_here
-from services.relay.outcomes import NOT_HERE_OUTCOME, Outcome
+from services.relay.outcomes import DELIVERED, NOT_HERE_OUTCOME, Outcome
+from services.relay.peers import PACKED_OUTCOMES
 from services.relay.router import Router
 
 if TYPE_CHECKING:
@@ -48,7 +49,10 @@ class _Answers:
     its writer: a stream message costs far more than a response in it, and answers of a
     burst of deliveries arrive together (peers.py says the same of requests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, packed: bool) -> None:
+        #: Plain successes go to ``delivered`` rather than a response each (the caller
+        #: asked for it, see services/relay/peers.py PACKED_OUTCOMES).
+        self.packed = packed
         self.batch = relay_pb2.DeliverOutcomes()
         self.wake = asyncio.Event()
         #: Deliveries sent on and not answered yet.
@@ -57,10 +61,13 @@ class _Answers:
         self.finished = False
 
     def single(self, request_id: int, outcome: Outcome) -> None:
-        response = self.batch.responses.add(id=request_id)
-        response.status.code = outcome.code
-        if outcome.text:
-            response.status.text = outcome.text
+        if outcome is DELIVERED and self.packed:
+            self.batch.delivered.append(request_id)
+        else:
+            response = self.batch.responses.add(id=request_id)
+            response.status.code = outcome.code
+            if outcome.text:
+                response.status.text = outcome.text
         self.wake.set()
 
     def group(self, request_id: int, outcomes: tuple[Outcome, ...]) -> None:
@@ -92,14 +99,19 @@ class _Answers:
 
     def take(self) -> relay_pb2.DeliverOutcomes | None:
         """The responses gathered since the last take, None when there are none."""
-        if not self.batch.responses:
+        if not self.batch.responses and not self.batch.delivered:
             return None
         batch, self.batch = self.batch, relay_pb2.DeliverOutcomes()
         return batch
 
     @property
     def done(self) -> bool:
-        return self.finished and not self.waiting and not self.batch.responses
+        return (
+            self.finished
+            and not self.waiting
+            and not self.batch.responses
+            and not self.batch.delivered
+        )
 
 
 class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
@@ -151,7 +163,7 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
     async def Deliver(  # noqa: N802  (gRPC method name)
         self, request: relay_pb2.DeliverRequest, context: grpc.aio.ServicerContext
     ) -> relay_pb2.DeliverResponse:
-        answers = _Answers()
+        answers = _Answers(packed=False)
         self._answer(request, answers)
         while not answers.batch.responses:
             await answers.wake.wait()
@@ -163,7 +175,8 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         request_iterator: AsyncIterator[relay_pb2.DeliverBatch],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[relay_pb2.DeliverOutcomes]:
-        answers = _Answers()
+        metadata = context.invocation_metadata() or ()
+        answers = _Answers(packed=PACKED_OUTCOMES in tuple(metadata))
 
         async def read() -> None:
             try:

@@ -2,7 +2,9 @@
 
 Deliveries queued while the stream's writer waits travel together in one stream message,
 cut by size so no message nears the gRPC limit; outcomes come back to each delivery's
-callback or future in order; a broken stream settles whatever was pending with 421.
+callback or future in order (plain successes as packed ids, when the caller asks for
+them); a broken stream settles whatever was pending with 421. The servicer's side of
+the packing is tested at the end.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.rpc.server import create_server
 from services.relay.outcomes import DELIVERED, Outcome
-from services.relay.peers import BATCH_OCTETS, UNAVAILABLE, PeerDelivery
+from services.relay.peers import BATCH_OCTETS, PACKED_OUTCOMES, UNAVAILABLE, PeerDelivery
+from services.relay.servicer import _Answers
 from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
@@ -28,18 +31,24 @@ BARNEY = Endpoint.parse("barney@example.com")
 
 class Recorder(relay_pb2_grpc.RelayServiceServicer):
     """Answers every delivery 250 (or 550 for a payload starting with b"no"), keeping the
-    size of each stream message it received; ``hang`` stops answering."""
+    size of each stream message it received; ``hang`` stops answering. Successes go as
+    packed ids when the caller asks for them, unless ``old`` (a pod of the version before
+    packed outcomes)."""
 
     def __init__(self) -> None:
         self.batches: list[list[int]] = []
         self.payloads: list[bytes] = []
         self.hang = False
+        self.old = False
+        self.asked_packed: list[bool] = []
 
     async def DeliverStream(  # noqa: N802
         self,
         request_iterator: AsyncIterator[relay_pb2.DeliverBatch],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[relay_pb2.DeliverOutcomes]:
+        asked = PACKED_OUTCOMES in tuple(context.invocation_metadata() or ())
+        self.asked_packed.append(asked)
         async for batch in request_iterator:
             self.batches.append([len(r.payload) for r in batch.requests])
             self.payloads += [r.payload for r in batch.requests]
@@ -47,8 +56,12 @@ class Recorder(relay_pb2_grpc.RelayServiceServicer):
                 await asyncio.Event().wait()
             outcomes = relay_pb2.DeliverOutcomes()
             for request in batch.requests:
-                response = outcomes.responses.add(id=request.id)
-                response.status.code = 550 if request.payload.startswith(b"no") else 250
+                if request.payload.startswith(b"no"):
+                    outcomes.responses.add(id=request.id).status.code = 550
+                elif asked and not self.old:
+                    outcomes.delivered.append(request.id)
+                else:
+                    outcomes.responses.add(id=request.id).status.code = 250
             yield outcomes
 
 
@@ -98,8 +111,12 @@ async def test_one_delivery_of_the_largest_payload_passes(
         await peers.close()
 
 
-async def test_callbacks_get_each_outcome(pod: tuple[Recorder, grpc.aio.Server, str]) -> None:
-    _, _, address = pod
+@pytest.mark.parametrize("old_pod", [False, True])
+async def test_callbacks_get_each_outcome(
+    pod: tuple[Recorder, grpc.aio.Server, str], old_pod: bool
+) -> None:
+    recorder, _, address = pod
+    recorder.old = old_pod  # answers every success as a response of its own
     peers = PeerDelivery()
     got: list[tuple[int, Outcome]] = []
     try:
@@ -107,6 +124,7 @@ async def test_callbacks_get_each_outcome(pod: tuple[Recorder, grpc.aio.Server, 
             peers.send(address, BARNEY, FRED, payload, lambda o, n=n: got.append((n, o)))
         await eventually(lambda: len(got) == 3)
         assert sorted(got) == [(0, DELIVERED), (1, Outcome(550, "")), (2, DELIVERED)]
+        assert recorder.asked_packed == [True]
     finally:
         await peers.close()
 
@@ -124,3 +142,21 @@ async def test_a_broken_stream_settles_pending_deliveries_with_421(
         assert await asyncio.wait_for(pending, 5) == UNAVAILABLE
     finally:
         await peers.close()
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_the_servicer_packs_plain_successes_only_when_asked(packed: bool) -> None:
+    answers = _Answers(packed=packed)
+    answers.single(1, DELIVERED)
+    answers.single(2, Outcome(550, "unknown endpoint identity"))
+    answers.single(3, Outcome(250, "delivered, with a word"))
+    batch = answers.take()
+    assert batch is not None
+    assert list(batch.delivered) == ([1] if packed else [])
+    responses = {r.id: (r.status.code, r.status.text) for r in batch.responses}
+    assert responses == {
+        **({} if packed else {1: (250, "")}),
+        2: (550, "unknown endpoint identity"),
+        3: (250, "delivered, with a word"),
+    }
+    assert answers.take() is None

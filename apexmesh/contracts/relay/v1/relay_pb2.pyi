@@ -132,16 +132,24 @@ class DeliverOutcomes(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESPONSES_FIELD_NUMBER: _builtins.int
+    DELIVERED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeliverResponse]: ...
+    @_builtins.property
+    def delivered(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Ids of single deliveries (not groups) whose outcome is 250 without text: the answer
+        of nearly every delivery, sent packed instead of as a DeliverResponse each.
+        """
+
     def __init__(
         self,
         *,
         responses: _abc.Iterable[Global___DeliverResponse] | None = ...,
+        delivered: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivered", b"delivered", "responses", b"responses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
