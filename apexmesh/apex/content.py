@@ -120,8 +120,11 @@ _CANONICAL_START: Final = b'Content-Type: multipart/related; boundary="'
 _CANONICAL_BOUNDARY: Final = re.compile(rb"[0-9A-Za-z_.\-]{1,70}")
 
 
-#: Between a canonical part's media type and its Content-ID.
+#: A content part's header block as :func:`build_payload` writes it: these, around its
+#: media type and its Content-ID.
+_PART_TYPE: Final = b"\r\nContent-Type: "
 _PART_MIDDLE: Final = b"\r\nContent-Transfer-Encoding: binary\r\nContent-ID: <"
+_PART_END: Final = b">\r\n\r\n"
 #: Longest media type and Content-ID the canonical path reads (longer: general path).
 _CANONICAL_FIELD_MAX: Final = 256
 _CANONICAL_MEDIA: Final = re.compile(rb"[a-z0-9][a-z0-9!#$&^_.+\-]*/[a-z0-9][a-z0-9!#$&^_.+\-]*")
@@ -144,23 +147,12 @@ class _Shape(NamedTuple):
 @functools.lru_cache(maxsize=64)
 def _canonical_shape(boundary: bytes) -> _Shape | None:
     """The layout around the parts for ``boundary`` (a sender keeps its boundary, so
-    this is made once per sender); None when it is not a plain-character boundary."""
+    this is made once per sender), from :func:`_layout` as the builder writes it; None
+    when it is not a plain-character boundary."""
     if _CANONICAL_BOUNDARY.fullmatch(boundary) is None:
         return None
-    control_id = CONTROL_ID.encode()
-    head = b"".join(
-        (
-            _CANONICAL_START,
-            boundary,
-            b'"; start="<' + control_id + b'>"; type="application/beep+xml"\r\n\r\n--',
-            boundary,
-            b"\r\nContent-Type: application/beep+xml\r\nContent-ID: <" + control_id,
-            b">\r\n\r\n",
-        )
-    )
-    return _Shape(
-        head, b"\r\n--" + boundary + b"\r\nContent-Type: ", b"\r\n--" + boundary + b"--\r\n"
-    )
+    head, delimiter, close = _layout(boundary.decode("ascii"))
+    return _Shape(head, b"\r\n" + delimiter + _PART_TYPE, close)
 
 
 @functools.lru_cache(maxsize=256)
@@ -209,13 +201,13 @@ def _canonical(payload: bytes) -> Payload | None:
     if known_media is None or not payload.startswith(_PART_MIDDLE, media_end):
         return None
     id_start = media_end + len(_PART_MIDDLE)
-    id_end = payload.find(b">\r\n\r\n", id_start, id_start + _CANONICAL_FIELD_MAX + 5)
+    id_end = payload.find(_PART_END, id_start, id_start + _CANONICAL_FIELD_MAX + len(_PART_END))
     if id_end <= id_start:
         return None
     raw_id = payload[id_start:id_end]
     if raw_id.translate(None, _CANONICAL_ID_OCTETS) or raw_id == _CONTROL_ID_OCTETS:
         return None  # the general path reads it (or gives the control's Content-ID its error)
-    body_start = id_end + 5
+    body_start = id_end + len(_PART_END)
     close = shape.close
     body_end = len(payload) - len(close)
     if (
@@ -505,17 +497,23 @@ def _check_framing(delimiter: bytes, body: bytes) -> None:
 
 
 def _part_head(content_type: str, content_id: str | None) -> bytes:
-    return (
-        f"\r\nContent-Type: {content_type}\r\nContent-Transfer-Encoding: binary"
-        f"\r\nContent-ID: <{content_id}>\r\n\r\n"
-    ).encode("ascii")
+    return b"".join(
+        (
+            _PART_TYPE,
+            content_type.encode("ascii"),
+            _PART_MIDDLE,
+            str(content_id).encode("ascii"),
+            _PART_END,
+        )
+    )
 
 
 @functools.lru_cache(maxsize=64)
 def _layout(boundary: str) -> tuple[bytes, bytes, bytes]:
     """The constant pieces of :func:`build_payload`'s layout for ``boundary``: the head
-    up to the control document, the delimiter, the close delimiter line. Cached: a
-    sender keeps its boundary until a part happens to contain it."""
+    up to the control document, the delimiter, the close delimiter line (which the
+    canonical-layout splitter reads back). Cached: a sender keeps its boundary until a
+    part happens to contain it."""
     delimiter = b"--" + boundary.encode("ascii")
     head = (
         f'Content-Type: {MULTIPART_RELATED}; boundary="{boundary}"; '
