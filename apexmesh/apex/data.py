@@ -290,6 +290,8 @@ _CONTENT_VALUE_OCTETS: Final = (
 #: Documents whose rest is longer than this are not remembered (bounds the memory).
 _KNOWN_REST_MAX: Final = 4096
 _KNOWN_MAX: Final = 2048
+#: Longest document :func:`known_data` can recognize (longer ones are never remembered).
+_KNOWN_DOCUMENT_MAX: Final = len(_DATA_OPEN) + _CONTENT_VALUE_MAX + len("'>") + _KNOWN_REST_MAX
 #: Parsed data by the rest of their document (after the ``<data content='V'>`` start
 #: tag); bounded, cleared when full.
 _KNOWN: dict[bytes, Data] = {}
@@ -299,7 +301,7 @@ def _value_end(raw: bytes) -> int:
     """Where V ends in a document opening with ``<data content='V'>`` (see
     :data:`_DATA_OPEN`), else -1. Octets compared, no pattern run: every data a relay or
     an endpoint receives comes through here."""
-    if not raw.startswith(_DATA_OPEN):
+    if not raw.startswith(_DATA_OPEN) or len(raw) > _KNOWN_DOCUMENT_MAX:
         return -1
     start = len(_DATA_OPEN)
     end = raw.find(b"'>", start, start + _CONTENT_VALUE_MAX + 2)

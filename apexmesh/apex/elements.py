@@ -53,7 +53,7 @@ from apexmesh.apex.options import (
     options_from,
     options_xml,
 )
-from apexmesh.beep.xml import MAX_XML_OCTETS, Element
+from apexmesh.beep.xml import Element
 
 if TYPE_CHECKING:
     from apexmesh.apex.report import Destination, StatusResponse
@@ -297,10 +297,9 @@ def parse_apex(body: bytes | str) -> ApexElement:
     unknown element), 553 (bad endpoint or domain), 554 (local limit exceeded).
     """
     raw = _dtd.raw_bytes(body)
-    if raw.startswith(b"<data ") and len(raw) <= MAX_XML_OCTETS:
-        known = known_data(raw)
-        if known is not None:
-            return known
+    known = known_data(raw)  # most data: no parse at all (see known_data)
+    if known is not None:
+        return known
     root = _dtd.parse_root(raw)
     tag = _dtd.tag_of(root)
     if tag == "data":
@@ -321,15 +320,15 @@ def parse_apex(body: bytes | str) -> ApexElement:
     raise ApexError(_dtd.SYNTAX, f"unknown APEX element {tag!r}")
 
 
+#: The classes of :data:`ApexMessage`, the most frequent first.
+_MESSAGE_CLASSES: Final = (Data, Ok, Error, Attach, Bind, Terminate)
+
+
 def parse_message(body: bytes | str) -> ApexMessage:
     """Parse a BEEP payload of the APEX profile: attach, bind, terminate or data (MSG),
     ok (RPY) or error (ERR); anything else is 501."""
-    if type(body) is bytes and len(body) <= MAX_XML_OCTETS:
-        known = known_data(body)  # most data: no parse at all (see known_data)
-        if known is not None:
-            return known
     element = parse_apex(body)
-    if not isinstance(element, Attach | Bind | Terminate | Data | Ok | Error):
+    if not isinstance(element, _MESSAGE_CLASSES):
         _dtd.fail(f"{type(element).__name__} is not an APEX message")
     return element
 
