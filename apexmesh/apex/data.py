@@ -151,23 +151,21 @@ class Data:
         if not recipients:
             _dtd.fail("data: at least one recipient is required")
         _check_recipient_count(len(recipients))
-        clone = object.__new__(Data)
-        setattr_ = object.__setattr__
-        setattr_(clone, "content", self.content)
-        setattr_(clone, "originator", self.originator)
-        setattr_(clone, "recipients", recipients)
-        setattr_(clone, "options", self.options)
-        setattr_(clone, "data_content", self.data_content)
-        return clone
+        return self._clone(self.content, recipients)
 
     def with_content(self, content: str) -> Data:
         """This data with another ``content`` reference (see :func:`known_data`); the
         caller vouches that ``content`` is a URI-reference."""
+        return self._clone(content, self.recipients)
+
+    def _clone(self, content: str, recipients: tuple[Recipient, ...]) -> Data:
+        """This data with ``content`` and ``recipients``, made without the checks of
+        ``__post_init__`` (the callers have done what they need of them)."""
         clone = object.__new__(Data)
         setattr_ = object.__setattr__
         setattr_(clone, "content", content)
         setattr_(clone, "originator", self.originator)
-        setattr_(clone, "recipients", self.recipients)
+        setattr_(clone, "recipients", recipients)
         setattr_(clone, "options", self.options)
         setattr_(clone, "data_content", self.data_content)
         return clone
