@@ -86,6 +86,18 @@ class DataPlan:
     recipients: tuple[RecipientPlan, ...]
 
 
+def plain(data: Data) -> bool:
+    """One recipient and no option anywhere: :func:`plan_data` forwards such data as
+    received, and a relay owes no report for it."""
+    recipients = data.recipients
+    return (
+        len(recipients) == 1
+        and not recipients[0].options
+        and not data.options
+        and not data.originator.options
+    )
+
+
 def plan_data(
     data: Data, registry: OptionRegistry, *, is_final: Callable[[Endpoint], bool]
 ) -> DataPlan:
@@ -95,15 +107,12 @@ def plan_data(
     Raises :class:`ApexError` 504 when a per-data option applies, is not understood and
     has mustUnderstand true (the operation fails before ``ok``).
     """
-    if not data.options and not data.originator.options and len(data.recipients) == 1:
+    if plain(data):
+        # Most data: the general steps below would make exactly this plan, the data
+        # forwarded as received.
         recipient = data.recipients[0]
-        if not recipient.options:
-            # Most data: one recipient, no option anywhere; the general steps below
-            # would make exactly this plan, the data forwarded as received.
-            plan = RecipientPlan(
-                recipient=recipient, final=is_final(recipient.identity), forward=data
-            )
-            return DataPlan(data_options=(), recipients=(plan,))
+        plan = RecipientPlan(recipient=recipient, final=is_final(recipient.identity), forward=data)
+        return DataPlan(data_options=(), recipients=(plan,))
     finals = tuple(is_final(recipient.identity) for recipient in data.recipients)
     any_final = any(finals)
     data_options: list[Option] = []
@@ -264,5 +273,6 @@ __all__ = [
     "Placement",
     "RecipientPlan",
     "combine",
+    "plain",
     "plan_data",
 ]

@@ -52,7 +52,7 @@ from apexmesh.apex.holding import (
     hold_options,
     wants_hold,
 )
-from apexmesh.apex.hops import DataPlan, RecipientPlan, combine, plan_data
+from apexmesh.apex.hops import DataPlan, RecipientPlan, combine, plain, plan_data
 from apexmesh.apex.options import STATUS_REQUEST, Option, OptionRegistry
 from apexmesh.apex.party import (
     HOPS_EXHAUSTED,
@@ -148,6 +148,8 @@ class Dispatcher:
     task: asyncio.Task[None] | None = None
 
     def submit(self, job: Job) -> None:
+        """Route ``job`` now when nothing of its origin waits and it needs no waiting
+        (:meth:`Router.dispatch_now`), else queue it."""
         if not self.running:
             try:
                 if self.router.dispatch_now(job):
@@ -155,6 +157,10 @@ class Dispatcher:
             except Exception:  # noqa: BLE001  (as in _run: one job's bug stops no other)
                 _log.exception("relaying data from %s failed", job.data.originator.identity)
                 return
+        self.enqueue(job)
+
+    def enqueue(self, job: Job) -> None:
+        """Queue ``job`` behind its origin's earlier data (a task works through them)."""
         self.jobs.append(job)
         if not self.running:
             self.running = True
@@ -353,9 +359,10 @@ class Router:
             dispatcher = self._dispatchers[id(channel)] = Dispatcher(self)
         # Nothing to plan (no option anywhere) and nothing before it in this channel's
         # order: routed now when every fact is known here.
+        is_plain = plain(data)
         if (
-            not dispatcher.running
-            and plain(data)
+            is_plain
+            and not dispatcher.running
             and self.route_plain(data, data.recipients[0].identity, raw)
         ):
             self._accepted.inc()
@@ -370,7 +377,11 @@ class Router:
                     data, planned, payload, raw, received_at, dispatcher
                 )
         self._accepted.inc()
-        dispatcher.submit(Job(data, planned, tuple(payload.parts.values()), raw, received_at))
+        job = Job(data, planned, tuple(payload.parts.values()), raw, received_at)
+        if is_plain:
+            dispatcher.enqueue(job)  # route_plain could not take it above: no second try
+        else:
+            dispatcher.submit(job)
         return None
 
     async def _accept_with_options(
@@ -617,10 +628,7 @@ class Router:
     ) -> None:
         """A delivery of :meth:`route_plain` through another pod ended; a stale location
         is retried (as :meth:`_deliver_here` does) before the outcome counts."""
-        if outcome is DELIVERED:
-            self._delivered.inc()
-            return
-        if not _stale_location(outcome):
+        if outcome is DELIVERED or not _stale_location(outcome):
             self._count_outcome(originator, endpoint, outcome)
             return
         retry = asyncio.ensure_future(
@@ -1060,18 +1068,6 @@ def peer_endpoint(channel: ApexChannel, domain: str) -> Endpoint | None:
         return Endpoint.parse(text)
     except ValueError:
         return None
-
-
-def plain(data: Data) -> bool:
-    """One recipient and no option anywhere: the relay forwards such data as received
-    (``hops.plan_data`` plans it so) and owes no report for it."""
-    recipients = data.recipients
-    return (
-        len(recipients) == 1
-        and not recipients[0].options
-        and not data.options
-        and not data.originator.options
-    )
 
 
 def _done(outcome: Outcome) -> asyncio.Future[Outcome]:
