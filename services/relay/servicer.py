@@ -64,10 +64,7 @@ class _Answers:
         if outcome is DELIVERED and self.packed:
             self.batch.delivered.append(request_id)
         else:
-            response = self.batch.responses.add(id=request_id)
-            response.status.code = outcome.code
-            if outcome.text:
-                response.status.text = outcome.text
+            self.batch.responses.add(id=request_id, status=_status(outcome))
         self.wake.set()
 
     def group(self, request_id: int, outcomes: tuple[Outcome, ...]) -> None:
