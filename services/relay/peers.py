@@ -113,21 +113,23 @@ class _Stream:
     def _room(self, octets: int) -> None:
         """Cut the batch being filled when ``octets`` more would take it past the limit."""
         if self._batch_octets + octets > BATCH_OCTETS and self._batch.requests:
-            self._ready.append(self._batch)
-            self._batch = relay_pb2.DeliverBatch()
-            self._batch_octets = 0
+            self._cut()
         self._batch_octets += octets
+
+    def _cut(self) -> None:
+        """Queue the batch being filled for sending and start another."""
+        self._ready.append(self._batch)
+        self._batch = relay_pb2.DeliverBatch()
+        self._batch_octets = 0
 
     async def _outgoing(self) -> AsyncIterator[relay_pb2.DeliverBatch]:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self._batch.requests:
+                self._cut()
             while self._ready:
                 yield self._ready.popleft()
-            if self._batch.requests:
-                batch, self._batch = self._batch, relay_pb2.DeliverBatch()
-                self._batch_octets = 0
-                yield batch
             if self._closing:
                 return
 
