@@ -303,17 +303,6 @@ class ApexClient:
             raise AttachmentTerminatedError(ApexReplyCode.ACTION_NOT_TAKEN, "not attached")
         channel = self._require_channel()
         targets = as_recipients(recipients)
-        if not status_request and not hold and timing is None:
-            # No transID to allocate or report to collect (most data).
-            payload = encode_data(
-                originator=attachment.endpoint,
-                recipients=targets,
-                content=content,
-                content_type=content_type,
-                options=options,
-            )
-            result = SendResult(recipients=_texts(targets), status_trans_id=None)
-            return self._send_payload(channel, payload, result)
         status_id: int | None = None
         if status_request:
             status_id = self._ids.allocate()
