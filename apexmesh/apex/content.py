@@ -472,40 +472,51 @@ def build_payload(data: Data | bytes, parts: Sequence[MimePart], *, boundary: st
     head, delimiter, close = _layout(boundary)
     chunks = [head, data if isinstance(data, bytes) else data.to_xml()]
     for part in parts:
-        _check_framing(delimiter, part.body)
-        chunks += [b"\r\n", delimiter, _part_head(part.content_type, part.content_id), part.body]
+        check_framing(delimiter, part.body)
+        layout = one_part_layout(part.content_type, boundary)
+        chunks += [layout.before_id, str(part.content_id).encode("ascii"), _PART_END, part.body]
     chunks.append(close)
     return b"".join(chunks)
 
 
-def build_one_part(
-    control: bytes, content_id: str, content_type: str, body: bytes, *, boundary: str
-) -> bytes:
-    """:func:`build_payload` of ``control`` and one part given by its fields (what a
-    sender of octets writes for every data, without a :class:`MimePart` to build)."""
-    if content_id == CONTROL_ID:
-        raise ApexError(ApexReplyCode.ACTION_ABORTED, "every part needs its own Content-ID")
+class OnePartLayout(NamedTuple):
+    """:func:`build_payload`'s layout of a control document and one part of a given media
+    type, as the constant pieces around the control document, the part's Content-ID and
+    its body: ``head``, control, ``before_id``, Content-ID, ``after_id``, body,
+    ``close``. A sender of octets writes one such payload per data."""
+
+    head: bytes
+    before_id: bytes
+    after_id: bytes
+    close: bytes
+    #: What must not occur in the body (:func:`check_framing`).
+    delimiter: bytes
+
+
+@functools.lru_cache(maxsize=256)
+def one_part_layout(content_type: str, boundary: str) -> OnePartLayout:
+    """The pieces of a one-part payload for ``content_type`` and ``boundary``
+    (cached: a sender keeps both data after data)."""
     head, delimiter, close = _layout(boundary)
-    _check_framing(delimiter, body)
-    part_head = _part_head(content_type, content_id)
-    return b"".join((head, control, b"\r\n", delimiter, part_head, body, close))
-
-
-def _check_framing(delimiter: bytes, body: bytes) -> None:
-    if delimiter in body:
-        raise ApexError(ApexReplyCode.ACTION_ABORTED, "the boundary occurs in a part")
-
-
-def _part_head(content_type: str, content_id: str | None) -> bytes:
-    return b"".join(
-        (
-            _PART_TYPE,
-            content_type.encode("ascii"),
-            _PART_MIDDLE,
-            str(content_id).encode("ascii"),
-            _PART_END,
-        )
+    before_id = b"".join(
+        (b"\r\n", delimiter, _PART_TYPE, content_type.encode("ascii"), _PART_MIDDLE)
     )
+    return OnePartLayout(head, before_id, _PART_END, close, delimiter)
+
+
+def can_frame(delimiter: bytes, body: bytes) -> bool:
+    """True when ``body`` does not contain ``delimiter``, so that it can be framed by it.
+
+    Most bodies have no ``--`` at all, which a search for two rare octets tells at once;
+    the delimiter's own octets (``apex-`` and hex digits) are common in text, where a
+    search for it takes several times longer."""
+    return b"--" not in body or delimiter not in body
+
+
+def check_framing(delimiter: bytes, body: bytes) -> None:
+    """Raise ApexError 451 when ``body`` contains the ``delimiter`` it is framed by."""
+    if not can_frame(delimiter, body):
+        raise ApexError(ApexReplyCode.ACTION_ABORTED, "the boundary occurs in a part")
 
 
 @functools.lru_cache(maxsize=64)
@@ -563,9 +574,12 @@ __all__ = [
     "MAX_MIME_PARTS",
     "MULTIPART_RELATED",
     "MimePart",
+    "OnePartLayout",
     "Payload",
-    "build_one_part",
     "build_payload",
+    "can_frame",
+    "check_framing",
+    "one_part_layout",
     "parse_payload",
     "resolve_content",
 ]

@@ -6,13 +6,13 @@ control document, named by a ``cid:`` URL (RFC 2392) with a globally unique Cont
 (a counter under a random 128-bit prefix drawn once per process); XML content travels
 inline as the ``data-content`` element named ``Content`` and referenced as ``#Content``,
 exactly as the RFC's examples do. The multipart boundary is random (:mod:`secrets`) and
-kept while no part contains it: :func:`apexmesh.apex.content.build_one_part` checks every
-part, and a part that happens to contain it (or was crafted to) gets a fresh random
-boundary, so a payload is never cut in the wrong place.
+kept while no part contains it: every part is checked, and a part that happens to contain
+it (or was crafted to) gets a fresh random boundary, so a payload is never cut in the
+wrong place.
 
-Data after data from one endpoint names the same originator, recipients and options: the
-``data`` element around its content reference is serialized once for them
-(:func:`_envelope`) and the payload assembled from ready pieces.
+Data after data from one endpoint names the same originator, recipients and options:
+the payload around the Content-ID and the body is made once for them (:class:`_Template`,
+with the ``data`` element serialized and checked once) and each data joins seven pieces.
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ import itertools
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final, NamedTuple, TypeAlias
 
-from apexmesh.apex.content import build_one_part
+from apexmesh.apex.content import can_frame, check_framing, one_part_layout
 from apexmesh.apex.data import Data, DataContent, Originator, Recipient
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option
 from apexmesh.beep.mime import beep_xml
 from apexmesh.beep.xml import Element, to_bytes
@@ -107,11 +106,6 @@ _CONTENT_ID_PREFIX: Final = secrets.token_hex(16)
 _content_ids = itertools.count(1)
 
 
-def _content_id(originator: Endpoint) -> str:
-    domain = originator.domain if not originator.domain.startswith("[") else "apex.invalid"
-    return f"{next(_content_ids)}.{_CONTENT_ID_PREFIX}@{domain}"
-
-
 def _fresh_boundary() -> str:
     return f"apex-{secrets.token_hex(16)}"
 
@@ -120,12 +114,40 @@ def _fresh_boundary() -> str:
 _boundary = _fresh_boundary()
 
 
+class _Template(NamedTuple):
+    """A data payload for octet content, but for its Content-ID (written twice, in the
+    ``content`` reference and the part's header) and its body: ``before_id``, ID,
+    ``middle``, ID, ``after_id``, body, ``close``."""
+
+    #: What it was made for, compared by identity (see :func:`_template`).
+    originator: Endpoint
+    recipients: tuple[Recipient, ...]
+    options: tuple[Option, ...]
+    content_type: str
+    boundary: str
+    #: Entity header, control part's header, ``<data content='cid:``.
+    before_id: bytes
+    #: ``'>``, the rest of the data element, the part's header up to its Content-ID.
+    middle: bytes
+    after_id: bytes
+    close: bytes
+    #: What must not occur in a body (:func:`check_framing`).
+    delimiter: bytes
+    #: What follows the counter in a Content-ID: ``.PREFIX@DOMAIN``.
+    id_suffix: bytes
+
+
 @functools.lru_cache(maxsize=1024)
-def _envelope(
-    originator: Endpoint, recipients: tuple[Recipient, ...], options: tuple[Option, ...]
-) -> bytes:
-    """The ``data`` element after its start tag (originator, recipients, options, end
-    tag): built and checked once per originator, recipients and options."""
+def _make_template(
+    originator: Endpoint,
+    recipients: tuple[Recipient, ...],
+    options: tuple[Option, ...],
+    content_type: str,
+    boundary: str,
+) -> _Template:
+    """The template for one sender's data: the ``data`` element serialized (and so
+    checked) once for its originator, recipients and options."""
+    _check_media_type(content_type)
     data = Data(
         content="cid:x",
         originator=Originator(identity=originator),
@@ -133,7 +155,76 @@ def _envelope(
         options=options,
     )
     xml = data.to_xml()
-    return xml[xml.index(b">") + 1 :]
+    layout = one_part_layout(content_type, boundary)
+    domain = originator.domain if not originator.domain.startswith("[") else "apex.invalid"
+    return _Template(
+        originator,
+        recipients,
+        options,
+        content_type,
+        boundary,
+        layout.head + b"<data content='cid:",
+        b"'>" + xml[xml.index(b">") + 1 :] + layout.before_id,
+        layout.after_id,
+        layout.close,
+        layout.delimiter,
+        f".{_CONTENT_ID_PREFIX}@{domain}".encode("ascii"),
+    )
+
+
+_last_template: _Template | None = None
+
+
+def _template(
+    originator: Endpoint,
+    recipients: tuple[Recipient, ...],
+    options: tuple[Option, ...],
+    content_type: str,
+) -> _Template:
+    """:func:`_make_template` for the current boundary. The last one made is kept and
+    recognized by identity, without hashing its key: an endpoint mostly sends data
+    after data to the same recipients (:func:`as_recipients` caches them)."""
+    global _last_template  # noqa: PLW0603  (a one-entry memo in front of the cache)
+    last = _last_template
+    if (
+        last is not None
+        and last.originator is originator
+        and last.recipients is recipients
+        and last.options is options
+        and last.content_type is content_type
+        and last.boundary is _boundary
+    ):
+        return last
+    last = _last_template = _make_template(originator, recipients, options, content_type, _boundary)
+    return last
+
+
+def _octet_payload(
+    originator: Endpoint,
+    recipients: tuple[Recipient, ...],
+    options: tuple[Option, ...],
+    content_type: str,
+    content: bytes,
+) -> bytes:
+    global _boundary  # noqa: PLW0603  (one boundary per process, renewed on collision)
+    for _ in range(_MAX_BOUNDARY_ATTEMPTS):
+        template = _template(originator, recipients, options, content_type)
+        if can_frame(template.delimiter, content):
+            content_id = b"%d" % next(_content_ids) + template.id_suffix
+            return b"".join(
+                (
+                    template.before_id,
+                    content_id,
+                    template.middle,
+                    content_id,
+                    template.after_id,
+                    content,
+                    template.close,
+                )
+            )
+        _boundary = _fresh_boundary()
+    check_framing(template.delimiter, content)  # four random boundaries in one part: 451
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def encode_data(
@@ -147,31 +238,12 @@ def encode_data(
     """The complete BEEP payload (entity headers included) of one data operation.
 
     Raises ApexError (500/501 invalid XML content or element, 554 too many recipients
-    or options), ValueError for a malformed ``content_type`` and TypeError for content of
-    another type (text must be encoded, or wrapped in :class:`XmlContent` if it is XML).
+    or options, 451 when the content contains every boundary tried), ValueError for a
+    malformed ``content_type`` and TypeError for content of another type (text must be
+    encoded, or wrapped in :class:`XmlContent` if it is XML).
     """
-    global _boundary  # noqa: PLW0603  (one boundary per process, renewed on collision)
     if isinstance(content, bytes):
-        _check_media_type(content_type)
-        content_id = _content_id(originator)
-        control = b"".join(
-            (
-                b"<data content='cid:",
-                content_id.encode("ascii"),
-                b"'>",
-                _envelope(originator, recipients, options),
-            )
-        )
-        for attempt in range(_MAX_BOUNDARY_ATTEMPTS):
-            try:
-                return build_one_part(
-                    control, content_id, content_type, content, boundary=_boundary
-                )
-            except ApexError:
-                if attempt == _MAX_BOUNDARY_ATTEMPTS - 1:
-                    raise
-                _boundary = _fresh_boundary()
-        raise AssertionError("unreachable")  # pragma: no cover
+        return _octet_payload(originator, recipients, options, content_type, content)
     origin = Originator(identity=originator)
     if isinstance(content, XmlContent):
         xml = content.xml

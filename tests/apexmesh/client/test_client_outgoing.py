@@ -11,7 +11,9 @@ import pytest
 
 from apexmesh.apex import content
 from apexmesh.apex import data as data_module
+from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.elements import parse_apex
+from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import parse_xml
 from apexmesh.client.outgoing import as_endpoint, as_recipients, encode_data
 
@@ -40,3 +42,53 @@ def test_the_sdks_next_data_is_recognized_from_the_first_parse() -> None:
     assert known is not None
     assert known.content != parse_apex(first).content  # a fresh Content-ID each data
     assert known == data_module.data_from(parse_xml(second), second)
+
+
+def test_each_payload_names_what_its_call_names_though_the_last_template_is_kept() -> None:
+    fred, wilma = as_endpoint("fred@example.com"), as_endpoint("wilma@rubble.com")
+    barney, dino = as_recipients("barney@example.com"), as_recipients("dino@example.com")
+    calls = [
+        (fred, barney, "application/octet-stream"),
+        (fred, barney, "image/gif"),
+        (wilma, barney, "image/gif"),
+        (wilma, dino, "image/gif"),
+        (fred, barney, "application/octet-stream"),
+    ]
+    for originator, recipients, content_type in calls:
+        raw = encode_data(
+            originator=originator,
+            recipients=recipients,
+            content=b"body",
+            content_type=content_type,
+        )
+        split = content.parse_payload(raw)
+        data = parse_apex(split.control)
+        part = content.resolve_content(data, split.parts)
+        assert data.originator.identity == originator
+        assert data.recipients == recipients
+        assert isinstance(part, content.MimePart)
+        assert (part.content_type, part.body) == (content_type, b"body")
+        assert part.content_id is not None
+        assert part.content_id.endswith("@" + originator.domain)
+
+
+@pytest.mark.parametrize(
+    ("body", "frames"),
+    [
+        (b"", True),
+        (b"no dashes at all", True),
+        (b"-- a signature", True),
+        (b"--apex-", True),
+        (b"x--DELIMx", False),
+        (b"--DELIM", False),
+        (b"\r\n--DELIM--\r\n", False),
+    ],
+)
+def test_a_body_can_be_framed_unless_it_holds_the_delimiter(body: bytes, frames: bool) -> None:
+    assert content.can_frame(b"--DELIM", body) is frames
+    if frames:
+        content.check_framing(b"--DELIM", body)
+    else:
+        with pytest.raises(ApexError) as raised:
+            content.check_framing(b"--DELIM", body)
+        assert raised.value.code == ApexReplyCode.ACTION_ABORTED
