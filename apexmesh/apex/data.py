@@ -161,13 +161,12 @@ class Data:
     def _clone(self, content: str, recipients: tuple[Recipient, ...]) -> Data:
         """This data with ``content`` and ``recipients``, made without the checks of
         ``__post_init__`` (the callers have done what they need of them)."""
-        clone = object.__new__(Data)
-        setattr_ = object.__setattr__
-        setattr_(clone, "content", content)
-        setattr_(clone, "originator", self.originator)
-        setattr_(clone, "recipients", recipients)
-        setattr_(clone, "options", self.options)
-        setattr_(clone, "data_content", self.data_content)
+        clone = _new_object(Data)
+        _SET_CONTENT(clone, content)
+        _SET_ORIGINATOR(clone, self.originator)
+        _SET_RECIPIENTS(clone, recipients)
+        _SET_OPTIONS(clone, self.options)
+        _SET_DATA_CONTENT(clone, self.data_content)
         return clone
 
     def to_xml(self) -> bytes:
@@ -181,6 +180,16 @@ class Data:
             parts.append(self.data_content.to_xml())
         parts.append(b"</data>")
         return b"".join(parts)
+
+
+_new_object = object.__new__
+#: The setters of Data's slots, which :meth:`Data._clone` calls directly: a frozen
+#: dataclass refuses plain assignment, and ``object.__setattr__`` costs twice as much.
+_SET_CONTENT: Final = Data.__dict__["content"].__set__
+_SET_ORIGINATOR: Final = Data.__dict__["originator"].__set__
+_SET_RECIPIENTS: Final = Data.__dict__["recipients"].__set__
+_SET_OPTIONS: Final = Data.__dict__["options"].__set__
+_SET_DATA_CONTENT: Final = Data.__dict__["data_content"].__set__
 
 
 def _check_recipient_count(count: int) -> None:
