@@ -78,7 +78,7 @@ def test_each_payload_names_what_its_call_names_though_the_last_template_is_kept
         (b"", True),
         (b"no dashes at all", True),
         (b"-- a signature", True),
-        (b"--apex-", True),
+        (b"--DELI", True),
         (b"x--DELIMx", False),
         (b"--DELIM", False),
         (b"\r\n--DELIM--\r\n", False),
