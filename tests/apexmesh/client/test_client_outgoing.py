@@ -15,6 +15,7 @@ from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.elements import parse_apex
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import parse_xml
+from apexmesh.client import outgoing
 from apexmesh.client.outgoing import as_endpoint, as_recipients, encode_data
 
 pytestmark = pytest.mark.unit
@@ -92,3 +93,17 @@ def test_a_body_can_be_framed_unless_it_holds_the_delimiter(body: bytes, frames:
         with pytest.raises(ApexError) as raised:
             content.check_framing(b"--DELIM", body)
         assert raised.value.code == ApexReplyCode.ACTION_ABORTED
+
+
+def test_a_body_holding_every_boundary_drawn_is_refused_with_451(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Drawing the same boundary every time stands in for a body that contains each of
+    # four random ones (which no test could craft).
+    monkeypatch.setattr(outgoing, "_fresh_boundary", lambda: "apex-fixed")
+    monkeypatch.setattr(outgoing, "_boundary", "apex-fixed")
+    with pytest.raises(ApexError) as raised:
+        payload(b"a\r\n--apex-fixed--\r\nb")
+    assert raised.value.code == ApexReplyCode.ACTION_ABORTED
+    monkeypatch.undo()
+    assert content.parse_payload(payload(b"fine")).parts
