@@ -636,9 +636,9 @@ class Router:
         )
         self._background.add(retry)
         retry.add_done_callback(self._background.discard)
-        retry.add_done_callback(functools.partial(self._recorded, originator, endpoint))
+        retry.add_done_callback(functools.partial(self._record, originator, endpoint))
 
-    def _recorded(
+    def _record(
         self, originator: Endpoint, endpoint: Endpoint, future: asyncio.Future[Outcome]
     ) -> None:
         """Count and log one recipient's outcome once its delivery has settled."""
@@ -702,8 +702,9 @@ class Router:
         if not reports and not _may_owe_reports(job):
             # Nothing to report whatever happens: outcomes are only counted and logged,
             # by callbacks rather than one more task per data (the common case).
+            originator = job.data.originator.identity
             for endpoint, future in outcomes.items():
-                future.add_done_callback(functools.partial(self._record, job, endpoint))
+                future.add_done_callback(functools.partial(self._record, originator, endpoint))
             for endpoints, grouped in groups:
                 grouped.add_done_callback(functools.partial(self._record_group, job, endpoints))
             return
@@ -712,10 +713,6 @@ class Router:
         )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    def _record(self, job: Job, endpoint: Endpoint, future: asyncio.Future[Outcome]) -> None:
-        """:meth:`_recorded` for a recipient of ``job``."""
-        self._recorded(job.data.originator.identity, endpoint, future)
 
     def _record_group(
         self,
