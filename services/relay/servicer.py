@@ -94,21 +94,21 @@ class _Answers:
         self.finished = True
         self.wake.set()
 
+    @property
+    def empty(self) -> bool:
+        """True when nothing was gathered since the last take."""
+        return not self.batch.responses and not self.batch.delivered
+
     def take(self) -> relay_pb2.DeliverOutcomes | None:
         """The responses gathered since the last take, None when there are none."""
-        if not self.batch.responses and not self.batch.delivered:
+        if self.empty:
             return None
         batch, self.batch = self.batch, relay_pb2.DeliverOutcomes()
         return batch
 
     @property
     def done(self) -> bool:
-        return (
-            self.finished
-            and not self.waiting
-            and not self.batch.responses
-            and not self.batch.delivered
-        )
+        return self.finished and not self.waiting and self.empty
 
 
 class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
