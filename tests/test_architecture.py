@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-CORES = ("apexmesh/beep", "apexmesh/apex")
+CORES = ("apexmesh/beep", "apexmesh/apex", "apexmesh/common")
 FORBIDDEN_IN_CORES = {
     "asyncio",
     "socket",
