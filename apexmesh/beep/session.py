@@ -94,6 +94,7 @@ from apexmesh.beep.tuning import (
     sasl_mechanism,
     sasl_profile,
 )
+from apexmesh.common.cache import BoundedCache, Eviction
 
 #: Octets of partially reassembled messages one session may hold across all channels.
 #: Windows bound each channel; this bounds their sum, so 1024 channels each holding a
@@ -240,7 +241,11 @@ class Session:
         #: Profile URIs offered in each start this peer sent, by channel number.
         self._start_offers: dict[int, tuple[str, ...]] = {}
         self._pending_mgmt: dict[int, tuple[str, int, object]] = {}
-        self._recently_closed: set[int] = set()
+        #: Channels closed last (a SEQ the peer sent before it saw the close is ignored):
+        #: the most recent ones are always remembered, however many came before.
+        self._recently_closed: BoundedCache[int, bool] = BoundedCache(
+            "recently closed channels", MAX_CHANNELS, policy=Eviction.FIFO
+        )
         self._next_channel = 1 if role is Role.INITIATOR else 2
         self._buffered = 0
         self._send_blocked = False
@@ -1240,9 +1245,7 @@ class Session:
         self._active.pop(number, None)
         if ch is not None:
             self._buffered -= ch.in_size + ch.reply_size
-            if len(self._recently_closed) > MAX_CHANNELS:
-                self._recently_closed.clear()
-            self._recently_closed.add(number)
+            self._recently_closed.put(number, True)
 
     def _enqueue(self, ch: Channel, item: Outgoing) -> None:
         ch.queue.append(item)

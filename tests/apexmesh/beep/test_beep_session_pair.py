@@ -710,3 +710,24 @@ def test_message_numbers_wrap_and_skip_those_still_awaiting_replies() -> None:
     pair.ini._channels[ch].next_msgno = (1 << 31) - 1  # as if 2**31 MSGs had gone
     numbers = [pair.ini.send_msg(ch, body(b"%d" % n)) for n in range(3)]
     assert numbers == [(1 << 31) - 1, 2, 3]
+
+
+def test_a_late_seq_after_a_thousand_channel_cycles_is_still_ignored() -> None:
+    """The record of recently closed channels is a bounded FIFO, never wiped: after more
+    open/close cycles than MAX_CHANNELS, a SEQ the peer sent for the channel closed last
+    (before it saw the close) is still recognised and ignored, not a framing error that
+    ends the whole session (it once did, after about 1,030 cycles)."""
+    from apexmesh.beep.frames import encode_seq
+    from apexmesh.beep.limits import MAX_CHANNELS
+
+    pair = Pair()
+    closed = []
+    for _ in range(MAX_CHANNELS + 2):
+        closed.append(pair.open_channel())
+        pair.ini.close_channel(closed[-1])
+        pair.pump()
+    # The channel closed before the last one: a record wiped when full forgot it.
+    events = pair.lis.receive_data(encode_seq(closed[-2], 0, 8192))
+    assert not only(events, ev.SessionTerminated)
+    assert pair.lis.state is State.OPEN
+    assert_clean(pair)
