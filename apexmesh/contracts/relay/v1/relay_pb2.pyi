@@ -161,19 +161,26 @@ class SubmitRequest(_message.Message):
 
     ORIGINATOR_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    SUBMISSION_ID_FIELD_NUMBER: _builtins.int
     originator: _builtins.str
     """apex=NAME@DOMAIN of the calling service; must be a well-known endpoint of the domain."""
     payload: _builtins.bytes
     """The complete BEEP message entity holding one data element."""
+    submission_id: _builtins.str
+    """The same for every attempt of one submission (a retry after a call cut off
+    mid-flight): a pod that has seen it answers as it did for the first attempt and
+    sends nothing twice. Empty: no retry will come, nothing is remembered.
+    """
     def __init__(
         self,
         *,
         originator: _builtins.str = ...,
         payload: _builtins.bytes = ...,
+        submission_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["originator", b"originator", "payload", b"payload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["originator", b"originator", "payload", b"payload", "submission_id", b"submission_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -186,7 +193,11 @@ class SubmitResponse(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def status(self) -> _common_pb2.ApexStatus:
-        """250 when the data was accepted for relaying, the RFC's error code otherwise."""
+        """250 once the relay took the data (RFC 3340 4.4.4.1 step 3): every recipient's copy
+        is queued on the channel of this pod that delivers it, or the next hop (another pod,
+        a service, another domain's relay) answered for it. Under load the answer waits for
+        room (flow control); the error code when the data is refused.
+        """
 
     def __init__(
         self,
