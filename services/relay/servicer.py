@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -23,6 +23,7 @@ from apexmesh.apex.elements import parse_message
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.party import OVERRIDE_CODE
+from apexmesh.common.cache import BoundedCache
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from services.relay.grouping import Group, deliver_here
@@ -34,11 +35,19 @@ if TYPE_CHECKING:
     from services.relay.edge import ApexChannel
 
 
+#: Submissions whose answer a retry with the same ``submission_id`` gets instead of a
+#: second relaying: a pubsub pod retries a fan-out cut off mid-flight within seconds, and
+#: a busy pod takes tens of thousands of submissions a minute.
+SUBMISSIONS_REMEMBERED = 65_536
+#: Longest submission id accepted (a retry key, not content).
+MAX_SUBMISSION_ID = 256
+
+
 def _status(outcome: Outcome) -> common_pb2.ApexStatus:
     return common_pb2.ApexStatus(code=outcome.code, text=outcome.text)
 
 
-def _retrieve(task: asyncio.Future[None]) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     """Retrieve how a stream's reader ended (a broken stream is the caller's to see)."""
     if not task.cancelled():
         task.exception()
@@ -118,6 +127,11 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         self._router = router
         metrics = router.metrics
         self._from_pod = metrics.deliveries.labels("from-pod")
+        self._metrics = metrics
+        #: Answers of recent submissions by id (see :data:`SUBMISSIONS_REMEMBERED`).
+        self._submissions: BoundedCache[str, asyncio.Future[relay_pb2.SubmitResponse]] = (
+            BoundedCache("submissions", SUBMISSIONS_REMEMBERED)
+        )
 
     def _deliver_group(
         self, request: relay_pb2.DeliverRequest
@@ -198,6 +212,27 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
     async def Submit(  # noqa: N802
         self, request: relay_pb2.SubmitRequest, context: grpc.aio.ServicerContext
     ) -> relay_pb2.SubmitResponse:
+        """Relay data a service originates; a retry (same ``submission_id``) is answered
+        as the first attempt was, or will be, and relays nothing a second time."""
+        submission = request.submission_id
+        if not submission:
+            return await self._submit(request)
+        if len(submission) > MAX_SUBMISSION_ID:
+            return relay_pb2.SubmitResponse(
+                status=_status(Outcome(ApexReplyCode.PARAMETER_INVALID, "submission id too long"))
+            )
+        answer = self._submissions.get(submission)
+        if answer is None:
+            # A task of its own: a caller that gives up (its deadline) stops waiting,
+            # not the relaying, whose answer its retry then gets.
+            answer = asyncio.ensure_future(self._submit(request))
+            answer.add_done_callback(_retrieve)
+            self._submissions.put(submission, answer)
+        else:
+            self._metrics.count(self._metrics.data, "resubmitted")
+        return await asyncio.shield(answer)
+
+    async def _submit(self, request: relay_pb2.SubmitRequest) -> relay_pb2.SubmitResponse:
         try:
             payload = parse_payload(request.payload)
             element = parse_message(payload.control)
