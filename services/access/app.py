@@ -20,6 +20,7 @@ from apexmesh.ops.http import HttpServer
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.access_entries import AccessEntryStore
+from apexmesh.store.connection import connect_redis
 from apexmesh.store.keys import Keys
 from services.access.http import create_http_app
 from services.access.servicer import AccessMetrics, AccessOperations, AccessServicer
@@ -38,7 +39,7 @@ class AccessApp:
     def __init__(self, settings: AccessSettings) -> None:
         self.settings = settings
         self.registry = CollectorRegistry()
-        self.redis: Redis = Redis.from_url(settings.redis_url)
+        self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
         self.keys = Keys(settings.redis_prefix)
         self.tokens = TokenRegistry().with_tokens(settings.extra_tokens)
         self.store = AccessEntryStore(self.redis, self.keys)

@@ -23,6 +23,7 @@ from apexmesh.ops.http import HttpServer
 from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.rpc.server import create_server, graceful_stop
+from apexmesh.store.connection import connect_redis
 from apexmesh.store.keys import Keys
 from apexmesh.store.presence import PresenceStore
 from services.presence.http import create_http_app
@@ -47,7 +48,7 @@ class PresenceApp:
     def __init__(self, settings: PresenceSettings) -> None:
         self.settings = settings
         self.registry = CollectorRegistry()
-        self.redis: Redis = Redis.from_url(settings.redis_url)
+        self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
         self.keys = Keys(settings.redis_prefix)
         self.store = PresenceStore(self.redis, self.keys)
         self.metrics = PresenceMetrics.create(self.registry)

@@ -16,7 +16,7 @@ import time
 
 import grpc
 from prometheus_client import CollectorRegistry, Gauge
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2_grpc
@@ -26,6 +26,7 @@ from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
+from apexmesh.store.connection import connect_redis
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_leader import elector_for
@@ -34,9 +35,6 @@ from services.pubsub.servicer import PubsubEndpointServicer, PubsubMetrics, Pubs
 from services.pubsub.settings import PubsubSettings
 
 _log = logging.getLogger(__name__)
-
-#: Redis connections of one pod (the access cache's subscription takes one more).
-REDIS_CONNECTIONS = 64
 
 
 def now_ms() -> int:
@@ -49,12 +47,7 @@ class PubsubApp:
     def __init__(self, settings: PubsubSettings) -> None:
         self.settings = settings
         self.registry = CollectorRegistry()
-        # Bounded and blocking: a burst of operations waits for a connection instead of
-        # failing (MaxConnectionsError) or opening thousands of sockets.
-        pool = BlockingConnectionPool.from_url(
-            settings.redis_url, max_connections=REDIS_CONNECTIONS, timeout=settings.relay_timeout
-        )
-        self.redis: Redis = Redis(connection_pool=pool)
+        self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
         self.keys = Keys(settings.redis_prefix)
         self.store = PubsubStore(self.redis, self.keys, settings.pod_id)
         self.metrics = PubsubMetrics.create(self.registry)

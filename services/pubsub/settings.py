@@ -3,6 +3,8 @@
 - ``APEXMESH_PUBSUB_DOMAINS`` (required): domains whose ``apex=pubsub`` this is.
 - ``APEXMESH_REDIS_URL`` (``redis://127.0.0.1:6379/0``): TLS or a password unless dev.
 - ``APEXMESH_REDIS_PREFIX`` (``apexmesh``): prefix of every key (``store/keys.py``).
+- ``APEXMESH_REDIS_MAX_CONNECTIONS`` (``64``), ``APEXMESH_REDIS_POOL_TIMEOUT_SECONDS`` (``5``):
+  the process's one bounded, blocking Redis pool (``apexmesh/store/connection.py``).
 - ``APEXMESH_ACCESS_ADDRESS`` (required): gRPC address of the access service.
 - ``APEXMESH_RELAY_ADDRESSES``: relay gRPC addresses replies and data are submitted to.
 - ``APEXMESH_RELAY_TIMEOUT_SECONDS`` (``2.0``): deadline of one Submit or access call.
@@ -56,6 +58,7 @@ from apexmesh.ops.settings import (
     required_domains,
 )
 from apexmesh.pubsub.elements import is_topic
+from apexmesh.store.connection import RedisPoolSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,7 @@ class PubsubSettings:
     domains: tuple[str, ...]
     redis_url: str
     redis_prefix: str
+    redis_pool: RedisPoolSettings
     access_address: str
     relay_addresses: tuple[str, ...]
     relay_timeout: float
@@ -146,6 +150,7 @@ class PubsubSettings:
                 env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
             ),
             redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
+            redis_pool=RedisPoolSettings.from_env(env),
             access_address=check_grpc_target("APEXMESH_ACCESS_ADDRESS", access),
             relay_addresses=grpc_targets(env, "APEXMESH_RELAY_ADDRESSES"),
             relay_timeout=env_float(env, "APEXMESH_RELAY_TIMEOUT_SECONDS", 2.0),

@@ -31,6 +31,7 @@ from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.attachments import AttachmentRegistry
+from apexmesh.store.connection import connect_redis
 from apexmesh.store.held import HeldStore
 from apexmesh.store.keys import Keys
 from services.relay.edge import APEX_PROFILE, Mode, start_handler
@@ -57,7 +58,7 @@ class RelayApp:
         self.settings = settings
         self.registry = CollectorRegistry()
         self.metrics = RelayMetrics.create(self.registry)
-        self.redis: Redis = Redis.from_url(settings.redis_url)
+        self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
         self.keys = Keys(settings.redis_prefix)
         self._access_channel = grpc.aio.insecure_channel(settings.access_address)
         self.access = AccessClient(self._access_channel)
@@ -246,8 +247,9 @@ class RelayApp:
     async def _drop_lost_attachments(self) -> None:
         """Attachments whose lease lapsed (Redis restarted, pod paused) may now belong to
         another pod: terminate ours rather than serve an endpoint twice."""
-        for endpoint, (channel, attachment) in list(self.router.local.items()):
-            found = await self.attachments.locate(str(endpoint))
+        held = list(self.router.local.items())
+        located = await self.attachments.locate_many([str(endpoint) for endpoint, _ in held])
+        for (endpoint, (channel, attachment)), found in zip(held, located, strict=True):
             if found is None:
                 if await self.attachments.claim(str(endpoint)) is None:
                     continue

@@ -7,7 +7,8 @@
 - ``APEXMESH_RELAY_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7401``): pod-to-pod gRPC.
 - ``APEXMESH_RELAY_ADVERTISE_HOST`` (the gRPC host): address other pods dial.
 - ``APEXMESH_RELAY_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8401``): health, metrics.
-- ``APEXMESH_REDIS_URL``, ``APEXMESH_REDIS_PREFIX``: as for every service.
+- ``APEXMESH_REDIS_URL``, ``APEXMESH_REDIS_PREFIX``, ``APEXMESH_REDIS_MAX_CONNECTIONS``,
+  ``APEXMESH_REDIS_POOL_TIMEOUT_SECONDS``: as for every service.
 - ``APEXMESH_ACCESS_ADDRESS`` (required): gRPC address of the access service.
 - ``APEXMESH_REPORT_ADDRESS``: gRPC address of the report service (statusRequest).
 - ``APEXMESH_PRESENCE_ADDRESS``: gRPC address of the presence service, told about
@@ -68,6 +69,7 @@ from apexmesh.ops.settings import (
     env_pairs,
     required_domains,
 )
+from apexmesh.store.connection import RedisPoolSettings
 
 
 def _service_addresses(env: Mapping[str, str], name: str) -> dict[str, tuple[str, ...]]:
@@ -108,6 +110,7 @@ class RelaySettings:
     http_port: int
     redis_url: str
     redis_prefix: str
+    redis_pool: RedisPoolSettings
     access_address: str
     report_address: str | None
     presence_address: str | None
@@ -172,6 +175,7 @@ class RelaySettings:
                 env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
             ),
             redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
+            redis_pool=RedisPoolSettings.from_env(env),
             access_address=access,
             report_address=env.get("APEXMESH_REPORT_ADDRESS") or None,
             presence_address=env.get("APEXMESH_PRESENCE_ADDRESS") or None,
