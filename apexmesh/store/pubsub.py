@@ -7,7 +7,8 @@ are stateless, so everything is here, under the keys of :mod:`apexmesh.store.key
 (``pubsub_*``):
 
 - topics (one HASH), each topic's subscriptions (a HASH per topic) and a per-topic
-  version counter, so a pod may cache a subscriber list and re-read it only on change;
+  version counter (optimistic commits of topic creation and deletion); pods cache
+  subscriber lists and follow the event log (:mod:`apexmesh.store.pubsub_cache`);
 - leases: a ZSET scored by lease end; :meth:`PubsubStore.claim_expired` ends what is due
   in one script, so two pods can never both end (and both cancel) the same lease;
 - the event log: a STREAM with one entry per change (schema v1, :data:`EVENT_FIELDS`,
@@ -24,6 +25,7 @@ Every multi-key change is one Lua script (no half-applied change is ever visible
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -98,28 +100,6 @@ for _, op in ipairs(cjson.decode(ARGV[2])) do
 end
 redis.call('INCR', KEYS[1])
 return 1
-"""
-
-# KEYS: topics, version, subscriptions, journal.
-# ARGV: topic field, cached version, journal id ("" = none), journal entry.
-# Returns {0} for an unknown topic, {1, version} when the cache is current, else
-# {1, version, '*', field, value, ...}. The journal entry is written only for a known topic.
-_ACCEPT_PUBLISH: Final = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-    return {0}
-end
-if ARGV[3] ~= '' then
-    redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])
-end
-local version = redis.call('GET', KEYS[2]) or '0'
-if version == ARGV[2] then
-    return {1, version}
-end
-local out = {1, version, '*'}
-for _, item in ipairs(redis.call('HGETALL', KEYS[3])) do
-    table.insert(out, item)
-end
-return out
 """
 
 # KEYS: expiry, journal, events.
@@ -197,6 +177,13 @@ class JournalEntry:
     def encode(self, pod: str, at_ms: int) -> str:
         return json.dumps({**self.fields, "kind": self.kind, "pod": pod, "at_ms": str(at_ms)})
 
+    @property
+    def submission_id(self) -> str:
+        """The ``SubmitRequest.submission_id`` of this entry's send: the same on every
+        pod that does it, and short whatever the entry id (a lease end's names the
+        topic and the subscriber)."""
+        return "journal-" + hashlib.blake2b(self.id.encode(), digest_size=16).hexdigest()
+
     @classmethod
     def decode(cls, entry_id: str, text: str) -> JournalEntry:
         values = {str(k): str(v) for k, v in json.loads(text).items()}
@@ -246,7 +233,6 @@ class PubsubStore:
         self._keys = keys
         self.pod_id = pod_id
         self._commit = redis.register_script(_COMMIT)
-        self._accept = redis.register_script(_ACCEPT_PUBLISH)
         self._claim = redis.register_script(_CLAIM_EXPIRED)
         self._lead = redis.register_script(_LEAD)
         self._resign = redis.register_script(_RESIGN)
@@ -290,50 +276,6 @@ class PubsubStore:
                 if value is not None:
                     pairs += [str(subscriber), value]
         return TopicView(bool(exists), int(version or 0), _subscriptions(topic, pairs))
-
-    async def accept_publish(
-        self, domain: str, topic: str, cached_version: int, entry: JournalEntry | None, now_ms: int
-    ) -> tuple[bool, int, dict[Endpoint, Subscription] | None]:
-        """Known topic? Journal ``entry`` if so; the subscriptions unless
-        ``cached_version`` is still current (then None)."""
-        answer = await self._accept(
-            keys=[
-                self._keys.pubsub_topics(),
-                self._keys.pubsub_version(domain, topic),
-                self._keys.pubsub_subscriptions(domain, topic),
-                self._keys.pubsub_journal(domain),
-            ],
-            args=[
-                self.topic_field(domain, topic),
-                str(cached_version),
-                "" if entry is None else entry.id,
-                "" if entry is None else entry.encode(self.pod_id, now_ms),
-            ],
-        )
-        if not answer or int(answer[0]) == 0:
-            return False, 0, None
-        version = int(_text(answer[1]))
-        if len(answer) == 2:
-            return True, version, None
-        return True, version, _subscriptions(topic, answer[3:])
-
-    async def placement(self, endpoints: Sequence[Endpoint]) -> dict[Endpoint, str]:
-        """The gRPC address of the relay pod holding each endpoint's attachment (the
-        relays' table, :mod:`apexmesh.store.attachments`), for those attached now."""
-        if not endpoints:
-            return {}
-        pods = await self._redis.mget([self._keys.attachment(str(e)) for e in endpoints])
-        ids = sorted({_text(p) for p in pods if p is not None})
-        if not ids:
-            return {}
-        found = await self._redis.mget([self._keys.relay_pod(i) for i in ids])
-        addresses = {i: _text(a) for i, a in zip(ids, found, strict=True) if a is not None}
-        out: dict[Endpoint, str] = {}
-        for endpoint, pod in zip(endpoints, pods, strict=True):
-            address = None if pod is None else addresses.get(_text(pod))
-            if address is not None:
-                out[endpoint] = address
-        return out
 
     async def next_expiry(self, domain: str) -> int | None:
         """The earliest lease end (ms) in ``domain``, None when no lease runs."""

@@ -1,8 +1,9 @@
 """Composition root of the pubsub service: builds everything from settings, no globals.
 
 Start order: Redis (PING), the access cache (subscribed to access changes before it
-answers), the access, presence and relay channels (lazy), the gRPC server, the lease
-loop, then the admin HTTP server. Stop order is the reverse: gRPC first (with its grace
+answers), the subscriber cache (following the event log before it answers), the access,
+presence and relay channels (lazy), the gRPC server, the lease loop, then the admin HTTP
+server. Stop order is the reverse: gRPC first (with its grace
 period), then the loop, then the pod's lease is given up so the leader redoes at once
 whatever this pod left in the journal.
 """
@@ -29,9 +30,11 @@ from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.connection import connect_redis
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import PubsubStore
+from apexmesh.store.pubsub_cache import SubscriberCache
 from apexmesh.store.pubsub_leader import elector_for
 from services.pubsub.http import create_http_app
-from services.pubsub.servicer import PubsubEndpointServicer, PubsubMetrics, PubsubService
+from services.pubsub.metrics import PubsubMetrics
+from services.pubsub.servicer import PubsubEndpointServicer, PubsubService
 from services.pubsub.settings import PubsubSettings
 
 _log = logging.getLogger(__name__)
@@ -51,11 +54,33 @@ class PubsubApp:
         self.keys = Keys(settings.redis_prefix)
         self.store = PubsubStore(self.redis, self.keys, settings.pod_id)
         self.metrics = PubsubMetrics.create(self.registry)
-        self.relays = RelaySubmitter(settings.relay_addresses, timeout=settings.relay_timeout)
-        self.fanout = RelaySubmitter(settings.relay_addresses, timeout=settings.fanout_timeout)
+        self.subscribers = SubscriberCache(
+            self.redis,
+            self.keys,
+            clock=now_ms,
+            topics=settings.cached_topics,
+            placement_ttl_ms=settings.placement_ttl_ms,
+        )
+        #: Submits out at once, shared by every submitter of the pod (flow control).
+        limit = asyncio.Semaphore(settings.max_submits)
+        attempts = settings.submit_attempts
+        self.relays = RelaySubmitter(
+            settings.relay_addresses,
+            timeout=settings.relay_timeout,
+            attempts=attempts,
+            limit=limit,
+        )
+        self.fanout = RelaySubmitter(
+            settings.relay_addresses,
+            timeout=settings.fanout_timeout,
+            attempts=attempts,
+            limit=limit,
+        )
         #: Per relay pod, for forwarded data sent to the pod holding its recipients.
         self.direct = {
-            address: RelaySubmitter([address], timeout=settings.fanout_timeout)
+            address: RelaySubmitter(
+                [address], timeout=settings.fanout_timeout, attempts=attempts, limit=limit
+            )
             for address in settings.relay_addresses
         }
         self.http = HttpServer(create_http_app(self.registry, self.redis, self.relays))
@@ -76,6 +101,7 @@ class PubsubApp:
         access = AccessClient(access_channel, timeout=settings.relay_timeout)
         self._cache = CachedAccessChecker(access, self.redis, self.keys)
         await self._cache.start()
+        await self.subscribers.start()
         presence = None
         if settings.presence_address:
             presence_channel = grpc.aio.insecure_channel(settings.presence_address)
@@ -87,6 +113,7 @@ class PubsubApp:
             access=access,
             access_cache=self._cache,
             relays=self.relays,
+            cache=self.subscribers,
             fanout=self.fanout,
             direct=self.direct,
             presence=presence,
@@ -172,6 +199,7 @@ class PubsubApp:
         if self._cache is not None:
             await self._cache.aclose()
             self._cache = None
+        await self.subscribers.aclose()
         await self.relays.aclose()
         await self.fanout.aclose()
         for submitter in self.direct.values():
