@@ -229,7 +229,7 @@ class RelayApp:
             except Exception:  # noqa: BLE001  (Redis errors of every kind: keep trying)
                 _log.exception("cannot renew attachment leases")
                 continue
-            if renewed < len(self.router.local):
+            if renewed < len(self.router.table):
                 await self._drop_lost_attachments()
             try:
                 await self._release_closed_channels()
@@ -239,14 +239,14 @@ class RelayApp:
     async def _release_closed_channels(self) -> None:
         """Attachments made over an APEX channel the peer closed (keeping its session) are
         released (RFC 3340 section 4.4.1: an attachment lives on its BEEP channel)."""
-        for channel in {channel for channel, _ in self.router.local.values()}:
+        for channel in self.router.table.channels():
             if channel.closed_by_peer:
                 await channel.release()
 
     async def _drop_lost_attachments(self) -> None:
         """Attachments whose lease lapsed (Redis restarted, pod paused) may now belong to
         another pod: terminate ours rather than serve an endpoint twice."""
-        for endpoint, (channel, attachment) in list(self.router.local.items()):
+        for endpoint, (channel, attachment) in self.router.table.items():
             found = await self.attachments.locate(str(endpoint))
             if found is None:
                 if await self.attachments.claim(str(endpoint)) is None:
