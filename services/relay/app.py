@@ -80,8 +80,9 @@ class RelayApp:
             routes=settings.routes,
             ssl_context=self._client_context(),
             credentials=settings.credentials,
+            max_in_flight=settings.domain_in_flight,
         )
-        self.peers = PeerDelivery(settings.max_message)
+        self.peers = PeerDelivery(settings.max_message, max_in_flight=settings.pod_stream_in_flight)
         understood = {STATUS_REQUEST, *PARTY_OPTIONS, *TIMING_OPTIONS}
         if settings.hold_limits is None:
             understood.discard(HOLD_FOR_ENDPOINT)
@@ -98,12 +99,16 @@ class RelayApp:
                 self._service_channels,
                 self._report_channel,
                 timeout=settings.service_timeout_ms / 1000,
+                retried=frozenset(settings.retry_services),
+                delivery_prefix=settings.pod_id,
+                max_calls_per_pod=settings.service_calls,
             ),
             metrics=self.metrics,
             trusted=settings.trusted,
             allow_anonymous=settings.dev,
             clock=time.monotonic,
             min_transit_ms=settings.min_transit_ms,
+            flow_limits=settings.flow_limits,
         )
         if settings.hold_limits is not None:
             self.router.holder = Holder(

@@ -172,7 +172,7 @@ class ApexChannel:
         an awaitable, which the channel awaits before its next MSG."""
         try:
             payload = parse_payload(incoming.payload)
-            element = parse_message(payload.control)
+            element = parse_message(payload.control, self.router.memo)
         except ApexError as exc:
             incoming.error(beep_xml(Error.from_exception(exc).to_xml()))
             return None

@@ -34,10 +34,20 @@ from apexmesh.apex.hops import RecipientPlan, combine
 from apexmesh.apex.report import PendingReport
 from apexmesh.apex.timing import Timer, forward, timing_options
 from apexmesh.store.held import Refused
+from services.relay.facts import Fetched, RelayFacts
+from services.relay.futures import (
+    answer_ok,
+    chain,
+    copy_answer,
+    copy_future,
+    done,
+    group_ended,
+    repeat,
+)
 from services.relay.grouping import Group
 from services.relay.holder import payload_for, timing_state
-from services.relay.jobs import ALL_SHED, Answer, Custody, CustodyOfCopy, Job
-from services.relay.outcomes import DELIVERED, HELD, Outcome, Reason, settled_outcome
+from services.relay.jobs import ALL_SHED, Answer, Custody, Job
+from services.relay.outcomes import HELD, Outcome, Reason, resolver, settled_outcome
 from services.relay.payloads import group_of, job_payload
 from services.relay.reports import GroupDelivery, may_owe_reports
 from services.relay.routing import MISSING, Missing, Route, RouteKind, partition, route
@@ -66,46 +76,6 @@ ACCESS_UNAVAILABLE: Final = Decision(
     code=ApexReplyCode.SERVICE_NOT_AVAILABLE,
     text="access service not available",
 )
-
-
-class RelayFacts:
-    """What the routing decision knows, read from this pod's memory (no I/O)."""
-
-    def __init__(
-        self, access: CachedAccessChecker, table: AttachmentTable, locations: Locations
-    ) -> None:
-        self._access = access
-        self._table = table
-        self._locations = locations
-
-    def access(self, owner: str, actor: str) -> Decision | None:
-        return self._access.lookup(owner, actor, CORE_DATA)
-
-    def local_channel(self, endpoint: Endpoint) -> ApexChannel | None:
-        return self._table.channel_of(endpoint)
-
-    def location(self, endpoint: Endpoint) -> str | Missing | None:
-        return self._locations.cached(endpoint)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Fetched:
-    """:class:`RelayFacts` with what was just fetched for one recipient laid over it."""
-
-    base: RelayFacts
-    decision: Decision | None = None
-    located: str | Missing | None = MISSING
-
-    def access(self, owner: str, actor: str) -> Decision | None:
-        return self.decision or self.base.access(owner, actor)
-
-    def local_channel(self, endpoint: Endpoint) -> ApexChannel | None:
-        return self.base.local_channel(endpoint)
-
-    def location(self, endpoint: Endpoint) -> str | Missing | None:
-        if self.located is not MISSING:
-            return self.located
-        return self.base.location(endpoint)
 
 
 class Executor:
@@ -146,16 +116,16 @@ class Executor:
 
     async def decide(self, plan: RecipientPlan, originator: Endpoint) -> Route[ApexChannel]:
         """The decision for one recipient, fetching the facts it lacks."""
-        facts: RelayFacts | _Fetched = self.facts
+        facts: RelayFacts | Fetched = self.facts
         routed = route(plan, originator, facts, domains=self.domains)
         if routed.kind is RouteKind.NEED_ACCESS:
             decision = await self.decide_access(str(routed.endpoint), str(originator), CORE_DATA)
-            facts = _Fetched(self.facts, decision=decision)
+            facts = Fetched(self.facts, decision=decision)
             routed = route(plan, originator, facts, domains=self.domains)
         if routed.kind is RouteKind.NEED_LOCATION:
             located = await self.locations.lookup(routed.endpoint)
             known = facts.access(str(routed.endpoint), str(originator))
-            facts = _Fetched(self.facts, decision=known, located=located)
+            facts = Fetched(self.facts, decision=known, located=located)
             routed = route(plan, originator, facts, domains=self.domains)
         return routed
 
@@ -203,7 +173,7 @@ class Executor:
             self._to_pod.inc()
             answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
             settle = functools.partial(self._settled_plain, routed, originator, raw, answer)
-            taken = functools.partial(_answer_ok, answer)
+            taken = functools.partial(answer_ok, answer)
             self.peers.send(routed.address, endpoint, originator, raw, settle, taken)
             return answer
         if kind is RouteKind.DONE:
@@ -227,7 +197,7 @@ class Executor:
         custody = job.custody
         assert custody is not None  # noqa: S101  (jobs routed here carry one)
         if isinstance(answer, asyncio.Future):
-            answer.add_done_callback(functools.partial(_copy_answer, custody.future))
+            answer.add_done_callback(functools.partial(copy_answer, custody.future))
         elif not custody.future.done():
             custody.future.set_result(answer)
         return True
@@ -284,7 +254,7 @@ class Executor:
                 routed = self._time_next_hop(job, routed)
             if routed.kind is RouteKind.DONE:
                 assert routed.outcome is not None  # noqa: S101  (DONE routes carry one)
-                outcomes[endpoint] = _done(routed.outcome)
+                outcomes[endpoint] = done(routed.outcome)
                 custody.known(routed.outcome)
                 if routed.report is not None:
                     hopped.append(routed.report)
@@ -358,13 +328,13 @@ class Executor:
             if moved.data is None:
                 missed = keeper.missed(moved.step)
                 custody.known(missed)
-                return _done(missed)
+                return done(missed)
             keeper.report(moved.step.reports)
             state, timers = moved.step.state, moved.step.timers
             routed = dataclasses.replace(routed, plan=dataclasses.replace(plan, forward=moved.data))
         delivery = await self._deliver(job, routed, custody)
         if self.holder is not None and wants_hold(routed.plan):
-            delivery = _chain(
+            delivery = chain(
                 delivery,
                 lambda outcome: outcome.not_attached,
                 lambda outcome: self._hold_late(job, received, outcome),
@@ -435,7 +405,7 @@ class Executor:
         """Queue one data on a channel of this pod, waiting for room (custody once it is
         queued, or shed)."""
         result: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        taken = channel.queue_data(payload, _resolver(result))
+        taken = channel.queue_data(payload, resolver(result))
         if isinstance(taken, asyncio.Future):
             taken = await taken
         custody.known(taken)
@@ -455,7 +425,7 @@ class Executor:
         if room is not None:
             await room
         first = self.peers.deliver(routed.address, routed.endpoint, originator, payload, taken)
-        return _chain(
+        return chain(
             first,
             lambda outcome: outcome.stale_location,
             lambda outcome: self._retry(routed, originator, payload, outcome),
@@ -473,7 +443,7 @@ class Executor:
         if again.kind is RouteKind.LOCAL:
             assert again.channel is not None  # noqa: S101  (LOCAL routes name one)
             result: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-            taken = again.channel.queue_data(payload, _resolver(result))
+            taken = again.channel.queue_data(payload, resolver(result))
             if isinstance(taken, asyncio.Future):
                 taken = await taken
             return taken if taken is not None else await result
@@ -498,7 +468,7 @@ class Executor:
             return
         self.metrics.count(self.metrics.deliveries, "local", len(members))
         one = await self._queue(channel, group.payload(range(len(members))), custody)
-        groups.append((group.recipients, _repeat(one, len(members))))
+        groups.append((group.recipients, repeat(one, len(members))))
 
     async def _deliver_pod_group(
         self,
@@ -523,7 +493,7 @@ class Executor:
         copy = custody.copy()
         sent = self.peers.deliver_group(address, group, originator, copy.taken)
         delivery = self._relocate(members, group, originator, sent)
-        delivery.add_done_callback(functools.partial(_group_ended, copy))
+        delivery.add_done_callback(functools.partial(group_ended, copy))
         groups.append((group.recipients, delivery))
 
     def _group(self, job: Job, members: Sequence[Route[ApexChannel]]) -> Group | None:
@@ -551,7 +521,7 @@ class Executor:
 
         def settled(future: asyncio.Future[tuple[Outcome, ...]]) -> None:
             if future.cancelled() or future.exception() is not None:
-                _copy(future, result)
+                copy_future(future, result)
                 return
             outcomes = future.result()
             stale = [i for i, outcome in enumerate(outcomes) if outcome.stale_location]
@@ -559,7 +529,7 @@ class Executor:
                 result.set_result(outcomes)
                 return
             follow = asyncio.ensure_future(again(outcomes, stale))
-            follow.add_done_callback(lambda done: _copy(done, result))
+            follow.add_done_callback(lambda done: copy_future(done, result))
 
         sent.add_done_callback(settled)
         return result
@@ -574,84 +544,4 @@ class Executor:
             await asyncio.gather(*self._background, return_exceptions=True)
 
 
-def _group_ended(copy: CustodyOfCopy, future: asyncio.Future[tuple[Outcome, ...]]) -> None:
-    """A group sent to another pod ended: its custody, when not taken before, is that of
-    its first outcome when every copy was shed (421 then), else taken."""
-    settled: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-    outcomes = () if future.cancelled() or future.exception() else future.result()
-    shed = [outcome for outcome in outcomes if outcome.reason is Reason.SHED]
-    settled.set_result(shed[0] if outcomes and len(shed) == len(outcomes) else DELIVERED)
-    copy.ended(settled)
-
-
-def _done(outcome: Outcome) -> asyncio.Future[Outcome]:
-    future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-    future.set_result(outcome)
-    return future
-
-
-def _resolver(future: asyncio.Future[Outcome]) -> Callable[[Outcome], None]:
-    def resolve(outcome: Outcome) -> None:
-        if not future.done():
-            future.set_result(outcome)
-
-    return resolve
-
-
-def _repeat(single: asyncio.Future[Outcome], times: int) -> asyncio.Future[tuple[Outcome, ...]]:
-    """A group's outcomes when one data carried them all: the same for each."""
-    result: asyncio.Future[tuple[Outcome, ...]] = asyncio.get_running_loop().create_future()
-
-    def settled(future: asyncio.Future[Outcome]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            _copy(future, result)
-        else:
-            result.set_result((future.result(),) * times)
-
-    single.add_done_callback(settled)
-    return result
-
-
-def _chain(
-    first: asyncio.Future[Outcome],
-    needs_more: Callable[[Outcome], bool],
-    then: Callable[[Outcome], Any],
-) -> asyncio.Future[Outcome]:
-    """The outcome of ``first``, or of ``then(it)`` when ``needs_more(it)``: callbacks, so
-    that the common case costs no task."""
-    result: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-
-    def settled(future: asyncio.Future[Outcome]) -> None:
-        if future.cancelled() or future.exception() is not None or not needs_more(future.result()):
-            _copy(future, result)
-            return
-        follow = asyncio.ensure_future(then(future.result()))
-        follow.add_done_callback(lambda done: _copy(done, result))
-
-    first.add_done_callback(settled)
-    return result
-
-
-def _copy(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
-    if target.done():
-        return
-    if source.cancelled():
-        target.cancel()
-    elif (error := source.exception()) is not None:
-        target.set_exception(error)
-    else:
-        target.set_result(source.result())
-
-
-def _answer_ok(answer: asyncio.Future[Answer]) -> None:
-    """The other pod took the data: ``ok`` (unless the data was answered already)."""
-    if not answer.done():
-        answer.set_result(None)
-
-
-def _copy_answer(target: asyncio.Future[Answer], source: asyncio.Future[Answer]) -> None:
-    if not target.done() and not source.cancelled() and source.exception() is None:
-        target.set_result(source.result())
-
-
-__all__ = ["ACCESS_UNAVAILABLE", "NOT_NOW", "Executor", "RelayFacts"]
+__all__ = ["ACCESS_UNAVAILABLE", "NOT_NOW", "Executor"]

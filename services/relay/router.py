@@ -39,6 +39,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.holding import EXPIRED_CODE, QUOTA_CODE, hold_options, wants_hold
 from apexmesh.apex.hops import DataPlan, plain, plan_data
+from apexmesh.apex.memo import ParseMemo
 from apexmesh.apex.options import OptionRegistry
 from apexmesh.apex.party import OVERRIDE_CODE, OVERRIDE_TEXT
 from apexmesh.store.held import ATTACHED
@@ -109,6 +110,8 @@ class Router:
         self.flow_limits = flow_limits
         #: Endpoints attached over an APEX channel of this pod.
         self.table = AttachmentTable()
+        #: What this relay remembers of the documents it parses (apexmesh/apex/memo.py).
+        self.memo = ParseMemo()
         self.locations = Locations(attachments, clock)
         self.reporter = Reporter(
             domains=self.domains,

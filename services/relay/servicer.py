@@ -259,7 +259,7 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
     async def _submit(self, request: relay_pb2.SubmitRequest) -> relay_pb2.SubmitResponse:
         try:
             payload = parse_payload(request.payload)
-            element = parse_message(payload.control)
+            element = parse_message(payload.control, self._router.memo)
         except ApexError as exc:
             return relay_pb2.SubmitResponse(status=_status(Outcome(int(exc.code), str(exc))))
         if not isinstance(element, Data):
