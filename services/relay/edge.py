@@ -177,9 +177,13 @@ class ApexChannel:
             incoming.error(beep_xml(Error.from_exception(exc).to_xml()))
             return None
         if isinstance(element, Data):
-            answer = self.router.accept(element, payload, incoming.payload, self)
-            if answer is None or isinstance(answer, Error):
-                _answer_data(incoming, answer)
+            try:
+                answer = self.router.accept(element, payload, incoming.payload, self)
+            except ApexError as exc:  # steps 1-3 refused it: the one place it is answered
+                _answer_data(incoming, exc)
+                return None
+            if answer is None:
+                _answer_data(incoming, None)
                 return None
             if isinstance(answer, asyncio.Future):
                 # Answered once the data is in custody (services/relay/jobs.py); the
@@ -348,34 +352,43 @@ class ApexChannel:
 Settle = Callable[[Outcome], None]
 
 
-def _answer_data(incoming: Incoming, answer: Error | None) -> None:
+def _answer_data(incoming: Incoming, refusal: ApexError | None) -> None:
     """Step 3 of 4.4.4.1: ``ok``, or the error that refused the data."""
-    if answer is None:
+    if refusal is None:
         incoming.reply(_OK)
     else:
-        incoming.error(beep_xml(answer.to_xml()))
+        incoming.error(beep_xml(Error.from_exception(refusal).to_xml()))
 
 
 async def _answer_data_later(
-    incoming: Incoming, answer: Awaitable[Error | asyncio.Future[Error | None] | None]
+    incoming: Incoming, answer: Awaitable[asyncio.Future[None] | None]
 ) -> None:
     """Options processed before ``ok`` (holds written): the answer now, or once the data
     is in custody."""
-    result = await answer
+    try:
+        result = await answer
+    except ApexError as exc:
+        _answer_data(incoming, exc)
+        return
     if isinstance(result, asyncio.Future):
         result.add_done_callback(functools.partial(_answer_settled, incoming))
     else:
-        _answer_data(incoming, result)
+        _answer_data(incoming, None)
 
 
-def _answer_settled(incoming: Incoming, answer: asyncio.Future[Error | None]) -> None:
+def _answer_settled(incoming: Incoming, answer: asyncio.Future[None]) -> None:
     """The data is in custody (or refused): answer it now."""
-    if answer.cancelled() or answer.exception() is not None:
-        result: Error | None = Error(code=ApexReplyCode.ACTION_ABORTED, text="local error")
-    else:
-        result = answer.result()
+    refusal: ApexError | None = None
+    if answer.cancelled():
+        refusal = ApexError(ApexReplyCode.ACTION_ABORTED, "local error")
+    elif (error := answer.exception()) is not None:
+        if isinstance(error, ApexError):
+            refusal = error
+        else:
+            _log.error("answering a data failed", exc_info=error)
+            refusal = ApexError(ApexReplyCode.ACTION_ABORTED, "local error")
     with contextlib.suppress(BeepError):  # the session ended meanwhile
-        _answer_data(incoming, result)
+        _answer_data(incoming, refusal)
 
 
 def _consume(future: asyncio.Future[Reply]) -> None:

@@ -38,7 +38,6 @@ from services.relay.facts import Fetched, RelayFacts
 from services.relay.futures import (
     answer_ok,
     chain,
-    copy_answer,
     copy_future,
     done,
     group_ended,
@@ -46,7 +45,7 @@ from services.relay.futures import (
 )
 from services.relay.grouping import Group
 from services.relay.holder import payload_for, timing_state
-from services.relay.jobs import ALL_SHED, Answer, Custody, Job
+from services.relay.jobs import Answer, Custody, Job, all_shed
 from services.relay.outcomes import HELD, Outcome, Reason, resolver, settled_outcome
 from services.relay.payloads import group_of, job_payload
 from services.relay.reports import GroupDelivery, may_owe_reports
@@ -197,7 +196,7 @@ class Executor:
         custody = job.custody
         assert custody is not None  # noqa: S101  (jobs routed here carry one)
         if isinstance(answer, asyncio.Future):
-            answer.add_done_callback(functools.partial(copy_answer, custody.future))
+            answer.add_done_callback(functools.partial(copy_future, target=custody.future))
         elif not custody.future.done():
             custody.future.set_result(answer)
         return True
@@ -231,8 +230,12 @@ class Executor:
         outcome: Outcome,
     ) -> None:
         self.reporter.count(originator, endpoint, outcome)
-        if not answer.done():
-            answer.set_result(ALL_SHED if outcome.reason is Reason.SHED else None)
+        if answer.done():
+            return
+        if outcome.reason is Reason.SHED:
+            answer.set_exception(all_shed())
+        else:
+            answer.set_result(None)
 
     # ------------------------------------------------------------------ dispatch
 

@@ -66,6 +66,7 @@ def chain(
 
 
 def copy_future(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
+    """Give ``target`` what ``source`` ended with (unless ``target`` is done already)."""
     if target.done():
         return
     if source.cancelled():
@@ -82,15 +83,9 @@ def answer_ok(answer: asyncio.Future[Answer]) -> None:
         answer.set_result(None)
 
 
-def copy_answer(target: asyncio.Future[Answer], source: asyncio.Future[Answer]) -> None:
-    if not target.done() and not source.cancelled() and source.exception() is None:
-        target.set_result(source.result())
-
-
 __all__ = [
     "answer_ok",
     "chain",
-    "copy_answer",
     "copy_future",
     "done",
     "group_ended",

@@ -24,13 +24,13 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TypeAlias
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.content import MimePart
 from apexmesh.apex.data import Data, DataContent, Originator
-from apexmesh.apex.elements import Error
 from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
 from apexmesh.apex.hops import DataPlan
 from apexmesh.apex.options import Option
 from services.relay.outcomes import Outcome, Reason
@@ -40,14 +40,17 @@ _log = logging.getLogger(__name__)
 #: What the data of one recipient shares with others' for one payload template.
 TemplateKey = tuple[Originator, tuple[Option, ...], DataContent | None]
 
-#: The answer a data gets once in custody: None for ``ok``, else the error.
-Answer = Error | None
+#: What a data's answer future gives once in custody: None for ``ok``; a refusal is the
+#: future's :class:`~apexmesh.apex.errors.ApexError`, turned into the reply by the edge.
+Answer: TypeAlias = None
 
-#: Every copy of a data was shed (services/relay/flow.py): nothing was taken.
-ALL_SHED: Final = Error(
-    code=ApexReplyCode.SERVICE_NOT_AVAILABLE,
-    text="the recipients' queues are full (slow consumer); data not accepted",
-)
+
+def all_shed() -> ApexError:
+    """Every copy of a data was shed (services/relay/flow.py): nothing was taken (421)."""
+    return ApexError(
+        ApexReplyCode.SERVICE_NOT_AVAILABLE,
+        "the recipients' queues are full (slow consumer); data not accepted",
+    )
 
 
 class Custody:
@@ -109,7 +112,10 @@ class Custody:
 
     def _finish(self) -> None:
         if self._sealed and self._pending == 0 and not self.future.done():
-            self.future.set_result(ALL_SHED if self._shed and not self._taken else None)
+            if self._shed and not self._taken:
+                self.future.set_exception(all_shed())
+            else:
+                self.future.set_result(None)
 
 
 class CustodyOfCopy:
@@ -205,14 +211,11 @@ class Dispatcher:
             self.running = False
 
 
-_LOCAL_ERROR_ANSWER: Final = Error(code=ApexReplyCode.ACTION_ABORTED, text="local error")
-
-
 def _abandon(job: Job) -> None:
     """A job failed by a bug: its sender still gets an answer (451), never silence."""
     custody = job.custody
     if custody is not None and not custody.future.done():
-        custody.future.set_result(_LOCAL_ERROR_ANSWER)
+        custody.future.set_exception(ApexError(ApexReplyCode.ACTION_ABORTED, "local error"))
 
 
-__all__ = ["ALL_SHED", "Answer", "Custody", "Dispatcher", "Job", "RouteLater", "RouteNow"]
+__all__ = ["Answer", "Custody", "Dispatcher", "Job", "RouteLater", "RouteNow", "all_shed"]

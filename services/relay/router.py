@@ -34,7 +34,7 @@ from apexmesh.apex.associations import Association, Attachment
 from apexmesh.apex.codes import ApexReplyCode, for_code
 from apexmesh.apex.content import Payload
 from apexmesh.apex.data import Data
-from apexmesh.apex.elements import Attach, Bind, Error
+from apexmesh.apex.elements import Attach, Bind
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.holding import EXPIRED_CODE, QUOTA_CODE, hold_options, wants_hold
@@ -66,9 +66,11 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-#: What :meth:`Router.accept` returns: the answer now (None: ``ok``), a future of it (once
-#: in custody), or an awaitable the channel waits for before its next message (options
-#: that must be processed before ``ok``), giving either of the first two.
+#: What :meth:`Router.accept` returns: None (``ok`` now), a future of the answer (once in
+#: custody), or an awaitable the channel waits for before its next message (options that
+#: must be processed before ``ok``) giving either. A refusal is an
+#: :class:`~apexmesh.apex.errors.ApexError`, raised or set on the future, turned into
+#: the ``error`` reply once, by the caller that answers (the edge, the gRPC servicer).
 Accepted = Answer | asyncio.Future[Answer] | Awaitable[Answer | asyncio.Future[Answer]]
 
 
@@ -259,7 +261,8 @@ class Router:
     # ------------------------------------------------------------ data, steps 1 to 3
 
     def accept(self, data: Data, payload: Payload, raw: bytes, channel: ApexChannel) -> Accepted:
-        """Steps 1-3 for data received on an APEX channel (see :data:`Accepted`)."""
+        """Steps 1-3 for data received on an APEX channel (see :data:`Accepted`); raises
+        :class:`ApexError` 537 (originator), 504 (mustUnderstand), 501 (party options)."""
         originator = data.originator.identity
         if channel.mode is Mode.EDGE:
             allowed = channel.associations.attached(originator)
@@ -269,7 +272,7 @@ class Router:
             )
         if not allowed:
             self.metrics.count(self.metrics.data, "refused")
-            return Error(code=ApexReplyCode.NOT_AUTHORIZED, text="access denied")
+            raise ApexError(ApexReplyCode.NOT_AUTHORIZED, "access denied")
         dispatcher = self._dispatchers.get(channel)
         if dispatcher is None:
             dispatcher = self._dispatchers[channel] = self._new_dispatcher()
@@ -282,8 +285,6 @@ class Router:
                 self._accepted.inc()
                 return answer
         planned = self._plan(data)
-        if isinstance(planned, Error):
-            return planned
         received_at = self.timekeeper.now()
         for recipient in planned.recipients:
             if recipient.process:
@@ -311,36 +312,30 @@ class Router:
         """Step 3 of :meth:`accept` for data with options to process before ``ok``: the
         channel waits for this (holds are written in order), not for the custody of
         the data (a data circling through relays would otherwise wait for itself)."""
-        checked = self._check_party_options(data, planned, received_at)
-        if checked is not None:
-            return checked
-        held = await self._hold_unattached(data, planned, payload, raw, received_at)
-        if isinstance(held, Error):
+        self._check_party_options(data, planned, received_at)
+        try:
+            held = await self._hold_unattached(data, planned, payload, raw, received_at)
+        except ApexError:
             self.metrics.count(self.metrics.data, "refused")
-            return held
+            raise
         self._accepted.inc()
         custody = Custody(asyncio.get_running_loop())
         parts = tuple(payload.parts.values())
         dispatcher.submit(Job(data, planned, parts, raw, received_at, held, custody=custody))
         return custody.future
 
-    def originate(self, data: Data, payload: Payload, raw: bytes) -> Error | asyncio.Future[Answer]:
+    def originate(self, data: Data, payload: Payload, raw: bytes) -> asyncio.Future[Answer]:
         """Data a well-known endpoint of this domain sends (RFC 3340 section 6): the
-        error now, or the answer once in custody."""
+        answer once in custody; a refusal now raises :class:`ApexError`."""
         originator = data.originator.identity
         if not originator.is_service or originator.domain not in self.domains:
-            return Error(
-                code=ApexReplyCode.NOT_AUTHORIZED,
-                text="only this domain's services may submit data",
+            raise ApexError(
+                ApexReplyCode.NOT_AUTHORIZED, "only this domain's services may submit data"
             )
         plan = self._plan(data)
-        if isinstance(plan, Error):
-            return plan
         received_at = self.timekeeper.now()
         if any(p.process for p in plan.recipients):
-            checked = self._check_party_options(data, plan, received_at)
-            if checked is not None:
-                return checked
+            self._check_party_options(data, plan, received_at)
         self.metrics.count(self.metrics.data, "accepted")
         custody = Custody(asyncio.get_running_loop())
         parts = tuple(payload.parts.values())
@@ -362,16 +357,16 @@ class Router:
             channel.flow.ledger.in_flight,
         )
 
-    def _plan(self, data: Data) -> DataPlan | Error:
+    def _plan(self, data: Data) -> DataPlan:
         """Steps 2 (and the option plan of 4 and 5.1): 504 for a mustUnderstand option
         this relay does not understand."""
         try:
             return plan_data(data, self.options, is_final=self.is_final)
-        except ApexError as exc:
+        except ApexError:
             self.metrics.count(self.metrics.data, "refused")
-            return Error.from_exception(exc)
+            raise
 
-    def _check_party_options(self, data: Data, plan: DataPlan, received_at: int) -> Error | None:
+    def _check_party_options(self, data: Data, plan: DataPlan, received_at: int) -> None:
         """Invalid dataTiming or hold4Endpoint content is refused before ``ok`` (501
         carrying the option's transID), not discovered per recipient later."""
         try:
@@ -379,21 +374,20 @@ class Router:
                 if recipient.failure is None and party_steps(recipient):
                     timing_state(recipient, data, received_at)
                     hold_options(recipient)
-        except ApexError as exc:
+        except ApexError:
             self.metrics.count(self.metrics.data, "refused")
-            return Error.from_exception(exc)
-        return None
+            raise
 
     async def _hold_unattached(
         self, data: Data, plan: DataPlan, payload: Payload, raw: bytes, received_at: int
-    ) -> frozenset[Endpoint] | Error:
+    ) -> frozenset[Endpoint]:
         """hold4Endpoint before ``ok`` (RFC 3342 section 3): data for recipients of this
         domain that are attached nowhere is written to Redis now, so that the ``ok`` is
         only given once it is durable. "Attached nowhere" is checked by the same Redis
         script that holds (so an attach cannot slip in between: every drain starts after
         its attach's claim); attached recipients get their data after ``ok`` as usual. A
         refused hold refuses the whole data (450 quota, 554 policy), taking back what was
-        already written for its other recipients."""
+        already written for its other recipients (raising :class:`ApexError`)."""
         holder = self.holder
         if holder is None:
             return frozenset()
@@ -414,7 +408,7 @@ class Router:
             timing = timing_state(rplan, data, received_at)
             body = payload_for(rplan.forward, data, parts, raw)
             decision = holder.decide(rplan, timing, len(body))
-            refusal: Error | None = None
+            refusal: ApexError | None = None
             if decision.hold:
                 result = await holder.hold(
                     endpoint, body, decision, timing, received_at, unless_attached=True
@@ -422,14 +416,14 @@ class Router:
                 if isinstance(result, int):
                     written.append((endpoint, result))
                 elif result.reason != ATTACHED:
-                    refusal = Error(code=for_code(result.code) or QUOTA_CODE, text=result.text)
+                    refusal = ApexError(for_code(result.code) or QUOTA_CODE, result.text)
             elif decision.code is not None and decision.code != EXPIRED_CODE:
                 self.metrics.count(self.metrics.held, "refused")  # an operator policy (554)
-                refusal = Error(code=decision.code, text=decision.text)
+                refusal = ApexError(decision.code, decision.text)
             if refusal is not None:
                 for endpoint_, entry in written:
                     await holder.forget(endpoint_, [entry])
-                return refusal
+                raise refusal
         return frozenset(endpoint for endpoint, _ in written)
 
     async def _may_send(self, endpoint: Endpoint, originator: Endpoint) -> bool:

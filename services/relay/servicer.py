@@ -274,11 +274,11 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
                     Outcome(ApexReplyCode.NOT_AUTHORIZED, "originator differs from the submitter")
                 )
             )
-        originated = self._router.originate(element, payload, request.payload)
-        # Answered once in custody (services/relay/jobs.py), or refused now.
-        answer = await originated if isinstance(originated, asyncio.Future) else originated
-        if answer is not None:
-            return relay_pb2.SubmitResponse(status=_status(Outcome(int(answer.code), answer.text)))
+        try:
+            # Answered once in custody (services/relay/jobs.py), or refused.
+            await self._router.originate(element, payload, request.payload)
+        except ApexError as exc:
+            return relay_pb2.SubmitResponse(status=_status(Outcome(int(exc.code), str(exc))))
         return relay_pb2.SubmitResponse(status=_status(Outcome(ApexReplyCode.SUCCESS)))
 
     async def TerminateAttachment(  # noqa: N802

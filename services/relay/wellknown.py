@@ -10,6 +10,7 @@ to send statusResponse data (section 5.1).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -20,7 +21,6 @@ import grpc
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.content import MimePart, Payload, resolve_content
 from apexmesh.apex.data import Data, DataContent, Originator, Recipient
-from apexmesh.apex.elements import Error
 from apexmesh.apex.endpoint import Endpoint, well_known
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option
@@ -34,7 +34,7 @@ from services.relay.outcomes import DELIVERED, SERVICE_UNAVAILABLE, Outcome, out
 
 #: How the relay originates data itself (services/relay/router.py ``Router.originate``):
 #: the access service's replies go out as apex=access@DOMAIN.
-Originate = Callable[[Data, Payload, bytes], "Error | asyncio.Future[Error | None]"]
+Originate = Callable[[Data, Payload, bytes], "asyncio.Future[None]"]
 
 _log = logging.getLogger(__name__)
 
@@ -189,9 +189,12 @@ class WellKnownServices:
             if originate is None:
                 _log.warning("no relay to send the access reply to %s", target)
                 continue
-            sent = originate(answer, Payload(control=b""), beep_xml(answer.to_xml()))
-            if isinstance(sent, Error):
-                _log.warning("could not send access reply to %s: %s", target, sent.text)
+            try:
+                sent = originate(answer, Payload(control=b""), beep_xml(answer.to_xml()))
+            except ApexError as exc:
+                _log.warning("could not send access reply to %s: %s", target, exc)
+                continue
+            sent.add_done_callback(functools.partial(_reply_sent, target))
         return DELIVERED
 
     async def report(
@@ -229,6 +232,12 @@ class WellKnownServices:
             _log.warning(
                 "report to %s refused: %s %s", recipient, answer.status.code, answer.status.text
             )
+
+
+def _reply_sent(target: Endpoint, sent: asyncio.Future[None]) -> None:
+    """An access reply the relay originated was taken, or refused (logged)."""
+    if not sent.cancelled() and (error := sent.exception()) is not None:
+        _log.warning("could not send access reply to %s: %s", target, error)
 
 
 def _status(code: int, text: str) -> common_pb2.ApexStatus:

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from services.relay.jobs import ALL_SHED, Custody
+from apexmesh.apex.errors import ApexError
+from services.relay.jobs import Custody
 from services.relay.outcomes import DELIVERED, SHED, UNKNOWN_ENDPOINT
 
 pytestmark = pytest.mark.unit
@@ -44,7 +45,9 @@ async def test_every_copy_shed_refuses_the_data() -> None:
     custody.known(SHED)
     custody.seal()
     custody.settle(SHED)
-    assert custody.future.result() == ALL_SHED
+    with pytest.raises(ApexError) as refused:
+        custody.future.result()
+    assert refused.value.code == 421
 
 
 async def test_one_copy_taken_among_shed_ones_is_ok() -> None:
@@ -76,4 +79,6 @@ async def test_a_copy_ended_without_being_taken_carries_its_outcome() -> None:
     ended: asyncio.Future[object] = loop.create_future()
     ended.set_result(SHED)
     copy.ended(ended)  # type: ignore[arg-type]
-    assert custody.future.result() == ALL_SHED
+    with pytest.raises(ApexError) as refused:
+        custody.future.result()
+    assert refused.value.code == 421
