@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.data import MAX_RECIPIENTS_PER_DATA, Data, Originator, Recipient
@@ -53,6 +53,9 @@ from apexmesh.pubsub.elements import (
     topic_endpoint,
     topic_of,
 )
+
+if TYPE_CHECKING:
+    from apexmesh.apex.memo import ParseMemo
 
 #: Hop budget of data the service originates for a topic (RFC 3342 section 4): a tree of
 #: redistributing servers deeper than this is refused by the relays (550).
@@ -514,13 +517,19 @@ def forward_data(
     *,
     hops: int,
     trans_id: int,
+    memo: ParseMemo | None = None,
 ) -> Data:
     """The data of section 4.7.1 step 2: from ``apex=pubsub/TOPIC@DOMAIN`` to the
-    subscribers, with dataHopping (section 3's example), content untouched."""
+    subscribers, with dataHopping (section 3's example), content untouched; ``memo``
+    shares each subscriber's recipient element between publications."""
+    if memo is None:
+        named = tuple(Recipient(identity=r) for r in recipients)
+    else:
+        named = tuple(memo.recipient(r) for r in recipients)
     return Data(
         content=data.content,
         originator=Originator(identity=topic_endpoint(topic, domain)),
-        recipients=tuple(Recipient.plain(r) for r in recipients),
+        recipients=named,
         options=(data_hopping_option(trans_id, hops, report_errors=True),),
         data_content=data.data_content,
     )

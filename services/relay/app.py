@@ -81,8 +81,9 @@ class RelayApp:
             routes=settings.routes,
             ssl_context=self._client_context(),
             credentials=settings.credentials,
+            max_in_flight=settings.domain_in_flight,
         )
-        self.peers = PeerDelivery(settings.max_message)
+        self.peers = PeerDelivery(settings.max_message, max_in_flight=settings.pod_stream_in_flight)
         understood = {STATUS_REQUEST, *PARTY_OPTIONS, *TIMING_OPTIONS}
         if settings.hold_limits is None:
             understood.discard(HOLD_FOR_ENDPOINT)
@@ -99,12 +100,16 @@ class RelayApp:
                 self._service_channels,
                 self._report_channel,
                 timeout=settings.service_timeout_ms / 1000,
+                retried=frozenset(settings.retry_services),
+                delivery_prefix=settings.pod_id,
+                max_calls_per_pod=settings.service_calls,
             ),
             metrics=self.metrics,
             trusted=settings.trusted,
             allow_anonymous=settings.dev,
             clock=time.monotonic,
             min_transit_ms=settings.min_transit_ms,
+            flow_limits=settings.flow_limits,
         )
         if settings.hold_limits is not None:
             self.router.holder = Holder(
@@ -230,7 +235,7 @@ class RelayApp:
             except Exception:  # noqa: BLE001  (Redis errors of every kind: keep trying)
                 _log.exception("cannot renew attachment leases")
                 continue
-            if renewed < len(self.router.local):
+            if renewed < len(self.router.table):
                 await self._drop_lost_attachments()
             try:
                 await self._release_closed_channels()
@@ -240,14 +245,14 @@ class RelayApp:
     async def _release_closed_channels(self) -> None:
         """Attachments made over an APEX channel the peer closed (keeping its session) are
         released (RFC 3340 section 4.4.1: an attachment lives on its BEEP channel)."""
-        for channel in {channel for channel, _ in self.router.local.values()}:
+        for channel in self.router.table.channels():
             if channel.closed_by_peer:
                 await channel.release()
 
     async def _drop_lost_attachments(self) -> None:
         """Attachments whose lease lapsed (Redis restarted, pod paused) may now belong to
         another pod: terminate ours rather than serve an endpoint twice."""
-        held = list(self.router.local.items())
+        held = list(self.router.table.items())
         located = await self.attachments.locate_many([str(endpoint) for endpoint, _ in held])
         for (endpoint, (channel, attachment)), found in zip(held, located, strict=True):
             if found is None:

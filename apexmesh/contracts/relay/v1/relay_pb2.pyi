@@ -133,6 +133,7 @@ class DeliverOutcomes(_message.Message):
 
     RESPONSES_FIELD_NUMBER: _builtins.int
     DELIVERED_FIELD_NUMBER: _builtins.int
+    TAKEN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeliverResponse]: ...
     @_builtins.property
@@ -141,15 +142,23 @@ class DeliverOutcomes(_message.Message):
         of nearly every delivery, sent packed instead of as a DeliverResponse each.
         """
 
+    @_builtins.property
+    def taken(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Ids of deliveries (single or group) now queued on the endpoints' channels of the
+        answering pod: that pod has taken custody, the outcome follows once the endpoints
+        answer. Sent only to a caller that asks (call metadata "apexmesh-custody: taken").
+        """
+
     def __init__(
         self,
         *,
         responses: _abc.Iterable[Global___DeliverResponse] | None = ...,
         delivered: _abc.Iterable[_builtins.int] | None = ...,
+        taken: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivered", b"delivered", "responses", b"responses"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivered", b"delivered", "responses", b"responses", "taken", b"taken"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
