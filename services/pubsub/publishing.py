@@ -24,6 +24,7 @@ relay took is counted (``apexmesh_pubsub_fanout_failures``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from redis.exceptions import RedisError
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
+from apexmesh.apex.memo import ParseMemo
 from apexmesh.pubsub import core
 from apexmesh.pubsub.core import FanoutChunk
 from apexmesh.pubsub.elements import topic_endpoint
@@ -48,6 +50,18 @@ DataCheck = Callable[[Endpoint, Endpoint], Awaitable[bool]]
 
 #: Why a chunk was not taken, by the submitter's outcome source.
 _REASONS = {"unavailable": "unavailable", "aborted": "aborted", "relay": "refused"}
+
+
+def delivery_key(delivery_id: str, payload: bytes) -> str:
+    """What a publication's fan-out ids derive from: the relay's ``delivery_id`` with a
+    digest of the payload, the same on every retry of the delivery (the relay sends the
+    same request again). The digest keeps a delivery id the relay reuses for other data
+    (its counter restarted with the process) from reusing the ids of an earlier
+    publication, which the relay pods would answer without relaying. Without a
+    delivery id (a relay that sets none) a fresh one: nothing to be idempotent with."""
+    if not delivery_id:
+        return uuid.uuid4().hex
+    return f"{delivery_id}:{hashlib.blake2b(payload, digest_size=16).hexdigest()}"
 
 
 class Publisher:
@@ -72,6 +86,8 @@ class Publisher:
         self._metrics = metrics
         self._clock = clock
         self._hops = hops
+        #: What this pod's parses of publications and fan-outs share (bounded caches).
+        self._memo = ParseMemo()
 
     async def publish(
         self, domain: str, topic: str, originator: Endpoint, payload: bytes, delivery_id: str = ""
@@ -96,12 +112,12 @@ class Publisher:
             self._metrics.publications.labels(str(plan.code)).inc()
             text = {550: "no such topic", 537: "action not authorized"}.get(plan.code, "")
             return plan.code, text
-        data, _body, parts = delivered_content(payload)
+        data, _body, parts = delivered_content(payload, self._memo)
         hops = core.hops_left(data, self._hops)
         chunks = core.plan_fanout(
             plan.recipients,
             await self._placement(plan.recipients),
-            delivery_id or uuid.uuid4().hex,
+            delivery_key(delivery_id, payload),
         )
         codes = await asyncio.gather(
             *(
@@ -116,6 +132,7 @@ class Publisher:
                             chunk.recipients,
                             hops=hops,
                             trans_id=chunk.trans_id,
+                            memo=self._memo,
                         ),
                         parts,
                     ),

@@ -26,7 +26,7 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache
 from services.pubsub.metrics import PubsubMetrics
-from services.pubsub.publishing import Publisher
+from services.pubsub.publishing import Publisher, delivery_key
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
 from tests.support.redis_server import RedisServer, free_port
 
@@ -264,3 +264,12 @@ async def test_a_store_that_cannot_answer_is_451(keys: Keys, tmp_path: Path) -> 
     finally:
         await client.aclose()
         server.stop()
+
+
+def test_fanout_ids_follow_the_delivery_and_its_content() -> None:
+    """A retry (same delivery id, same request) gets the same key; a delivery id a
+    restarted relay reuses for other data does not; no id, no idempotency."""
+    first = delivery_key("relay-a-7", publication("news", 1))
+    assert delivery_key("relay-a-7", publication("news", 1)) == first
+    assert delivery_key("relay-a-7", publication("news", 2)) != first
+    assert delivery_key("", publication("news", 1)) != delivery_key("", publication("news", 1))
