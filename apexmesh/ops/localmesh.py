@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -88,26 +89,38 @@ class Relay:
 DEMO_TOPIC: Final = "demo.news"
 
 
-def pubsub_access_entries(domain: str) -> str:
+def pubsub_access_entries(domain: str, topics: Sequence[str] = ()) -> str:
     """Access entries of draft-schwartz-apex-pubsub section 7 for the local mesh: the
     domain's own endpoints manage topics; anyone may subscribe to, cancel and publish to
-    the demo topic."""
-    return (
+    the demo topic and to ``topics`` (a benchmark's)."""
+    manage = (
         f"<access owner='apex=pubsub@{domain}' actor='*@{domain}' "
         "actions='pubsub:createtopic pubsub:deletetopic pubsub:listtopics' />"
-        f"<access owner='apex=pubsub/{DEMO_TOPIC}@{domain}' actor='*@*' "
+    )
+    return manage + "".join(
+        f"<access owner='apex=pubsub/{topic}@{domain}' actor='*@*' "
         "actions='pubsub:subscribe pubsub:cancel core:data' />"
+        for topic in (DEMO_TOPIC, *topics)
     )
 
 
 class LocalMesh:
     """Start, observe and stop the local mesh. See the module docstring."""
 
-    def __init__(self, workdir: Path, *, python: str = sys.executable, dev: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        python: str = sys.executable,
+        dev: bool = False,
+        topics: Sequence[str] = (),
+    ) -> None:
         self.workdir = workdir
         self.python = python
         #: A development run: plaintext BEEP, no SASL, anonymous attach (benchmarks only).
         self.dev = dev
+        #: Topics anyone may subscribe and publish to, besides the demo's (benchmarks).
+        self.topics = tuple(topics)
         self.children: list[Child] = []
         self.relays: list[Relay] = []
         self.passwords = {endpoint: secrets.token_urlsafe(18) for endpoint in ENDPOINTS}
@@ -153,7 +166,7 @@ class LocalMesh:
                 + f"<access owner='apex=presence@{domain}' actor='*@*' actions='core:data' />"
             )
             # pubsub (issue #7): who may manage topics, and the demo's topic.
-            entries += pubsub_access_entries(domain)
+            entries += pubsub_access_entries(domain, self.topics)
             seed.write_text(f"<access-entries>{entries}</access-entries>", encoding="utf-8")
             seeds[domain] = seed
         return {
