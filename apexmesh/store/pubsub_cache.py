@@ -302,34 +302,41 @@ class SubscriberCache:
     # ------------------------------------------------------------------ follower
 
     async def _follow(self) -> None:
+        # A connection of its own, held: the follower never queues behind a burst of
+        # commands for the pool (a late event would leave the cache stale meanwhile).
+        own = self._redis.client()
+        try:
+            await self._read_log(own)
+        finally:
+            with contextlib.suppress(RedisError, OSError):
+                await own.aclose()
+
+    async def _read_log(self, redis: Redis) -> None:
         key = self._keys.pubsub_events()
         backoff = 0.05
         while not self._closing:
             try:
                 if not self._synced:
-                    last = await self._redis.xrevrange(key, count=1)
+                    last = await redis.xrevrange(key, count=1)
                     self._position = stream_id(_text(last[0][0])) if last else (0, 0)
                     self._synced = True
                     self._ready.set()
                     backoff = 0.05
-                found = await self._redis.xread(
+                found = await redis.xread(
                     {key: id_text(self._position)}, count=READ_COUNT, block=BLOCK_MS
                 )
                 for _stream, entries in cast("list[Any]", found or []):
                     for event_id, event in _events(entries):
                         self._apply(event_id, event)
+                continue
             except (RedisError, OSError) as exc:
                 _log.warning("pubsub cache lost the event log (%s): serving from Redis", exc)
-                self._reset()
-                self._ready.set()
-                await asyncio.sleep(backoff)  # reconnect backoff
-                backoff = min(backoff * 2, 2.0)
             except Exception:  # noqa: BLE001 - a follower that stopped would serve stale lists
                 _log.exception("pubsub cache: event log follower failed; starting over")
-                self._reset()
-                self._ready.set()
-                await asyncio.sleep(backoff)  # reconnect backoff
-                backoff = min(backoff * 2, 2.0)
+            self._reset()
+            self._ready.set()
+            await asyncio.sleep(backoff)  # reconnect backoff
+            backoff = min(backoff * 2, 2.0)
 
     def _apply(self, event_id: StreamId, event: Mapping[str, str]) -> None:
         self._position = event_id
