@@ -35,9 +35,9 @@ subscription of the subscriber. An event of a type this module does not know (a 
 schema) drops the topic from the cache, so it is loaded again rather than guessed at.
 
 Placement (which relay pod holds each subscriber: :mod:`apexmesh.store.attachments`)
-is cached per endpoint for a short time (``placement_ttl_ms``), read in one script for
-every endpoint missing, and only steers the fan-out to the pod that delivers (a stale
-one costs the relays a hop).
+is cached per endpoint, read in one script for every endpoint missing, and read again in
+the background once older than ``placement_ttl_ms`` (the old one serves meanwhile): it
+only steers the fan-out to the pod that delivers, a stale one costs the relays a hop.
 """
 
 from __future__ import annotations
@@ -234,6 +234,8 @@ class SubscriberCache:
             "pubsub-placements", placements
         )
         self._placement_ttl = placement_ttl_ms
+        #: Endpoints whose placement is being read again in the background.
+        self._refreshing: set[Endpoint] = set()
         self._snapshot = redis.register_script(_SNAPSHOT)
         self._placement = redis.register_script(_PLACEMENT)
         self._loads: Coalescer[tuple[str, str], TopicState] = Coalescer(
@@ -422,23 +424,45 @@ class SubscriberCache:
 
     async def placement(self, endpoints: Sequence[Endpoint]) -> dict[Endpoint, str]:
         """The gRPC address of the relay pod holding each endpoint's attachment ("" for
-        endpoints attached nowhere in the domain), cached for ``placement_ttl_ms``."""
+        endpoints attached nowhere in the domain). Only an endpoint never seen waits for
+        Redis; one read more than ``placement_ttl_ms`` ago is used as it is while it is
+        read again in the background (a stale placement costs the relays a hop, never a
+        delivery), so no publication waits for a placement it had before."""
         now = self._clock()
         out: dict[Endpoint, str] = {}
         missing: list[Endpoint] = []
+        stale: list[Endpoint] = []
+        placements = self._placements
         for endpoint in endpoints:
-            address = self._placements.get(endpoint, now)
+            address = placements.get(endpoint)
             if address is None:
                 missing.append(endpoint)
-            else:
-                out[endpoint] = address
+                continue
+            out[endpoint] = address
+            expires = placements.expiry(endpoint)
+            if expires is not None and expires <= now and endpoint not in self._refreshing:
+                stale.append(endpoint)
+        if stale:
+            self._refreshing.update(stale)
+            refresh = asyncio.ensure_future(self._place(stale))
+            refresh.add_done_callback(lambda done: self._refreshed(stale, done))
         if missing:
-            found = await asyncio.gather(*(self._locating.call(e) for e in missing))
-            expires = self._clock() + self._placement_ttl
-            for endpoint, address in zip(missing, found, strict=True):
-                self._placements.put(endpoint, address, expires=expires)
-                out[endpoint] = address
+            out.update(await self._place(missing))
         return out
+
+    async def _place(self, endpoints: Sequence[Endpoint]) -> dict[Endpoint, str]:
+        found = await asyncio.gather(*(self._locating.call(e) for e in endpoints))
+        expires = self._clock() + self._placement_ttl
+        for endpoint, address in zip(endpoints, found, strict=True):
+            self._placements.put(endpoint, address, expires=expires)
+        return dict(zip(endpoints, found, strict=True))
+
+    def _refreshed(
+        self, endpoints: Sequence[Endpoint], done: asyncio.Future[dict[Endpoint, str]]
+    ) -> None:
+        self._refreshing.difference_update(endpoints)
+        if not done.cancelled() and done.exception() is not None:
+            _log.warning("placements not refreshed: %s", done.exception())
 
     async def _locate_many(self, endpoints: Sequence[Endpoint]) -> list[str]:
         answer = await self._placement(

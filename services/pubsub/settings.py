@@ -17,8 +17,9 @@
   unavailable, or a call cut off mid-flight, retried with the same submission id).
 - ``APEXMESH_PUBSUB_CACHED_TOPICS`` (``100000``): topics whose subscriber list a pod
   keeps (least recently published evicted first; reloaded on the next publication).
-- ``APEXMESH_PUBSUB_PLACEMENT_TTL_MS`` (``2000``): how long a pod reuses the relay pod
-  it read for a subscriber (only steers the fan-out; a stale one costs the relays a hop).
+- ``APEXMESH_PUBSUB_PLACEMENT_TTL_MS`` (``2000``): age at which a pod reads again (in the
+  background, the old one serving meanwhile) the relay pod of a subscriber; it only
+  steers the fan-out, a stale one costs the relays a hop.
 - ``APEXMESH_PRESENCE_ADDRESS`` (optional): the presence service; each topic is then a
   tuple of ``apex=pubsub@DOMAIN``'s presence entry (sections 4.2/4.3 step 3.2).
 - ``APEXMESH_PUBSUB_POD_ID`` (host name): this pod's id (journal ownership, leader lock).
