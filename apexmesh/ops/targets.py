@@ -72,6 +72,9 @@ class Context:
     namespace: str = ""
     #: Kubernetes contexts: the Helm release whose pods are the mesh ("" = any).
     release: str = ""
+    #: Kubernetes contexts: ``portforward`` (through the API server, the default) or
+    #: ``direct`` (pod IPs, for apexctl run inside the cluster).
+    reach: str = ""
     #: Where the context was read from ("" when built in memory).
     source: str = field(default="", compare=False)
 
@@ -143,6 +146,7 @@ def context_from(mapping: Mapping[str, Any], source: str = "") -> Context:
             kube_context=str(mapping.get("kube_context", "")),
             namespace=str(mapping.get("namespace", "")),
             release=str(mapping.get("release", "")),
+            reach=str(mapping.get("reach", "")),
             source=source,
         )
     except (KeyError, TypeError) as exc:
