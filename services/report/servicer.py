@@ -292,6 +292,13 @@ class ReportServicer(report_pb2_grpc.ReportServiceServicer):
         finally:
             self._metrics.report_seconds.observe(time.perf_counter() - started)
         self._metrics.responses.labels(outcome.result).inc()
+        _log.debug(
+            "statusResponse transID %d to %s: %s %d",
+            request.trans_id,
+            request.recipient[:256],
+            outcome.result,
+            outcome.code,
+        )
         return report_pb2.ReportResponse(status=_status(outcome.code, outcome.text))
 
 
