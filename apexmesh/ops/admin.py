@@ -61,6 +61,7 @@ class Problem(BaseModel):
 
 #: The documented answers of a guarded route, for the OpenAPI document.
 GUARDED: Final[dict[int | str, dict[str, Any]]] = {
+    400: {"model": Problem, "description": "a value the schema allows but the service cannot use"},
     401: {"model": Problem, "description": "no or an unknown bearer token"},
     403: {"model": Problem, "description": "the token's role may not do this"},
 }

@@ -26,6 +26,8 @@ from apexmesh.store.keys import Keys
 
 #: About how many hops the stream keeps (the oldest go first).
 MAX_HOPS: Final = 10_000
+#: Each of the two numbers of a stream id is a 64-bit unsigned integer.
+_MAX_ID_PART: Final = 2**64 - 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,7 +117,15 @@ class HopLog:
         trans_id: int | None = None,
     ) -> list[Hop]:
         """Hops newer than the stream id ``after`` (all with ``-``), oldest first, at
-        most ``limit``, only those of ``originator`` / ``trans_id`` when given."""
+        most ``limit``, only those of ``originator`` / ``trans_id`` when given.
+        ValueError when ``after`` is not a stream id."""
+        if after != "-":
+            ms, _, seq = after.partition("-")
+            parts = (int(ms), int(seq or "0"))
+            if max(parts) > _MAX_ID_PART:
+                raise ValueError(f"{after!r} is not a stream id")
+            if parts == (_MAX_ID_PART, _MAX_ID_PART):
+                return []  # nothing can come after the last possible id
         start = after if after == "-" else f"({after}"
         entries = await self._redis.xrange(self._key, min=start, max="+", count=limit * 4)
         hops: list[Hop] = []

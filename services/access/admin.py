@@ -66,22 +66,22 @@ def access_routers(
         try:
             owner = Endpoint.parse(text)
         except (EndpointError, ValueError):
-            raise HTTPException(422, f"owner {text!r} is not an endpoint") from None
+            raise HTTPException(400, f"owner {text!r} is not an endpoint") from None
         if owner.domain not in domains:
-            raise HTTPException(422, f"this access service does not serve {owner.domain}")
+            raise HTTPException(400, f"this access service does not serve {owner.domain}")
         return owner
 
     def actor_of(text: str) -> ActorPattern:
         try:
             return ActorPattern.parse(text)
         except AccessError as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise HTTPException(400, str(exc)) from None
 
     def actions_of(names: list[str]) -> frozenset[str]:
         try:
             return frozenset(tokens.validate(name) for name in names)
         except AccessError as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise HTTPException(400, str(exc)) from None
 
     async def apply(
         owner: Endpoint,
@@ -129,7 +129,7 @@ def access_routers(
         owner, actor = owner_of(body.owner), actor_of(body.actor)
         wanted = actions_of(body.actions)
         if not wanted:
-            raise HTTPException(422, "name at least one action to grant")
+            raise HTTPException(400, "name at least one action to grant")
         done = await apply(owner, actor, lambda now: (now or frozenset()) | wanted)
         assert done is not None  # noqa: S101  (a grant always leaves an entry)
         return done

@@ -176,7 +176,7 @@ def pubsub_routers(service: PubsubService, pod_id: str, guard: Guard) -> list[AP
         try:
             return kind(topic=topic, trans_id=_ADMIN_TRANS_ID)
         except ApexError as exc:
-            raise HTTPException(422, str(exc)) from None
+            raise HTTPException(400, str(exc)) from None
 
     @change.post(
         "/topics",

@@ -281,9 +281,12 @@ def relay_routers(view: RelayView, guard: Guard) -> list[APIRouter]:
         after: Annotated[str, Query(pattern=r"^(-|\d{1,20}-\d{1,20})$")] = "-",
         limit: Annotated[int, Query(ge=1, le=1000)] = 200,
     ) -> list[HopOut]:
-        hops = await view.hops.read(
-            after=after, limit=limit, originator=originator, trans_id=trans_id
-        )
+        try:
+            hops = await view.hops.read(
+                after=after, limit=limit, originator=originator, trans_id=trans_id
+            )
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
         return [hop_out(hop) for hop in hops]
 
     read.tags = ["relay"]

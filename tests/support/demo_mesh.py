@@ -64,6 +64,8 @@ class DemoMesh:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
         return self.process.returncode
 
 
@@ -92,6 +94,7 @@ def start_demo(workdir: Path, *, log_level: str = "DEBUG") -> DemoMesh:
             return DemoMesh(process, workdir, lines, match.group(1).strip(), login)
     process.kill()
     process.wait()
+    process.stdout.close()
     raise RuntimeError("scripts/demo.py printed no apexctl line:\n" + "".join(lines))
 
 

@@ -4,10 +4,10 @@
   wrong token (401), every change refuses the read-only token (403), and reads accept
   it; each refusal is an authentication failure counted by mechanism (``bearer``);
 * its OpenAPI document, fuzzed by schemathesis with the admin token, never gets a 5xx
-  and every answer matches the document. Drain and closing sessions are left out of the
-  fuzzing (they would take the shared mesh down under the other tests; they are tested
-  on their own in tests/services/relay/test_relay_drain.py and by ``apexctl sessions
-  kill``).
+  and every answer matches the document (status codes, content types, bodies). Drain
+  and closing sessions are left out of the fuzzing (they would take the shared mesh
+  down under the other tests; they are tested on their own in
+  tests/services/relay/test_relay_drain.py and by ``apexctl sessions kill``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from apexmesh.ops.targets import Target
 from tests.support.demo_mesh import DemoMesh
@@ -118,7 +119,9 @@ def fuzz(target: Target, token: str) -> int:
         def check(case: Any) -> None:
             response = case.call(base_url=base, headers={"Authorization": f"Bearer {token}"})
             assert response.status_code < 500, (case.method, case.formatted_path, response.text)
-            case.validate_response(response, headers={"Authorization": f"Bearer {token}"})
+            # Every check but "schema-valid data is accepted": a string the schema allows
+            # may still not be an endpoint or a served domain, answered 400 or 404.
+            case.validate_response(response, excluded_checks=[positive_data_acceptance])
 
         check()
     return tried

@@ -64,10 +64,10 @@ function drawTopology() {
     const p = pos[n.name];
     if (!p) continue;
     const g = el("svg:g", { class: `node ${n.service} ${n.ready ? "ready" : "down"}`, "data-node": n.name,
-                            transform: `translate(${p.x - 70},${p.y - 20})` });
-    g.append(el("svg:rect", { width: 140, height: 40 }));
+                            transform: `translate(${p.x - 85},${p.y - 20})` });
+    g.append(el("svg:rect", { width: 170, height: 40 }));
     g.append(el("svg:text", { x: 8, y: 16 }, n.name.replace(`-${n.domain}`, "")));
-    g.append(el("svg:text", { x: 8, y: 32, class: "muted" }, n.service === "relay" ? `${n.attachments ?? 0} attached · ${rate(n)}` : rate(n)));
+    g.append(el("svg:text", { x: 8, y: 32, class: "small" }, n.service === "relay" ? `${n.attachments ?? 0} attached · ${rate(n)}` : rate(n)));
     const title = el("svg:title", {}, `${n.name}: ${n.ready ? "ready" : n.reason}`);
     g.append(title);
     svg.append(g);

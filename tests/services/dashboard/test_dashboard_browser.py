@@ -34,7 +34,7 @@ def chromium() -> webdriver.Chrome:
         "--disable-gpu",
         "--disable-background-networking",
         "--disable-dev-shm-usage",
-        "--window-size=1400,1300",
+        "--window-size=1400,2000",
     ):
         options.add_argument(flag)
     driver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
