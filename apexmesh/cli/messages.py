@@ -78,7 +78,13 @@ def sub(
 
 
 def _trace(
-    ctx: typer.Context, sender: str, recipient: str, message: str, password_file: Path | None
+    ctx: typer.Context,
+    sender: str,
+    recipient: str,
+    message: str,
+    password_file: Path | None,
+    *,
+    receive: bool,
 ) -> dict[str, Any]:
     timeout = options(ctx).timeout
     with mesh(ctx) as context:
@@ -102,6 +108,7 @@ def _trace(
                         recipient,
                         message.encode(),
                         timeout,
+                        receive=receive,
                     )
 
         return run(go())
@@ -117,7 +124,7 @@ def request(
 ) -> None:
     """Send MESSAGE with a statusRequest and print the statusResponse (APEX's answer to
     'did it arrive')."""
-    result = _trace(ctx, sender, recipient, message, password_file)
+    result = _trace(ctx, sender, recipient, message, password_file, receive=False)
     show(ctx, result["report"], title=f"statusResponse transID {result['trans_id']}")
     if not result["report"] or any(r["code"] != 250 for r in result["report"]):
         raise typer.Exit(1)
@@ -132,7 +139,7 @@ def trace(
     password_file: PasswordFile = None,
 ) -> None:
     """Send one data with a statusRequest and show every hop it took and its report."""
-    result = _trace(ctx, sender, recipient, message, password_file)
+    result = _trace(ctx, sender, recipient, message, password_file, receive=True)
     fmt = options(ctx).fmt
     if fmt is not Format.TABLE:
         show(ctx, result)

@@ -176,12 +176,18 @@ async def trace(
     recipient: str,
     message: bytes,
     timeout: float,  # noqa: ASYNC109  (the command's own bound)
+    *,
+    receive: bool = True,
 ) -> dict[str, Any]:
     """Send with a statusRequest and gather the report and every hop (see the module
-    docstring)."""
+    docstring); ``receive`` false never attaches the recipient (``apexctl request``:
+    the recipient is someone else's application)."""
     sender_domain = Endpoint.parse(sender).domain
     first = relays_of(context, sender_domain)[0]
-    stack, receiver = await _maybe_receiver(context, credentials, recipient, first)
+    if receive:
+        stack, receiver = await _maybe_receiver(context, credentials, recipient, first)
+    else:
+        stack, receiver = contextlib.AsyncExitStack(), None
     async with stack, attached(context, credentials, sender, first) as (attachment, relay):
         result = await attachment.send(
             recipient, message, content_type="text/plain", status_request=True
