@@ -95,6 +95,10 @@ def setup_logging(service: str, level: str = "INFO") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # An HTTP client's line per request (the dashboard polls every service each second)
+    # says nothing an operator needs; its warnings still come through.
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     # The asyncio debug chatter and grpc's own loggers follow the chosen level too.
     logging.captureWarnings(True)
 

@@ -177,9 +177,9 @@ class PubsubMetrics:
         drop those it no longer leads."""
         for domain in domains:
             if domain not in leading:
-                with contextlib.suppress(KeyError):
-                    self.topics.remove(domain)
-                    self.subscriptions.remove(domain)
+                for gauge in (self.topics, self.subscriptions):
+                    with contextlib.suppress(KeyError):  # never set here
+                        gauge.remove(domain)
                 continue
             summaries = await store.summaries(domain)
             self.topics.labels(domain).set(len(summaries))
