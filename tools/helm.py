@@ -92,12 +92,12 @@ def notes(chart: Path, values: Mapping[str, Any] | None = None) -> str:
 
 def manifest(rendered: Mapping[str, str]) -> str:
     """One multi-document YAML stream, each document headed by its template's path."""
-    parts = []
-    for path, text in rendered.items():
-        for document in text.split("\n---"):
-            if document.strip() and yaml.safe_load(document) is not None:
-                parts.append(f"---\n# Source: {path}\n{document.strip()}\n")
-    return "".join(parts)
+    return "".join(
+        f"---\n# Source: {path}\n{document.strip()}\n"
+        for path, text in rendered.items()
+        for document in text.split("\n---")
+        if document.strip() and yaml.safe_load(document) is not None
+    )
 
 
 def documents(rendered: Mapping[str, str]) -> list[dict[str, Any]]:
