@@ -200,7 +200,9 @@ lease_name (prefix-pubsub-domain, lower case, runs of other characters made one 
 {{- define "apex-mesh.pubsub.leaseNames" -}}
 {{- $names := list -}}
 {{- range .Values.domains -}}
-{{- $name := printf "%s-pubsub-%s" $.Values.redisPrefix . | lower | regexReplaceAll "[^a-z0-9-]+" "-" | regexReplaceAll "-{2,}" "-" | trimAll "-" | trunc 253 | trimSuffix "-" -}}
+{{- $name := printf "%s-pubsub-%s" $.Values.redisPrefix . | lower -}}
+{{- $name = regexReplaceAll "[^a-z0-9-]+" $name "-" -}}
+{{- $name = regexReplaceAll "-{2,}" $name "-" | trimAll "-" | trunc 253 | trimSuffix "-" -}}
 {{- $names = append $names $name -}}
 {{- end -}}
 {{- toYaml $names -}}
