@@ -46,11 +46,11 @@ def test_promtool_checks_and_tests_every_alert(tmp_path: Path) -> None:
     groups = rule_groups()
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}), encoding="utf-8")
     shutil.copy(RULES_TEST, tmp_path / "rules-test.yaml")
-    check = subprocess.run(
+    check = subprocess.run(  # noqa: PLW1510  (the return code is asserted)
         [promtool(), "check", "rules", "rules.yaml"], cwd=tmp_path, capture_output=True, text=True
     )
     assert check.returncode == 0, check.stdout + check.stderr
-    run = subprocess.run(
+    run = subprocess.run(  # noqa: PLW1510  (the return code is asserted)
         [promtool(), "test", "rules", "rules-test.yaml"],
         cwd=tmp_path,
         capture_output=True,
@@ -73,15 +73,19 @@ def test_promtool_checks_and_tests_every_alert(tmp_path: Path) -> None:
     }
     assert alerts == firing, f"alerts without a firing test: {alerts - firing}"
     assert len(quiet) >= len(alerts) - 1
-    assert {"ApexMeshServiceNotReady", "ApexMeshHeldDataGrowing", "ApexMeshPubsubLeaseExpiryLag",
-            "ApexMeshSnapshotTooOld"} <= alerts
+    assert {
+        "ApexMeshServiceNotReady",
+        "ApexMeshHeldDataGrowing",
+        "ApexMeshPubsubLeaseExpiryLag",
+        "ApexMeshSnapshotTooOld",
+    } <= alerts
 
 
 def test_promtool_catches_a_broken_rule(tmp_path: Path) -> None:
     """The check above can fail: promtool refuses an expression that does not parse."""
     broken = {"groups": [{"name": "x", "rules": [{"alert": "X", "expr": "sum(up"}]}]}
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(broken), encoding="utf-8")
-    check = subprocess.run(
+    check = subprocess.run(  # noqa: PLW1510  (the return code is asserted)
         [promtool(), "check", "rules", "rules.yaml"], cwd=tmp_path, capture_output=True, text=True
     )
     assert check.returncode != 0
@@ -138,9 +142,34 @@ _RANGES = re.compile(r"\[[^\[\]]*\]")
 _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
 _IDENT = re.compile(r"(?<![\w:$.])([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\()?")
 _KEYWORDS = frozenset(
-    {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
-     "group_left", "group_right", "inf", "nan", "atan2", "topk", "bottomk", "quantile",
-     "count_values", "sum", "avg", "min", "max", "count", "stddev", "stdvar", "group"}
+    {
+        "and",
+        "or",
+        "unless",
+        "bool",
+        "offset",
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "inf",
+        "nan",
+        "atan2",
+        "topk",
+        "bottomk",
+        "quantile",
+        "count_values",
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "count",
+        "stddev",
+        "stdvar",
+        "group",
+    }
 )
 
 
@@ -193,8 +222,11 @@ def dashboard_expressions() -> Iterator[tuple[str, str]]:
 def test_every_promql_expression_names_an_exported_metric() -> None:
     exported = exported_series()
     # The discovery itself works: names the relay defines today are among them.
-    assert {"apexmesh_relay_sessions", "apexmesh_relay_data_operations_total",
-            "apexmesh_access_check_duration_seconds_bucket"} <= set(exported)
+    assert {
+        "apexmesh_relay_sessions",
+        "apexmesh_relay_data_operations_total",
+        "apexmesh_access_check_duration_seconds_bucket",
+    } <= set(exported)
     expressions = [(f"rule {r['alert']}", r["expr"]) for g in rule_groups() for r in g["rules"]]
     expressions += list(dashboard_expressions())
     assert len(expressions) > 20
@@ -202,8 +234,7 @@ def test_every_promql_expression_names_an_exported_metric() -> None:
     for where, expr in expressions:
         for name in metric_names(expr):
             assert name in exported or name in EXTERNAL, (
-                f"{where}: {name} is exported by no code (apexmesh/, services/, spark/) "
-                f"in: {expr}"
+                f"{where}: {name} is exported by no code (apexmesh/, services/, spark/) in: {expr}"
             )
             used.add(name)
     # The dashboard shows something of every service.

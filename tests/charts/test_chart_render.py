@@ -60,7 +60,8 @@ def test_every_container_has_probes_resources_and_a_restricted_security_context(
         assert pod["securityContext"]["runAsNonRoot"] is True, where
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
         assert pod["securityContext"].get("runAsUser", 1) != 0, where
-        assert not pod.get("hostNetwork") and not pod.get("hostPID"), where
+        assert not pod.get("hostNetwork"), where
+        assert not pod.get("hostPID"), where
         checked += 1
     assert checked >= 3
 
@@ -152,9 +153,16 @@ def test_every_network_policy_peer_exists(ci_docs: list[Doc]) -> None:
         own = policy["spec"]["podSelector"]["matchLabels"]
         targets = [w for w in workloads if _selects(own, pod_labels(w))]
         assert targets, f"NetworkPolicy {name} selects no pods"
-        target_ports = {
-            p["containerPort"] for t in targets for c in pod_spec(t)["containers"] for p in c["ports"]
-        } if all("ports" in c for t in targets for c in pod_spec(t)["containers"]) else set()
+        target_ports = (
+            {
+                p["containerPort"]
+                for t in targets
+                for c in pod_spec(t)["containers"]
+                for p in c["ports"]
+            }
+            if all("ports" in c for t in targets for c in pod_spec(t)["containers"])
+            else set()
+        )
         for rule in policy["spec"].get("ingress", []):
             for port in rule.get("ports", []):
                 assert port["port"] in target_ports, f"{name}: ingress port {port} not served"
@@ -390,7 +398,7 @@ def test_monitoring_resources_are_rendered_only_when_asked(rendered: Render) -> 
 
 def test_the_helm_test_exchanges_data_with_the_relay(rendered: Render) -> None:
     docs = rendered(None)
-    (pod,) = [d for d in of_kind(docs, "Pod")]
+    (pod,) = of_kind(docs, "Pod")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     command = pod["spec"]["containers"][0]["command"]
     assert command[:3] == ["python", "-m", "apexmesh.client.smoke"]

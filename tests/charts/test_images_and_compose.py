@@ -25,11 +25,11 @@ DEFAULTS: Final = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf
 @pytest.mark.parametrize("service", SERVICES)
 def test_each_service_image_is_the_base_plus_its_entrypoint(service: str) -> None:
     text = (DOCKER / f"{service}.Dockerfile").read_text(encoding="utf-8")
-    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.MULTILINE)
     assert f'"python", "-m", "services.{service}"]' in text
     assert 'ENTRYPOINT ["/usr/bin/tini", "--"' in text
     assert f'"apexmesh.ops.probe", "{service}", "/readyz"' in text
-    exposed = {int(p) for p in re.search(r"^EXPOSE (.+)$", text, re.M)[1].split()}  # type: ignore[index]
+    exposed = {int(p) for p in re.search(r"^EXPOSE (.+)$", text, re.MULTILINE)[1].split()}  # type: ignore[index]
     assert exposed == set(DEFAULTS[service]["ports"].values())
 
 
@@ -37,8 +37,9 @@ def test_the_base_runs_as_a_named_non_root_user_without_build_tools() -> None:
     text = (DOCKER / "base.Dockerfile").read_text(encoding="utf-8")
     final = text.split("FROM runtime AS base", 1)[1]
     assert "useradd --system --uid" in text
-    assert re.search(r"^USER 10001:10001$", final, re.M)
-    assert "apt-get" not in final and "pip" not in final
+    assert re.search(r"^USER 10001:10001$", final, re.MULTILINE)
+    assert "apt-get" not in final
+    assert "pip" not in final
     assert "pip uninstall" in text  # the venv leaves its installer behind in the build stage
 
 
@@ -50,7 +51,10 @@ def test_compose_runs_two_relays_and_two_pubsub_pods() -> None:
     names = set(services())
     assert {"relay-1", "relay-2", "pubsub-1", "pubsub-2", "access", "report", "presence"} <= names
     assert {services()[n]["hostname"] for n in ("relay-1", "relay-2", "pubsub-1", "pubsub-2")} == {
-        "relay-1", "relay-2", "pubsub-1", "pubsub-2"
+        "relay-1",
+        "relay-2",
+        "pubsub-1",
+        "pubsub-2",
     }
     relay_services = services()["relay-1"]["environment"]["APEXMESH_RELAY_SERVICES"]
     assert "pubsub=pubsub-1:7414|pubsub-2:7414" in relay_services
@@ -59,7 +63,8 @@ def test_compose_runs_two_relays_and_two_pubsub_pods() -> None:
 def test_compose_redis_keeps_an_append_only_file_and_needs_a_password() -> None:
     redis = services()["redis"]
     command = " ".join(redis["command"])
-    assert "--appendonly yes" in command and "--requirepass" in command
+    assert "--appendonly yes" in command
+    assert "--requirepass" in command
     assert any(v.endswith(":/data") for v in redis["volumes"])
 
 
