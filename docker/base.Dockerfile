@@ -1,4 +1,4 @@
-# The one base every apex-mesh image starts from (docker/README.md): Debian 12's Python
+# The one base every apex-mesh image starts from: Debian 12's Python
 # 3.11, the project and its dependencies in a virtualenv, a non-root user with a passwd
 # entry. Build it first; each service's Dockerfile is a few lines on top of it.
 #
