@@ -32,17 +32,20 @@ async def create_server(
     port: int = 0,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    options: Sequence[tuple[str, int]] = (),
 ) -> tuple[grpc.aio.Server, int]:
     """Build, bind and start a grpc.aio server; return it with the port it listens on.
 
     ``max_message_bytes`` bounds one message either way (a relay carrying whole APEX
-    messages between its pods raises it to its BEEP message limit and some)."""
+    messages between its pods raises it to its BEEP message limit and some); ``options``
+    adds gRPC channel arguments (``grpc.max_connection_age_ms`` ...)."""
     server = grpc.aio.server(
         interceptors=list(interceptors),
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0),
+            *options,
         ],
     )
     for register in registrations:
