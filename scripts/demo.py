@@ -23,6 +23,7 @@ import signal
 import ssl
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from apexmesh.apex.presence import Publish, check_timestamp
@@ -202,7 +203,9 @@ async def demo(mesh: LocalMesh) -> None:
                 await client.close()
 
 
-async def main(argv: list[str]) -> int:
+async def main(argv: list[str], make_mesh: Callable[[Path], LocalMesh] = LocalMesh) -> int:
+    """Start a mesh (``make_mesh``: the local processes, or scripts/container_mesh.py's
+    containers), run the demo, stop."""
     parser = argparse.ArgumentParser(description="Run the apex-mesh locally with a demo.")
     parser.add_argument(
         "--exit-after-demo",
@@ -223,7 +226,8 @@ async def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="apex-mesh-"))
-    mesh = LocalMesh(workdir, log_level=args.log_level)
+    mesh = make_mesh(workdir)
+    mesh.log_level = args.log_level
     say("mesh", f"starting redis-server and services; logs in {workdir}")
     try:
         await mesh.start()

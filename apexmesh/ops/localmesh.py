@@ -459,14 +459,23 @@ class LocalMesh:
         await asyncio.gather(*(self._start_child(c) for c in others))
         await asyncio.gather(*(self._await_ready(c) for c in self.children))
 
-    async def _start_redis(self) -> None:
+    # ------------------------------------------------------------ how processes start
+    # scripts/containers runs the same plan from the container images: it overrides these
+    # three to prefix ``docker run --network host`` (scripts/container_mesh.py).
+
+    def command(self, child: Child) -> list[str]:
+        """The command that runs ``child`` (its environment is ``child.env``)."""
+        return [self.python, "-m", child.module]
+
+    def redis_binary(self) -> str:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (scripts/install installs it)")
-        self.redis_port = free_port()
-        data = self.workdir / "redis"
-        data.mkdir(exist_ok=True)
-        self._redis = await asyncio.create_subprocess_exec(
+        return binary
+
+    def redis_command(self, binary: str, data: Path) -> list[str]:
+        """redis-server on loopback with AOF in ``data`` and this run's password."""
+        return [
             binary,
             "--bind",
             "127.0.0.1",
@@ -480,6 +489,15 @@ class LocalMesh:
             str(data),
             "--requirepass",
             self._redis_password,
+        ]
+
+    async def _start_redis(self) -> None:
+        binary = self.redis_binary()
+        self.redis_port = free_port()
+        data = self.workdir / "redis"
+        data.mkdir(exist_ok=True)
+        self._redis = await asyncio.create_subprocess_exec(
+            *self.redis_command(binary, data),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
@@ -505,9 +523,7 @@ class LocalMesh:
         log = child.log.open("ab")
         try:
             child.process = await asyncio.create_subprocess_exec(
-                self.python,
-                "-m",
-                child.module,
+                *self.command(child),
                 env=env,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,

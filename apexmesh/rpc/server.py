@@ -35,12 +35,14 @@ async def create_server(
     port: int = 0,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    options: Sequence[tuple[str, int]] = (),
     registry: CollectorRegistry | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Build, bind and start a grpc.aio server; return it with the port it listens on.
 
     ``max_message_bytes`` bounds one message either way (a relay carrying whole APEX
-    messages between its pods raises it to its BEEP message limit and some). With a
+    messages between its pods raises it to its BEEP message limit and some); ``options``
+    adds gRPC channel arguments (``grpc.max_connection_age_ms`` ...). With a
     ``registry`` every call is counted and timed there and runs with its caller's
     correlation id (:mod:`apexmesh.rpc.observe`)."""
     observers = [] if registry is None else [ServerObserver(registry)]
@@ -50,6 +52,7 @@ async def create_server(
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0),
+            *options,
         ],
     )
     for register in registrations:

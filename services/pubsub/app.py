@@ -43,6 +43,14 @@ _log = logging.getLogger(__name__)
 #: Redis connections of one pod (the access cache's subscription takes one more).
 REDIS_CONNECTIONS = 64
 
+#: Connections from relays end after a minute (calls in flight get their full timeout
+#: to finish): a relay then resolves the pubsub Service again and spreads its calls over
+#: the pods an autoscaler added meanwhile (services/relay/app.py, round_robin).
+CONNECTION_AGE_OPTIONS = (
+    ("grpc.max_connection_age_ms", 60_000),
+    ("grpc.max_connection_age_grace_ms", 45_000),
+)
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -72,6 +80,12 @@ class PubsubApp:
         }
         self.guard = Guard(settings.admin, AuthFailures("pubsub", self.registry))
         self.http: HttpServer | None = None
+        self._expiry_lag = Gauge(
+            "apexmesh_pubsub_lease_expiry_lag_seconds",
+            "How far past due the next subscription lease end is after the leader's round "
+            "(0 when on time, and on pods that do not lead).",
+            registry=self.registry,
+        )
         self.service: PubsubService | None = None
         self._channels: list[grpc.aio.Channel] = []
         self._cache: CachedAccessChecker | None = None
@@ -133,6 +147,7 @@ class PubsubApp:
             ],
             host=settings.grpc_host,
             port=settings.grpc_port,
+            options=CONNECTION_AGE_OPTIONS,
             registry=self.registry,
         )
         await service.keep_alive()
@@ -176,10 +191,13 @@ class PubsubApp:
             try:
                 await service.tick()
                 delay = tick
+                lag = 0.0
                 if service.leader:
                     due = await service.next_timer()
                     if due is not None:
                         delay = min(tick, max(0.0, (due - now_ms()) / 1000))
+                        lag = max(0.0, (now_ms() - due) / 1000)
+                self._expiry_lag.set(lag)
             except (RedisError, OSError) as exc:
                 _log.warning("lease loop: %s", exc)
                 delay = tick

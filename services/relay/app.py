@@ -14,6 +14,7 @@ import functools
 import logging
 import ssl
 import time
+from typing import Final
 
 import grpc
 from redis.asyncio import Redis
@@ -57,6 +58,12 @@ _log = logging.getLogger(__name__)
 
 SASL_MECHANISMS = ("SCRAM-SHA-256", "DIGEST-MD5", "PLAIN")
 
+#: Channels to well-known services spread calls over every address a target resolves
+#: to: in a cluster ``pubsub=dns:///<release>-pubsub-headless:7414`` names every pubsub
+#: pod, and the pods the autoscaler adds are found when the channel re-resolves (the
+#: pubsub server ends connections after a while for that; services/pubsub/app.py).
+SERVICE_CHANNEL_OPTIONS: Final = (("grpc.lb_policy_name", "round_robin"),)
+
 
 class RelayApp:
     """One running relay pod."""
@@ -76,7 +83,9 @@ class RelayApp:
             self.redis, self.keys, settings.pod_id, lease_ms=settings.lease_ms
         )
         self._service_channels = {
-            name: tuple(observed_channel(address) for address in addresses)
+            name: tuple(
+                observed_channel(address, options=SERVICE_CHANNEL_OPTIONS) for address in addresses
+            )
             for name, addresses in settings.services.items()
         }
         self._report_channel = (
