@@ -5,11 +5,13 @@ What the chart gives its pods (charts/apex-mesh, issue #20) and this module reli
 
 * labels ``app.kubernetes.io/part-of: apex-mesh``, ``app.kubernetes.io/instance:
   RELEASE`` and ``app.kubernetes.io/component: relay|access|pubsub|report|presence``;
-* the annotation ``apex-mesh.io/domains: example.com[,other]``;
-* container ports named ``http`` (probes, metrics, admin API) and, on relays, ``edge``
-  (apex-edge BEEP);
-* a Secret ``RELEASE-admin`` (``apex-mesh-admin`` without a release) with the keys
-  ``admin-token`` and ``read-token``.
+* the domains a pod serves in its container's ``APEXMESH_*DOMAINS`` variable (or the
+  annotation ``apex-mesh.io/domains: example.com[,other]``);
+* container ports named ``http`` (probes, metrics, admin API) and, on relays,
+  ``beep-edge`` (apex-edge BEEP);
+* a Secret ``FULLNAME-admin`` (the chart's fullname: ``RELEASE-apex-mesh``, or the
+  release when it contains ``apex-mesh``) with the keys ``admin-token`` and
+  ``read-token`` (charts/apex-mesh/templates/admin-secret.yaml).
 
 RBAC the operator needs (the chart's ``apexctl`` Role): ``get, list`` on ``pods``,
 ``create`` on ``pods/portforward``, ``get`` on the Secret, and ``create`` on ``jobs``
@@ -38,6 +40,8 @@ from apexmesh.ops.targets import SERVICES, Context, ContextError, Target
 PART_OF: Final = "app.kubernetes.io/part-of=apex-mesh"
 COMPONENT: Final = "app.kubernetes.io/component"
 DOMAINS_ANNOTATION: Final = "apex-mesh.io/domains"
+#: The chart's name of the relay's apex-edge container port.
+EDGE_PORT: Final = "beep-edge"
 
 
 def _api(context: Context) -> Any:
@@ -61,8 +65,27 @@ def _port(pod: Any, name: str) -> int | None:
     return None
 
 
+def _domains(pod: Any) -> str:
+    """The domains a pod serves: its annotation, else its ``APEXMESH_*DOMAINS`` value."""
+    annotated = (pod.metadata.annotations or {}).get(DOMAINS_ANNOTATION, "")
+    if annotated:
+        return str(annotated)
+    for container in pod.spec.containers or ():
+        for variable in container.env or ():
+            if variable.name.startswith("APEXMESH_") and variable.name.endswith("DOMAINS"):
+                return str(variable.value or "")
+    return ""
+
+
+def fullname(release: str) -> str:
+    """The chart's resource name prefix for a release (its ``apex-mesh.fullname``)."""
+    if not release:
+        return "apex-mesh"
+    return release if "apex-mesh" in release else f"{release}-apex-mesh"
+
+
 def _secret_tokens(core: Any, context: Context) -> tuple[str, str]:
-    name = f"{context.release}-admin" if context.release else "apex-mesh-admin"
+    name = f"{fullname(context.release)}-admin"
     try:
         secret = core.read_namespaced_secret(name, context.namespace)
     except Exception as exc:  # noqa: BLE001  (ApiException or transport errors)
@@ -174,10 +197,10 @@ def reached(context: Context) -> Iterator[Context]:
             status = pod.status
             if service not in SERVICES or status is None or status.phase != "Running":
                 continue
-            http, edge = _port(pod, "http"), _port(pod, "edge")
+            http, edge = _port(pod, "http"), _port(pod, EDGE_PORT)
             if http is None:
                 continue
-            domains = (pod.metadata.annotations or {}).get(DOMAINS_ANNOTATION, "")
+            domains = _domains(pod)
             name = pod.metadata.name
 
             def address(port: int, pod_name: str = name, ip: str = status.pod_ip) -> str:
@@ -204,7 +227,7 @@ def trigger_snapshot(context: Context, job_name: str) -> str:
     from kubernetes import client
 
     _core, batch = _api(context)
-    cronjob = f"{context.release}-snapshot" if context.release else "apex-mesh-snapshot"
+    cronjob = f"{fullname(context.release)}-snapshot"
     try:
         source = batch.read_namespaced_cron_job(cronjob, context.namespace)
     except Exception as exc:  # noqa: BLE001

@@ -27,7 +27,7 @@ def pod(target: Any) -> dict[str, Any]:
     http = int(target.admin_url.rpartition(":")[2])
     ports = [{"name": "http", "containerPort": http}]
     if target.edge:
-        ports.append({"name": "edge", "containerPort": int(target.edge.rpartition(":")[2])})
+        ports.append({"name": "beep-edge", "containerPort": int(target.edge.rpartition(":")[2])})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -39,9 +39,18 @@ def pod(target: Any) -> dict[str, Any]:
                 "app.kubernetes.io/instance": RELEASE,
                 "app.kubernetes.io/component": target.service,
             },
-            "annotations": {"apex-mesh.io/domains": target.domain},
         },
-        "spec": {"containers": [{"name": target.service, "image": "x", "ports": ports}]},
+        "spec": {
+            "containers": [
+                {
+                    "name": target.service,
+                    "image": "x",
+                    "ports": ports,
+                    # as the chart sets it (the domains a pod serves)
+                    "env": [{"name": "APEXMESH_DOMAINS", "value": target.domain}],
+                }
+            ]
+        },
         "status": {"phase": "Running", "podIP": "127.0.0.1"},
     }
 
@@ -69,10 +78,11 @@ async def test_kubernetes_context_finds_pods_and_token(
         "spec": {"containers": []},
         "status": {"phase": "Running", "podIP": "127.0.0.1"},
     }
-    kmock.objects["v1/secrets", NAMESPACE, f"{RELEASE}-admin"] = {
+    secret = f"{RELEASE}-apex-mesh-admin"  # the chart's FULLNAME-admin
+    kmock.objects["v1/secrets", NAMESPACE, secret] = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": f"{RELEASE}-admin", "namespace": NAMESPACE},
+        "metadata": {"name": secret, "namespace": NAMESPACE},
         "data": {
             "admin-token": base64.b64encode(context.admin_token.encode()).decode(),
             "read-token": base64.b64encode(context.read_token.encode()).decode(),

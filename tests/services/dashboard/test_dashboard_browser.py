@@ -38,7 +38,16 @@ def chromium() -> webdriver.Chrome:
     ):
         options.add_argument(flag)
     driver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-    return webdriver.Chrome(options=options, service=Service(executable_path=driver))
+    browser = webdriver.Chrome(options=options, service=Service(executable_path=driver))
+    return browser
+
+
+def close(browser: webdriver.Chrome) -> None:
+    """Quit the browser and its driver, and drop the HTTP connections to the driver
+    (left to the garbage collector they would warn as unclosed sockets)."""
+    browser.quit()
+    browser.command_executor.close()
+    browser.service.stop()
 
 
 def test_dashboard_shows_pods_and_traces_a_message(demo_mesh: DemoMesh) -> None:
@@ -96,7 +105,7 @@ def test_dashboard_shows_pods_and_traces_a_message(demo_mesh: DemoMesh) -> None:
         assert browser.save_screenshot(str(SCREENSHOT))
         print(f"dashboard screenshot: {SCREENSHOT}")
     finally:
-        browser.quit()
+        close(browser)
 
 
 def test_dashboard_refuses_without_login(demo_mesh: DemoMesh) -> None:
