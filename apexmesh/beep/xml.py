@@ -12,7 +12,7 @@ entity attacks before libxml2 sees them; the parser settings below close it a se
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from lxml import etree
 
@@ -116,7 +116,7 @@ def _check_tree(root: etree._Element) -> None:
             stack.append((child, depth + 1))
 
 
-class _LocalOnly(etree.Resolver):  # type: ignore[misc]
+class _LocalOnly(etree.Resolver):
     """Resolves schema imports and includes to the documents an operator configured
     (vetted by :func:`parse_xml`'s rules) and to nothing else: no file, no network."""
 
@@ -124,11 +124,13 @@ class _LocalOnly(etree.Resolver):  # type: ignore[misc]
         super().__init__()
         self.documents = documents
 
-    def resolve(self, url: str, pubid: str | None, context: object) -> object:
+    def resolve(  # type: ignore[override]  # lxml-stubs omit the context argument
+        self, url: str, _pubid: str | None, context: object
+    ) -> object:
         text = self.documents.get(url)
         if text is None:
-            return self.resolve_string(b"<refused />", context)
-        return self.resolve_string(text, context)
+            return self.resolve_string(b"<refused />", context, base_url=None)
+        return self.resolve_string(text, context, base_url=None)
 
 
 class XmlSchema:
@@ -143,8 +145,8 @@ class XmlSchema:
         """None when ``element`` is valid, else the validator's first message."""
         if self._schema.validate(element):
             return None
-        error = self._schema.error_log.filter_from_errors()
-        first = error[0] if error else self._schema.error_log.last_error
+        log: Any = self._schema.error_log  # iterable of entries; lxml-stubs leave it opaque
+        first = next(iter(log), None)
         return "not valid" if first is None else str(first.message)
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from apexmesh.apex import _dtd
@@ -63,12 +63,20 @@ MAX_SECONDS: Final = 2_147_483_647
 #: Topics in one topiclist (bounds one answer; a domain with more is refused 554).
 MAX_TOPICS_LISTED: Final = 10_000
 
+#: The well-known topics of draft-wyman-apex-pubsub-00 section 6 ("The 'WKT=' prefix for
+#: topic names is reserved for registered well-known topics"): names outside the topic
+#: syntax, valid only as exactly these, which the service alone creates.
+WELL_KNOWN_TOPICS: Final = frozenset({"WKT=Topics", "WKT=Subscriptions"})
+
 _TOPIC: Final = re.compile(r"[a-z][a-z0-9_-]*(?:\.[a-z0-9_-]+)*")
 _SIGNED: Final = re.compile(r"[+-]?[0-9]{1,10}")
 
 
 def is_topic(text: str) -> bool:
-    """True for a topic name of section 2 / the DTD's TOPIC (see the module docstring)."""
+    """True for a topic name of section 2 / the DTD's TOPIC (see the module docstring), or
+    a registered well-known topic."""
+    if text in WELL_KNOWN_TOPICS:
+        return True
     return len(text) <= MAX_TOPIC_OCTETS and _TOPIC.fullmatch(text) is not None
 
 
@@ -116,7 +124,7 @@ class CreateTopic:
 
     topic: str
     trans_id: int
-    description: TopicDescription = TopicDescription()
+    description: TopicDescription = field(default_factory=TopicDescription)
 
     def __post_init__(self) -> None:
         _dtd.check_uniqid(self.trans_id, "createtopic")
@@ -391,6 +399,7 @@ __all__ = [
     "MAX_TOPIC_OCTETS",
     "SERVICE_NAME",
     "SUBSCRIBE_TOKEN",
+    "WELL_KNOWN_TOPICS",
     "Cancel",
     "CreateTopic",
     "DeleteTopic",

@@ -28,6 +28,7 @@ subscription event stream.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -184,13 +185,13 @@ class Matcher(Generic[K]):
                     found |= holders
         serials = self._serials
         for (identifier, kind), bounds in self._at_least.items():
-            top = _extreme(view, identifier, kind, max)
+            top = _extreme(view, identifier, kind, largest=True)
             if top is not None:
                 # Every bound <= the largest instance is satisfied: a prefix.
                 end = bisect_right(bounds.pairs, (top, self._serial + 1))
                 found.update(serials[serial] for _, serial in bounds.pairs[:end])
         for (identifier, kind), bounds in self._at_most.items():
-            bottom = _extreme(view, identifier, kind, min)
+            bottom = _extreme(view, identifier, kind, largest=False)
             if bottom is not None:
                 start = bisect_left(bounds.pairs, (bottom, 0))
                 found.update(serials[serial] for _, serial in bounds.pairs[start:])
@@ -217,13 +218,16 @@ class Matcher(Generic[K]):
         }
 
 
-def _extreme(view: MessageView, identifier: str, kind: Kind, pick: type[max] | type[min]) -> float | None:  # type: ignore[valid-type]
+def _extreme(view: MessageView, identifier: str, kind: Kind, *, largest: bool) -> float | None:
+    """The largest (or smallest) number among the identifier's instances."""
     numbers = [
-        float(v)  # type: ignore[arg-type]
+        float(v)
         for v in view.values(identifier, kind)
-        if v is not MISMATCH and isinstance(v, int | float) and not isinstance(v, bool) and v == v
+        if isinstance(v, int | float) and not isinstance(v, bool) and not math.isnan(v)
     ]
-    return pick(numbers) if numbers else None
+    if not numbers:
+        return None
+    return max(numbers) if largest else min(numbers)
 
 
 __all__ = ["Matcher", "choose"]

@@ -25,8 +25,8 @@ from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.presence import check_timestamp
 from apexmesh.beep.xml import Element, escape_text
-from apexmesh.pubsub.elements import check_topic
 from apexmesh.pubsub._fields import PUBSUB_NS, fields_of, number, pubsub_tag, text_of
+from apexmesh.pubsub.elements import check_topic
 
 #: Largest revision-id and message-id (5.2.1: "within the range 0-2,147,483,647").
 MAX_REVISION: Final = 2_147_483_647
@@ -103,8 +103,7 @@ class MessageContent:
             return None
         if self.expiry is Expiry.ONCE:
             return millis(self.publication_date)
-        if self.expiry is Expiry.AT:
-            assert self.expiration_date is not None
+        if self.expiration_date is not None:
             return millis(self.expiration_date)
         return default_ms
 
@@ -125,8 +124,7 @@ class MessageContent:
             header("publisher", self.publisher),
             header("publication-date", format_date(self.publication_date)),
         ]
-        if self.expiry is Expiry.AT:
-            assert self.expiration_date is not None
+        if self.expiration_date is not None:
             parts.append(header("expiration-date", format_date(self.expiration_date)))
         elif self.expiry is not Expiry.UNSPECIFIED:
             parts.append(header("expiration-date", self.expiry.value))
@@ -196,9 +194,9 @@ def message_from(root: Element) -> ParsedMessage:
     elif raw_expiry is not None:
         expiry, expiration = Expiry.AT, _date(raw_expiry, "expiration-date", trans_id)
     identifiers = {
-        tag: None if (text := header(tag)) is None else number(
-            text, tag, trans_id, low=0, high=MAX_REVISION
-        )
+        tag: None
+        if (text := header(tag)) is None
+        else number(text, tag, trans_id, low=0, high=MAX_REVISION)
         for tag in ("message-id", "revision-id")
     }
     envelope = MessageContent(

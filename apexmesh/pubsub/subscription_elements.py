@@ -186,8 +186,8 @@ def subscription_reply_from(element: Element) -> SubscriptionReply:
     children = list(_dtd.element_children(element)) if len(element) else []
     if not children:
         reply = reply_from(element)
-        assert reply.trans_id is not None  # required by reply_from
-        return SubscriptionReply(code=reply.code, trans_id=reply.trans_id, text=reply.text)
+        trans_id = reply.trans_id or 0  # reply_from requires it: never 0
+        return SubscriptionReply(code=reply.code, trans_id=trans_id, text=reply.text)
     attrs = _dtd.attributes(element, allowed=("code", "transID"), required=("code", "transID"))
     trans_id = _dtd.trans_id(attrs["transID"], "reply")
     if len(children) != 1 or pubsub_tag(children[0]) != "subscription-id":

@@ -218,7 +218,9 @@ def description_from(children: list[Element], trans_id: int | None, tag: str) ->
 
     disposition = text("disposition")
     if disposition is not None and disposition not in DISPOSITIONS:
-        _dtd.fail(f"{tag}: disposition {disposition[:32]!r} is not publish or cancel", trans_id=trans_id)
+        _dtd.fail(
+            f"{tag}: disposition {disposition[:32]!r} is not publish or cancel", trans_id=trans_id
+        )
     message = single.get("message-schema")
     return TopicDescription(
         topic_name=text("topic-name"),
@@ -228,7 +230,9 @@ def description_from(children: list[Element], trans_id: int | None, tag: str) ->
         ),
         description=text("description"),
         settings=TopicSettings(
-            message_schema=None if message is None else _schema_from(message, trans_id, selector=False),
+            message_schema=None
+            if message is None
+            else _schema_from(message, trans_id, selector=False),
             selector_schemas=tuple(
                 _schema_from(c, trans_id, selector=True)
                 for c in children

@@ -1,4 +1,4 @@
-'''The "JMS" message selector class (draft-wyman-apex-pubsub-00 section 7.3).
+"""The "JMS" message selector class (draft-wyman-apex-pubsub-00 section 7.3).
 
 The syntax and semantics are those of JMS 1.1 / Jakarta Messaging section 3.8.1
 ("Message selector"), parsed by lark's LALR(1) parser (linear in the selector's length,
@@ -24,7 +24,7 @@ Where the draft adapts JMS (section 7.3):
 Java arithmetic: exact values are longs (64-bit, wrapping), exact and approximate values
 meet as doubles (numeric promotion); an exact division by zero (an ArithmeticException in
 Java) is NULL.
-'''
+"""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import math
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import LarkError, VisitError
@@ -121,7 +121,9 @@ MULOP: "*" | "/"
 // 'literal''s': a quote is written twice.
 STRING: /'(?:[^']|'')*'/
 // Java floating-point literals: 7., .5, -57.9E2 (the sign is the unary operator), 7E3, 1d.
-APPROX.2: /(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?|[0-9]+[eE][+-]?[0-9]+[fFdD]?|[0-9]+[fFdD]/
+APPROX.2: /(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?/
+        | /[0-9]+[eE][+-]?[0-9]+[fFdD]?/
+        | /[0-9]+[fFdD]/
 // Java integer literals: decimal, 0x hexadecimal, 0 octal, with an optional L.
 EXACT: /0[xX][0-9a-fA-F]+[lL]?|[0-9]+[lL]?/
 // Element and attribute names of the message (draft section 7.3): XML names, so '-' and
@@ -216,7 +218,7 @@ def _any(values: Iterable[Truth]) -> Truth:
     return None if unknown else False
 
 
-def _numeric_compare(op: Callable[[object, object], bool]) -> Callable[[Value, Value], Truth]:
+def _numeric_compare(op: Callable[[Any, Any], bool]) -> Callable[[Value, Value], Truth]:
     def compare(left: Value, right: Value) -> Truth:
         if left is MISMATCH or right is MISMATCH:
             return False
@@ -227,7 +229,7 @@ def _numeric_compare(op: Callable[[object, object], bool]) -> Callable[[Value, V
     return compare
 
 
-def _plain_compare(op: Callable[[object, object], bool]) -> Callable[[Value, Value], Truth]:
+def _plain_compare(op: Callable[[Any, Any], bool]) -> Callable[[Value, Value], Truth]:
     def compare(left: Value, right: Value) -> Truth:
         if left is MISMATCH or right is MISMATCH:
             return False
@@ -236,7 +238,7 @@ def _plain_compare(op: Callable[[object, object], bool]) -> Callable[[Value, Val
     return compare
 
 
-_OPERATORS: Final[dict[str, Callable[[object, object], bool]]] = {
+_OPERATORS: Final[dict[str, Callable[[Any, Any], bool]]] = {
     "=": operator.eq,
     "<>": operator.ne,
     ">": operator.gt,
@@ -314,7 +316,9 @@ def _index_kind(operand: Operand, domain: Kind) -> Kind:
     return operand.kind
 
 
-def _access(identifier: Operand, op: str, literal: Operand, domain: Kind) -> tuple[AccessPredicate, ...]:
+def _access(
+    identifier: Operand, op: str, literal: Operand, domain: Kind
+) -> tuple[AccessPredicate, ...]:
     name = identifier.identifier
     if name is None or not literal.has_literal:
         return ()
@@ -369,7 +373,11 @@ def _arith(symbol: str, left: Value, right: Value) -> Value | None:
         a, b = float(left), float(right)  # type: ignore[arg-type]
         if symbol == "/":
             if b == 0.0:
-                return math.nan if a == 0.0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
+                return (
+                    math.nan
+                    if a == 0.0 or math.isnan(a)
+                    else math.copysign(math.inf, a) * math.copysign(1.0, b)
+                )
             return a / b
         return {"+": a + b, "-": a - b, "*": a * b}[symbol]
     x, y = int(left), int(right)  # type: ignore[call-overload]
@@ -401,7 +409,7 @@ def _text(token: Token) -> str:
 def _exact(token: Token) -> int:
     text = str(token).rstrip("lL")
     if text[:2] in ("0x", "0X"):
-        return int(text[2:], 16)
+        return int(text, 16)
     if len(text) > 1 and text.startswith("0"):
         if any(c in "89" for c in text):
             raise incorrect(f"{text[:32]!r} is not an octal literal")
@@ -494,7 +502,9 @@ class _Build(Transformer[Token, Operand | Condition]):
         if operand.has_literal and isinstance(operand.literal, int | float):
             value = operand.literal if symbol == "+" else -operand.literal
             if not operand.overflow or symbol == "-":
-                return _literal(operand.kind, value, overflow=isinstance(value, int) and value > _LONG_MAX)
+                return _literal(
+                    operand.kind, value, overflow=isinstance(value, int) and value > _LONG_MAX
+                )
         operand = _used(operand)
         reader = _number_reader(operand)
         negate = symbol == "-"
@@ -580,7 +590,9 @@ class _Build(Transformer[Token, Operand | Condition]):
 
         access: tuple[AccessPredicate, ...] = ()
         if not negated:
-            access = _access(subject, ">=", low, domain_low) + _access(subject, "<=", high, domain_high)
+            access = _access(subject, ">=", low, domain_low) + _access(
+                subject, "<=", high, domain_high
+            )
         depth = check_depth(max(v.depth for v in (subject, low, high)) + 1)
         return Condition(depth, test, access)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import LarkError, VisitError
@@ -119,7 +119,7 @@ def _fold(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-_ORDER: Final[dict[str, Callable[[object, object], bool]]] = {
+_ORDER: Final[dict[str, Callable[[Any, Any], bool]]] = {
     ">=": operator.ge,
     "<=": operator.le,
     ">": operator.gt,
@@ -142,7 +142,8 @@ class _Build(Transformer[Token, Node]):
         attr, filtertype, parts = items
         name, op = str(attr), str(filtertype)
         kind = self.types.kind_of(name)
-        assert isinstance(parts, list)
+        if not isinstance(parts, list):  # the assertion rule always returns its tokens
+            raise incorrect(f"no value in the item for {name}")
         if not any(part.type == "STAR" for part in parts):
             return self._simple(name, kind, op, _value(parts))
         if op != "=":
@@ -163,7 +164,11 @@ class _Build(Transformer[Token, Node]):
             value = boolean_of(text.lower())
             if value is None or op not in ("=", "~="):
                 raise incorrect(f"{name} is boolean: ({name}{op}{text[:32]}) cannot apply")
-            return Node(1, lambda view: value in view.values(name, Kind.BOOLEAN), _equals(name, Kind.BOOLEAN, value))
+            return Node(
+                1,
+                lambda view: value in view.values(name, Kind.BOOLEAN),
+                _equals(name, Kind.BOOLEAN, value),
+            )
         found = instant_of(text) if kind is Kind.DATETIME else number_of(text)
         if found is None:
             raise incorrect(f"{text[:32]!r} is not a {kind.value} value for {name}")
@@ -186,7 +191,9 @@ class _Build(Transformer[Token, Node]):
                 # Untyped: equal as numbers, or as the same text (kept for "1e5" = "1e5").
                 test = lambda view: any(  # noqa: E731
                     same(v) or t == untyped_text
-                    for v, t in zip(view.values(name, kind), view.values(name, Kind.STRING), strict=True)
+                    for v, t in zip(
+                        view.values(name, kind), view.values(name, Kind.STRING), strict=True
+                    )
                 )
             return Node(1, test, _equals(name, kind, bound))
         compare = _ORDER[op]
@@ -203,16 +210,24 @@ class _Build(Transformer[Token, Node]):
             return False
 
         predicate: AccessPredicate = (
-            AtLeast(name, kind, float(bound)) if op in (">=", ">") else AtMost(name, kind, float(bound))
+            AtLeast(name, kind, float(bound))
+            if op in (">=", ">")
+            else AtMost(name, kind, float(bound))
         )
         return Node(1, ordered, (predicate,))
 
     def _string(self, name: str, op: str, text: str) -> Node:
         if op == "=":
-            return Node(1, lambda view: text in view.values(name, Kind.STRING), _equals(name, Kind.STRING, text))
+            return Node(
+                1,
+                lambda view: text in view.values(name, Kind.STRING),
+                _equals(name, Kind.STRING, text),
+            )
         if op == "~=":
             folded = _fold(text)
-            return Node(1, lambda view: any(_fold(str(v)) == folded for v in view.values(name, Kind.STRING)))
+            return Node(
+                1, lambda view: any(_fold(str(v)) == folded for v in view.values(name, Kind.STRING))
+            )
         compare = _ORDER[op]
         return Node(1, lambda view: any(compare(v, text) for v in view.values(name, Kind.STRING)))
 
@@ -251,7 +266,9 @@ class _Build(Transformer[Token, Node]):
         parts = tuple(items[0])
         tests = tuple(part.test for part in parts)
         depth = check_depth(max(part.depth for part in parts) + 1)
-        return Node(depth, lambda view: any(t(view) for t in tests), either(p.access for p in parts))
+        return Node(
+            depth, lambda view: any(t(view) for t in tests), either(p.access for p in parts)
+        )
 
     def not_(self, items: list[Node]) -> Node:
         (inner,) = items

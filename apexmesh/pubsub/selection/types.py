@@ -194,7 +194,7 @@ def convert(text: str, kind: Kind) -> Value:
     else:
         found = number_of(text)
         if kind is Kind.APPROX and found is not None:
-            found = float(found)  # type: ignore[arg-type]
+            found = float(found)
     return MISMATCH if found is None else found
 
 
@@ -227,9 +227,9 @@ class MessageView:
         for element in root.iter(ELEMENT_NODES):
             name = local_name(str(element.tag))
             values = texts.setdefault(name, [])
-            if len(element) == 0 or next(element.iterchildren(ELEMENT_NODES), None) is None:
-                if len(values) < MAX_INSTANCES:
-                    values.append(element.text or "")
+            leaf = next(element.iterchildren(ELEMENT_NODES), None) is None
+            if leaf and len(values) < MAX_INSTANCES:
+                values.append(element.text or "")
             for attribute, value in element.attrib.items():
                 found = texts.setdefault(local_name(str(attribute)), [])
                 if len(found) < MAX_INSTANCES:
