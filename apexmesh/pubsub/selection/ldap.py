@@ -155,8 +155,9 @@ class _Build(Transformer[Token, Node]):
     def _simple(self, name: str, kind: Kind, op: str, text: str) -> Node:
         if kind is Kind.UNTYPED:
             number = number_of(text)
-            if number is not None and op != "~=":
-                return self._numeric(name, Kind.EXACT, op, number, untyped_text=text)
+            if number is not None:
+                numeric_op = "=" if op == "~=" else op
+                return self._numeric(name, Kind.EXACT, numeric_op, number, untyped_text=text)
             return self._string(name, op, text)
         if kind is Kind.STRING:
             return self._string(name, op, text)
