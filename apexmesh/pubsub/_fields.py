@@ -6,6 +6,8 @@ bounded numbers. Every failure is the 501 (or 553) of :mod:`apexmesh.apex._dtd`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Final
 
 from apexmesh.apex import _dtd
@@ -18,6 +20,18 @@ PUBSUB_NS: Final = "http://www.firstrain.com/pubsub"
 PUBSUB_NAMESPACES: Final = frozenset({"", PUBSUB_NS, "http://www.example.com/pubsub"})
 
 _NUMBER: Final = re.compile(r"[+-]?[0-9]{1,10}")
+
+
+@contextmanager
+def naming(trans_id: int | None) -> Iterator[None]:
+    """Errors raised inside name ``trans_id`` when they name none (the reply carries the
+    operation's transID whenever it could be read)."""
+    try:
+        yield
+    except ApexError as exc:
+        if exc.trans_id is None:
+            exc.trans_id = trans_id
+        raise
 
 
 def pubsub_tag(element: Element) -> str:
@@ -89,6 +103,7 @@ __all__ = [
     "PUBSUB_NS",
     "field",
     "fields_of",
+    "naming",
     "number",
     "pubsub_tag",
     "text_of",

@@ -25,7 +25,7 @@ from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.presence import check_timestamp
 from apexmesh.beep.xml import Element, escape_text
-from apexmesh.pubsub._fields import PUBSUB_NS, fields_of, number, pubsub_tag, text_of
+from apexmesh.pubsub._fields import PUBSUB_NS, fields_of, naming, number, pubsub_tag, text_of
 from apexmesh.pubsub.elements import check_topic
 
 #: Largest revision-id and message-id (5.2.1: "within the range 0-2,147,483,647").
@@ -167,6 +167,11 @@ def message_from(root: Element) -> ParsedMessage:
         _dtd.fail(f"expected message-content, not {pubsub_tag(root)[:48]!r}")
     raw = root.attrib.get("transID")
     trans_id = _dtd.trans_id(None if raw is None else str(raw), "message-content")
+    with naming(trans_id):
+        return _envelope(root, trans_id)
+
+
+def _envelope(root: Element, trans_id: int) -> ParsedMessage:
     attrs, children = fields_of(
         root, attributes=("transID", "content"), children=_HEADERS, trans_id=trans_id
     )

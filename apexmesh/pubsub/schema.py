@@ -60,6 +60,13 @@ class LocalSchemas:
     __slots__ = ("documents",)
 
     def __init__(self, documents: Mapping[str, bytes] | None = None) -> None:
+        """Raises ValueError for a document the hardened parser refuses (a DOCTYPE, an
+        entity, too large or deep): an operator's mistake, reported at start-up."""
+        for uri, text in (documents or {}).items():
+            try:
+                _dtd.parse_root(text)
+            except ApexError as exc:
+                raise ValueError(f"configured schema {uri}: {exc}") from None
         self.documents: Mapping[str, bytes] = MappingProxyType(dict(documents or {}))
 
     def document(self, uri: str) -> bytes:

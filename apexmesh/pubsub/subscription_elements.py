@@ -32,7 +32,15 @@ from apexmesh.apex import _dtd
 from apexmesh.apex.elements import Reply, reply_from
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.beep.xml import Element, escape_text
-from apexmesh.pubsub._fields import PUBSUB_NS, field, fields_of, number, pubsub_tag, text_of
+from apexmesh.pubsub._fields import (
+    PUBSUB_NS,
+    field,
+    fields_of,
+    naming,
+    number,
+    pubsub_tag,
+    text_of,
+)
 from apexmesh.pubsub.elements import MAX_SECONDS, check_topic
 
 #: Longest subscription identifier (the 8.2 schema types it xs:int).
@@ -119,38 +127,41 @@ def content_subscribe_from(element: Element) -> ContentSubscribe:
     topic or subscriber."""
     raw = element.attrib.get("transID")
     trans_id = _dtd.trans_id(None if raw is None else str(raw), "subscribe")
-    attrs, children = fields_of(
-        element,
-        attributes=("transID", "Name", "selector", "subscriber", "topic", "duration", "cached"),
-        children=("topic", "subscriber", "duration", "cached", "selector", "select"),
-        trans_id=trans_id,
-    )
-    values = {
-        name: field(name, attrs, children, trans_id, "subscribe")
-        for name in ("topic", "subscriber", "duration", "cached")
-    }
-    for name in ("topic", "subscriber", "duration"):
-        if values[name] is None:
-            _dtd.fail(f"subscribe: missing {name}", trans_id=trans_id)
-    if "selector" in children and "select" in children:
-        _dtd.fail("subscribe: more than one selector", trans_id=trans_id)
-    chosen = children.get("selector", children.get("select"))
-    selector = None if chosen is None else selector_from(chosen, trans_id)
-    reference = attrs.get("selector")
-    if reference is not None and (selector is None or f"#{selector.name}" != reference):
-        _dtd.fail(f"subscribe: selector {reference[:48]!r} names no selector", trans_id=trans_id)
-    duration = number(
-        str(values["duration"]), "duration", trans_id, low=-MAX_SECONDS, high=MAX_SECONDS
-    )
-    subscriber = _dtd.endpoint(str(values["subscriber"]), "subscribe", trans_id=trans_id)
-    return ContentSubscribe(
-        topic=check_topic(str(values["topic"]), trans_id=trans_id),
-        subscriber=subscriber,
-        duration=duration,
-        trans_id=trans_id,
-        cached=(values["cached"] or "").strip().lower() not in _NOT_ASKED,
-        selector=selector,
-    )
+    with naming(trans_id):
+        attrs, children = fields_of(
+            element,
+            attributes=("transID", "Name", "selector", "subscriber", "topic", "duration", "cached"),
+            children=("topic", "subscriber", "duration", "cached", "selector", "select"),
+            trans_id=trans_id,
+        )
+        values = {
+            name: field(name, attrs, children, trans_id, "subscribe")
+            for name in ("topic", "subscriber", "duration", "cached")
+        }
+        for name in ("topic", "subscriber", "duration"):
+            if values[name] is None:
+                _dtd.fail(f"subscribe: missing {name}", trans_id=trans_id)
+        if "selector" in children and "select" in children:
+            _dtd.fail("subscribe: more than one selector", trans_id=trans_id)
+        chosen = children.get("selector", children.get("select"))
+        selector = None if chosen is None else selector_from(chosen, trans_id)
+        reference = attrs.get("selector")
+        if reference is not None and (selector is None or f"#{selector.name}" != reference):
+            _dtd.fail(
+                f"subscribe: selector {reference[:48]!r} names no selector", trans_id=trans_id
+            )
+        duration = number(
+            str(values["duration"]), "duration", trans_id, low=-MAX_SECONDS, high=MAX_SECONDS
+        )
+        subscriber = _dtd.endpoint(str(values["subscriber"]), "subscribe", trans_id=trans_id)
+        return ContentSubscribe(
+            topic=check_topic(str(values["topic"]), trans_id=trans_id),
+            subscriber=subscriber,
+            duration=duration,
+            trans_id=trans_id,
+            cached=(values["cached"] or "").strip().lower() not in _NOT_ASKED,
+            selector=selector,
+        )
 
 
 # --------------------------------------------------------------------------- reply
@@ -239,23 +250,26 @@ class ContentCancel:
 def content_cancel_from(element: Element) -> ContentCancel:
     raw = element.attrib.get("transID")
     trans_id = _dtd.trans_id(None if raw is None else str(raw), "cancel")
-    attrs, children = fields_of(
-        element,
-        attributes=("transID", "topic", "subscriber", "subscription-id"),
-        children=("topic", "subscription-id"),
-        trans_id=trans_id,
-    )
-    topic = field("topic", attrs, children, trans_id, "cancel")
-    identifier = field("subscription-id", attrs, children, trans_id, "cancel")
-    subscriber = None
-    if "subscriber" in attrs:
-        subscriber = _dtd.endpoint(attrs["subscriber"], "cancel", trans_id=trans_id)
-    return ContentCancel(
-        trans_id=trans_id,
-        topic=None if topic is None else check_topic(topic, trans_id=trans_id),
-        subscription_id=None if identifier is None else subscription_id_of(identifier, trans_id),
-        subscriber=subscriber,
-    )
+    with naming(trans_id):
+        attrs, children = fields_of(
+            element,
+            attributes=("transID", "topic", "subscriber", "subscription-id"),
+            children=("topic", "subscription-id"),
+            trans_id=trans_id,
+        )
+        topic = field("topic", attrs, children, trans_id, "cancel")
+        identifier = field("subscription-id", attrs, children, trans_id, "cancel")
+        subscriber = None
+        if "subscriber" in attrs:
+            subscriber = _dtd.endpoint(attrs["subscriber"], "cancel", trans_id=trans_id)
+        return ContentCancel(
+            trans_id=trans_id,
+            topic=None if topic is None else check_topic(topic, trans_id=trans_id),
+            subscription_id=None
+            if identifier is None
+            else subscription_id_of(identifier, trans_id),
+            subscriber=subscriber,
+        )
 
 
 def is_content_form(element: Element) -> bool:
