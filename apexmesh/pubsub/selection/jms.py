@@ -260,6 +260,8 @@ def _pairs(
             if not values:
                 return None
             (value,) = right(view)
+            if len(values) == 1:  # the usual case, without a generator
+                return compare(values[0], value)
             return _any(compare(item, value) for item in values)
 
         return against_literal
@@ -578,6 +580,9 @@ class _Build(Transformer[Token, Operand | Condition]):
         def test(view: MessageView) -> Truth:
             subjects = read(view)
             lows, highs = read_low(view), read_high(view)
+            if len(subjects) == 1 and len(lows) == 1 and len(highs) == 1:
+                found = _and((ge(subjects[0], lows[0]), le(subjects[0], highs[0])))
+                return _not(found) if negated else found
             results: list[Truth] = []
             for value in subjects or (None,):
                 for a in lows or (None,):

@@ -49,6 +49,10 @@ class Kind(Enum):
     def numeric(self) -> bool:
         return self in (Kind.EXACT, Kind.APPROX, Kind.DATETIME)
 
+    # Members are singletons: identity hashing (a C slot) instead of Enum's hash of the
+    # name, since every message view looks kinds up in a dictionary.
+    __hash__ = object.__hash__
+
 
 _INTEGERS: Final = (
     "integer int long short byte nonNegativeInteger positiveInteger nonPositiveInteger "
