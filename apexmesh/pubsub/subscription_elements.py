@@ -41,7 +41,14 @@ from apexmesh.pubsub._fields import (
     pubsub_tag,
     text_of,
 )
-from apexmesh.pubsub.elements import MAX_SECONDS, check_topic
+from apexmesh.pubsub.elements import (
+    MAX_SECONDS,
+    CreateTopic,
+    DeleteTopic,
+    ListTopics,
+    check_topic,
+    operation_from,
+)
 
 #: Longest subscription identifier (the 8.2 schema types it xs:int).
 MAX_SUBSCRIPTION_ID: Final = 2_147_483_647
@@ -272,6 +279,31 @@ def content_cancel_from(element: Element) -> ContentCancel:
         )
 
 
+ContentOperation = CreateTopic | DeleteTopic | ListTopics | ContentSubscribe | ContentCancel
+
+
+def content_operation_from(root: Element) -> ContentOperation:
+    """An operation sent to a content-based service: every subscribe and cancel, in
+    either form and namespace, as :class:`ContentSubscribe` / :class:`ContentCancel`
+    (draft-schwartz's form is the content-based one without the extensions); the other
+    operations as :func:`apexmesh.pubsub.elements.operation_from` reads them."""
+    tag = pubsub_tag(root)
+    if tag == "subscribe":
+        return content_subscribe_from(root)
+    if tag == "cancel":
+        return content_cancel_from(root)
+    operation = operation_from(root)
+    if not isinstance(operation, CreateTopic | DeleteTopic | ListTopics):
+        _dtd.fail(f"unexpected operation {tag[:32]!r}")  # unreachable: handled above
+    return operation
+
+
+def parse_content_operation(body: bytes | str) -> ContentOperation:
+    """Parse an operation sent to ``apex=pubsub``: 500, 501, 553 as
+    :func:`apexmesh.pubsub.elements.parse_operation`, with the draft's extensions."""
+    return content_operation_from(_dtd.parse_root(body))
+
+
 def is_content_form(element: Element) -> bool:
     """True when a subscribe or cancel uses the draft's extensions (a namespace, child
     elements, or attributes draft-schwartz's DTD lacks), so the caller routes it here;
@@ -288,12 +320,15 @@ def is_content_form(element: Element) -> bool:
 __all__ = [
     "MAX_SUBSCRIPTION_ID",
     "ContentCancel",
+    "ContentOperation",
     "ContentSubscribe",
     "SelectorSpec",
     "SubscriptionReply",
     "content_cancel_from",
+    "content_operation_from",
     "content_subscribe_from",
     "is_content_form",
+    "parse_content_operation",
     "selector_from",
     "subscription_id_of",
     "subscription_reply_from",

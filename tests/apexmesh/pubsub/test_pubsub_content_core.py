@@ -112,7 +112,9 @@ def test_a_new_subscription_and_its_renewal() -> None:
     assert (subscription.subscription_id, outcome.change.renewed) == (100, False)
     assert subscription.expires_ms == NOW + 60_000
     assert (subscription.selector_class, subscription.selector) == ("JMS", JMS.text)
-    again = _decide(_subscribe(JMS, trans_id=701), existing=(subscription,), new_id=101, now_ms=NOW + 5)
+    again = _decide(
+        _subscribe(JMS, trans_id=701), existing=(subscription,), new_id=101, now_ms=NOW + 5
+    )
     assert again.change is not None
     assert (again.change.subscription.subscription_id, again.change.renewed) == (100, True)
     other = SelectorSpec(selector_class="JMS", text="pct > 9")
@@ -121,7 +123,9 @@ def test_a_new_subscription_and_its_renewal() -> None:
     assert (third.change.subscription.subscription_id, third.change.renewed) == (101, False)
 
 
-def _cached(symbol: str, pct: str, expiry: Expiry = Expiry.NEVER, message_id: int = 1) -> cc.CachedMessage:
+def _cached(
+    symbol: str, pct: str, expiry: Expiry = Expiry.NEVER, message_id: int = 1
+) -> cc.CachedMessage:
     envelope = MessageContent(
         trans_id=1,
         topic="quotes",
@@ -150,7 +154,9 @@ def test_cached_messages_are_replayed_through_the_selector() -> None:
     assert [c.message.envelope.message_id for c in everything.replay] == [1, 2, 3]
 
 
-def _subscription(subscriber: Endpoint, topic: str, identifier: int | None) -> cc.ContentSubscription:
+def _subscription(
+    subscriber: Endpoint, topic: str, identifier: int | None
+) -> cc.ContentSubscription:
     return cc.ContentSubscription(
         topic=topic,
         subscriber=subscriber,
@@ -214,7 +220,9 @@ def test_publish_delivers_once_per_endpoint_with_every_matching_id() -> None:
         subscriptions[sub.key] = sub
         selector = None
         if text is not None:
-            selector = CLASSES.compile("RFC-2254" if text.startswith("(") else "JMS", text, DEFAULTS.types)
+            selector = CLASSES.compile(
+                "RFC-2254" if text.startswith("(") else "JMS", text, DEFAULTS.types
+            )
         matcher.add(sub.key, selector)
     root = _dtd.parse_root(b"<quote symbol='XMPL'><pct>7</pct></quote>")
     plan = cc.publish(
@@ -248,7 +256,11 @@ def test_publish_refusals() -> None:
     schemas = compile_topic(
         TopicSettings(
             message_schema=SchemaSource(
-                inline=f"<xs:element {XS} name='quote'><xs:complexType><xs:sequence><xs:element name='pct' type='xs:decimal'/></xs:sequence><xs:attribute name='symbol' use='required'/></xs:complexType></xs:element>".encode()
+                inline=(
+                    f"<xs:element {XS} name='quote'><xs:complexType><xs:sequence>"
+                    "<xs:element name='pct' type='xs:decimal'/></xs:sequence>"
+                    "<xs:attribute name='symbol' use='required'/></xs:complexType></xs:element>"
+                ).encode()
             )
         ),
         LocalSchemas(),

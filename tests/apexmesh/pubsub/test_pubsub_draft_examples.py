@@ -357,8 +357,12 @@ def test_5_3_1_and_5_5_schemas_by_uri_name_configured_schemas() -> None:
     inline = MESSAGE_SCHEMA_5_3_1.split(">", 1)[1].rsplit("</message-schema>", 1)[0]
     local = LocalSchemas(
         {
-            "http://www.example.com/schema/service.xsd": f"<xsd:schema {XSD}>{inline}</xsd:schema>".encode(),
-            "http://www.example.com/schema/service-selector.xsd": f"<xsd:schema {XSD}><xsd:element name='symbol' type='xsd:string'/></xsd:schema>".encode(),
+            "http://www.example.com/schema/service.xsd": (
+                f"<xsd:schema {XSD}>{inline}</xsd:schema>".encode()
+            ),
+            "http://www.example.com/schema/service-selector.xsd": (
+                f"<xsd:schema {XSD}><xsd:element name='symbol' type='xsd:string'/></xsd:schema>"
+            ).encode(),
         }
     )
     schemas = compile_topic(op.description.settings, local)
@@ -413,9 +417,7 @@ def test_5_8_2_cancel() -> None:
 )
 def test_5_10_1_1_inre(example: bytes, expected: dict[str, tuple[int, ...]]) -> None:
     data = data_from(_dtd.parse_root(example))
-    found = {
-        str(r.identity): subscription_ids_of(r.options[0]) for r in data.recipients
-    }
+    found = {str(r.identity): subscription_ids_of(r.options[0]) for r in data.recipients}
     assert found == expected
 
 
@@ -432,7 +434,15 @@ def test_6_2_topics_message_describes_a_topic() -> None:
     schemas = compile_topic(settings, LocalSchemas())  # the 2000 namespace read as 2001
     assert schemas.types.kind_of("industry-group").value == "string"
     wkt = compile_topic(SETTINGS[TOPICS], LocalSchemas())
-    wkt.check(parse_message(TOPICS_6_2.replace(b"<publisher>stock-service@example.com</publisher>", b"<publisher endpoint='stock-service@example.com'/>"), max_octets=MAX).content)
+    wkt.check(
+        parse_message(
+            TOPICS_6_2.replace(
+                b"<publisher>stock-service@example.com</publisher>",
+                b"<publisher endpoint='stock-service@example.com'/>",
+            ),
+            max_octets=MAX,
+        ).content
+    )
     again = message_from(_dtd.parse_root(parsed.envelope.to_xml()))
     assert again.envelope == parsed.envelope
 

@@ -38,8 +38,15 @@ letters = st.sampled_from(["a", "b", "ab", "c"])
 def jms_atoms() -> st.SearchStrategy[str]:
     numeric = st.sampled_from(["x", "y"])
     return st.one_of(
-        st.builds(lambda i, o, n: f"{i} {o} {n}", numeric, st.sampled_from(["=", "<>", ">", ">=", "<", "<="]), numbers),
-        st.builds(lambda n, i, o: f"{n} {o} {i}", numbers, numeric, st.sampled_from(["=", ">", "<="])),
+        st.builds(
+            lambda i, o, n: f"{i} {o} {n}",
+            numeric,
+            st.sampled_from(["=", "<>", ">", ">=", "<", "<="]),
+            numbers,
+        ),
+        st.builds(
+            lambda n, i, o: f"{n} {o} {i}", numbers, numeric, st.sampled_from(["=", ">", "<="])
+        ),
         st.builds(lambda i, a, b: f"{i} BETWEEN {a} AND {b}", numeric, numbers, numbers),
         st.builds(lambda i, a, b: f"{i} NOT BETWEEN {a} AND {b}", numeric, numbers, numbers),
         st.builds(lambda v: f"s = '{v}'", letters),
@@ -69,7 +76,12 @@ def jms_selectors() -> st.SearchStrategy[str]:
 def ldap_atoms() -> st.SearchStrategy[str]:
     numeric = st.sampled_from(["x", "y"])
     return st.one_of(
-        st.builds(lambda i, o, n: f"({i}{o}{n})", numeric, st.sampled_from(["=", ">=", "<=", "~=", ">", "<"]), numbers),
+        st.builds(
+            lambda i, o, n: f"({i}{o}{n})",
+            numeric,
+            st.sampled_from(["=", ">=", "<=", "~=", ">", "<"]),
+            numbers,
+        ),
         st.builds(lambda v: f"(s={v})", letters),
         st.builds(lambda v: f"(s={v}*)", letters),
         st.builds(lambda v: f"(s=*{v}*)", letters),
@@ -132,9 +144,7 @@ def test_the_index_finds_what_evaluating_every_selector_finds(
         compiled[key] = _compile(name, text, types)
         matcher.add(key, compiled[key])
     for view in views:
-        expected = {
-            key for key, sel in compiled.items() if sel is None or sel.matches(view)
-        }
+        expected = {key for key, sel in compiled.items() if sel is None or sel.matches(view)}
         assert matcher.match(view) == expected
         assert matcher.match_all(view) == expected
     for key in removed:

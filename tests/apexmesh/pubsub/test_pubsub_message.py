@@ -14,7 +14,10 @@ from apexmesh.pubsub.message import Expiry, MessageContent, millis, parse_messag
 pytestmark = pytest.mark.unit
 
 PS = "xmlns:ps='http://www.firstrain.com/pubsub'"
-HEAD = "<ps:topic>t</ps:topic><ps:publisher>p@example.com</ps:publisher><ps:publication-date>2002-03-15T12:15:00Z</ps:publication-date>"
+HEAD = (
+    "<ps:topic>t</ps:topic><ps:publisher>p@example.com</ps:publisher>"
+    "<ps:publication-date>2002-03-15T12:15:00Z</ps:publication-date>"
+)
 BODY = "<ps:content Name='C'><x>1</x></ps:content>"
 
 
@@ -50,13 +53,31 @@ def test_expiration_forms() -> None:
         (HEAD + BODY, "content='#C'", 501),  # no transID
         (HEAD + BODY, "transID='1' content='#D'", 501),  # content names another
         (HEAD + BODY, "transID='1'", 501),  # content attribute required (8.2)
-        (HEAD + "<ps:message-id>1</ps:message-id><ps:expiration-date>*</ps:expiration-date>" + BODY, "transID='2' content='#C'", 501),
-        (HEAD + "<ps:expiration-date>tomorrow</ps:expiration-date>" + BODY, "transID='3' content='#C'", 501),
-        (HEAD + "<ps:revision-id>2147483648</ps:revision-id>" + BODY, "transID='4' content='#C'", 501),
+        (
+            HEAD
+            + "<ps:message-id>1</ps:message-id><ps:expiration-date>*</ps:expiration-date>"
+            + BODY,
+            "transID='2' content='#C'",
+            501,
+        ),
+        (
+            HEAD + "<ps:expiration-date>tomorrow</ps:expiration-date>" + BODY,
+            "transID='3' content='#C'",
+            501,
+        ),
+        (
+            HEAD + "<ps:revision-id>2147483648</ps:revision-id>" + BODY,
+            "transID='4' content='#C'",
+            501,
+        ),
         (HEAD + "<ps:revision-id>-1</ps:revision-id>" + BODY, "transID='5' content='#C'", 501),
         (HEAD + "<ps:message-id>one</ps:message-id>" + BODY, "transID='6' content='#C'", 501),
         (HEAD.replace(">t<", ">Bad Topic<") + BODY, "transID='7' content='#C'", 553),
-        (HEAD.replace("2002-03-15T12:15:00Z", "2002-03-15 12:15") + BODY, "transID='8' content='#C'", 501),
+        (
+            HEAD.replace("2002-03-15T12:15:00Z", "2002-03-15 12:15") + BODY,
+            "transID='8' content='#C'",
+            501,
+        ),
         (HEAD + "<ps:topic>u</ps:topic>" + BODY, "transID='9' content='#C'", 501),
     ],
 )
@@ -86,6 +107,8 @@ def test_entity_expansion_is_refused_before_parsing() -> None:
 def test_built_envelopes_are_checked() -> None:
     when = datetime(2002, 3, 15, tzinfo=UTC)
     with pytest.raises(ApexError):
-        MessageContent(trans_id=1, topic="t", publisher="p", publication_date=when, expiry=Expiry.AT)
+        MessageContent(
+            trans_id=1, topic="t", publisher="p", publication_date=when, expiry=Expiry.AT
+        )
     with pytest.raises(ApexError):
         MessageContent(trans_id=1, topic="t", publisher="p", publication_date=when, revision_id=-1)

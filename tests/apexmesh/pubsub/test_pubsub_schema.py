@@ -4,6 +4,7 @@ compiled once per topic version."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -46,7 +47,10 @@ def test_561_carries_the_validators_first_error() -> None:
         ("<quote symbol='X'><price>cheap</price></quote>", "cheap"),
         ("<quote symbol='X'/>", "price"),
         ("<other/>", "other"),
-        ("<quote symbol='X'><price>1</price></quote><quote symbol='Y'><price>2</price></quote>", "one element"),
+        (
+            "<quote symbol='X'><price>1</price></quote><quote symbol='Y'><price>2</price></quote>",
+            "one element",
+        ),
         ("text", "one element"),
     ]
     for body, mentioned in cases:
@@ -80,14 +84,19 @@ def test_an_unconfigured_uri_is_553_and_a_configured_one_is_used() -> None:
 )
 def test_imports_and_includes_of_unconfigured_locations_are_553(location: str) -> None:
     for element in ("import namespace='urn:x'", "include"):
-        text = f"<xs:schema {XS}><xs:{element} schemaLocation='{location}'/><xs:element name='a'/></xs:schema>"
+        text = (
+            f"<xs:schema {XS}><xs:{element} schemaLocation='{location}'/>"
+            "<xs:element name='a'/></xs:schema>"
+        )
         with pytest.raises(ApexError) as caught:
             compile_topic(_settings(text.encode()), LocalSchemas())
         assert caught.value.code == 553
 
 
 def test_a_configured_import_is_resolved_locally() -> None:
-    imported = f"<xs:schema {XS} targetNamespace='urn:x'><xs:element name='y' type='xs:int'/></xs:schema>"
+    imported = (
+        f"<xs:schema {XS} targetNamespace='urn:x'><xs:element name='y' type='xs:int'/></xs:schema>"
+    )
     text = (
         f"<xs:schema {XS} xmlns:x='urn:x'><xs:import namespace='urn:x' schemaLocation='x.xsd'/>"
         "<xs:element name='a'><xs:complexType><xs:sequence><xs:element ref='x:y'/>"
@@ -110,14 +119,14 @@ def test_the_compiler_never_opens_a_connection() -> None:
     accepted: list[object] = []
 
     def watch() -> None:
-        try:
+        with contextlib.suppress(OSError):
             accepted.append(server.accept())
-        except OSError:
-            pass
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    text = f"<xs:schema {XS}><xs:include schemaLocation='http://127.0.0.1:{port}/x.xsd'/></xs:schema>"
+    text = (
+        f"<xs:schema {XS}><xs:include schemaLocation='http://127.0.0.1:{port}/x.xsd'/></xs:schema>"
+    )
     with pytest.raises(XmlError):
         compile_schema(text.encode())
     watcher.join()
@@ -147,7 +156,10 @@ def test_what_is_not_a_schema_is_553() -> None:
 
 
 def test_the_2000_namespace_and_bare_declarations_are_read() -> None:
-    old = b"<xs:schema xmlns:xs='http://www.w3.org/2000/10/XMLSchema'><xs:element name='n' type='xs:int'/></xs:schema>"
+    old = (
+        b"<xs:schema xmlns:xs='http://www.w3.org/2000/10/XMLSchema'>"
+        b"<xs:element name='n' type='xs:int'/></xs:schema>"
+    )
     compile_topic(_settings(old), LocalSchemas()).check(_content("<n>3</n>"))
     bare = f"<xs:element {XS} name='n' type='xs:boolean'/>".encode()
     schemas = compile_topic(_settings(bare), LocalSchemas())
@@ -173,7 +185,9 @@ def test_selector_schemas_type_identifiers_and_restrict_classes() -> None:
     assert caught.value.code == 567
     assert schemas.allows_class("rfc-2254")
     assert not schemas.allows_class("JMS")
-    default = compile_topic(TopicSettings(message_schema=SchemaSource(inline=QUOTE)), LocalSchemas())
+    default = compile_topic(
+        TopicSettings(message_schema=SchemaSource(inline=QUOTE)), LocalSchemas()
+    )
     assert default.types.kind_of("price") is Kind.APPROX  # 5.5.1: the message schema
     assert default.allows_class("JMS")
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from apexmesh.apex import _dtd
-from apexmesh.apex.errors import ApexError
 from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.pubsub.elements import DeleteTopic, ListTopics
 from apexmesh.pubsub.subscription_elements import (
     ContentCancel,
     ContentSubscribe,
@@ -18,39 +19,58 @@ from apexmesh.pubsub.subscription_elements import (
     content_cancel_from,
     content_subscribe_from,
     is_content_form,
+    parse_content_operation,
     subscription_reply_from,
 )
 
 pytestmark = pytest.mark.unit
 
 PS = "xmlns:ps='http://www.firstrain.com/pubsub'"
+TOO_BIG = (
+    f"<ps:cancel transID='1' {PS}><ps:subscription-id>{2**31}</ps:subscription-id></ps:cancel>"
+)
 
 
 def _subscribe(body: str) -> ContentSubscribe:
     return content_subscribe_from(_dtd.parse_root(body.encode()))
 
 
+T = "<topic>t</topic>"
+S = "<subscriber>a@b.c</subscriber>"
+D = "<duration>1</duration>"
+TSD = T + S + D
+
+
+def sub(trans_id: str, children: str, attrs: str = "") -> str:
+    head = "" if not trans_id else f" transID='{trans_id}'"
+    return f"<subscribe{head}{attrs}>{children}</subscribe>"
+
+
 @pytest.mark.parametrize(
     ("body", "code", "trans_id"),
     [
-        ("<subscribe transID='1'><topic>t</topic><subscriber>a@b.c</subscriber></subscribe>", 501, 1),
-        ("<subscribe><topic>t</topic></subscribe>", 501, None),
-        ("<subscribe transID='x'><topic>t</topic></subscribe>", 501, None),
-        ("<subscribe transID='2' topic='t'><topic>t</topic><subscriber>a@b.c</subscriber><duration>1</duration></subscribe>", 501, 2),
-        ("<subscribe transID='3'><topic>t</topic><topic>u</topic><subscriber>a@b.c</subscriber><duration>1</duration></subscribe>", 501, 3),
-        ("<subscribe transID='4'><topic>t</topic><subscriber>a@b.c</subscriber><duration>soon</duration></subscribe>", 501, 4),
-        ("<subscribe transID='5'><topic>T!</topic><subscriber>a@b.c</subscriber><duration>1</duration></subscribe>", 553, 5),
-        ("<subscribe transID='6'><topic>t</topic><subscriber>not an endpoint</subscriber><duration>1</duration></subscribe>", 553, 6),
-        ("<subscribe transID='7' selector='#S'><topic>t</topic><subscriber>a@b.c</subscriber><duration>1</duration></subscribe>", 501, 7),
-        ("<subscribe transID='8' selector='#S'><topic>t</topic><subscriber>a@b.c</subscriber><duration>1</duration><selector Name='T' class='JMS'>a=1</selector></subscribe>", 501, 8),
-        ("<subscribe transID='9'><topic>t</topic><subscriber>a@b.c</subscriber><duration>1</duration><selector>a=1</selector></subscribe>", 501, 9),
-        ("<subscribe transID='10'><topic>t</topic><subscriber>a@b.c</subscriber><duration>1</duration><selector class='JMS'>a<b/></selector></subscribe>", 501, 10),
-        ("<subscribe transID='11'><topic>t</topic><subscriber>a@b.c</subscriber><duration>1</duration><selector class='JMS'>a</selector><select class='JMS'>b</select></subscribe>", 501, 11),
-        ("<subscribe transID='12'><topic>t</topic><subscriber>a@b.c</subscriber><duration>1</duration><other/></subscribe>", 501, 12),
-        ("<subscribe transID='13'><topic>t</topic><subscriber>a@b.c</subscriber><duration>99999999999</duration></subscribe>", 501, 13),
-        ("<subscribe transID='14' xmlns:x='urn:x'><x:topic>t</x:topic><subscriber>a@b.c</subscriber><duration>1</duration></subscribe>", 501, 14),
-        ("<subscribe transID='15'><topic>t</topic><subscriber>a@b.c</subscriber><duration>1</duration><selector class=''>a</selector></subscribe>", 501, 15),
-        ("<subscribe transID='16'><topic>t<b/></topic><subscriber>a@b.c</subscriber><duration>1</duration></subscribe>", 501, 16),
+        (sub("1", T + S), 501, 1),  # no duration
+        (sub("", T), 501, None),  # no transID
+        (sub("x", T), 501, None),  # transID not a number
+        (sub("2", TSD, " topic='t'"), 501, 2),  # topic twice
+        (sub("3", T + "<topic>u</topic>" + S + D), 501, 3),
+        (sub("4", T + S + "<duration>soon</duration>"), 501, 4),
+        (sub("5", "<topic>T!</topic>" + S + D), 553, 5),
+        (sub("6", T + "<subscriber>not an endpoint</subscriber>" + D), 553, 6),
+        (sub("7", TSD, " selector='#S'"), 501, 7),  # names no selector
+        (sub("8", TSD + "<selector Name='T' class='JMS'>a=1</selector>", " selector='#S'"), 501, 8),
+        (sub("9", TSD + "<selector>a=1</selector>"), 501, 9),  # class required
+        (sub("10", TSD + "<selector class='JMS'>a<b/></selector>"), 501, 10),
+        (
+            sub("11", TSD + "<selector class='JMS'>a</selector><select class='JMS'>b</select>"),
+            501,
+            11,
+        ),
+        (sub("12", TSD + "<other/>"), 501, 12),
+        (sub("13", T + S + "<duration>99999999999</duration>"), 501, 13),
+        (sub("14", "<x:topic>t</x:topic>" + S + D, " xmlns:x='urn:x'"), 501, 14),
+        (sub("15", TSD + "<selector class=''>a</selector>"), 501, 15),
+        (sub("16", "<topic>t<b/></topic>" + S + D), 501, 16),
         ("<subscribe transID='17'><topic>t</topic>", 500, None),
     ],
 )
@@ -61,8 +81,15 @@ def test_bad_subscribes(body: str, code: int, trans_id: int | None) -> None:
 
 
 def test_cached_values_and_the_select_spelling() -> None:
-    base = "<subscribe transID='1'><topic>t</topic><subscriber>a@b.c</subscriber><duration>9</duration>"
-    for value, cached in (("true", True), ("yes", True), ("1", True), ("false", False), ("0", False), ("", False)):
+    base = sub("1", T + S + "<duration>9</duration>")[: -len("</subscribe>")]
+    for value, cached in (
+        ("true", True),
+        ("yes", True),
+        ("1", True),
+        ("false", False),
+        ("0", False),
+        ("", False),
+    ):
         assert _subscribe(f"{base}<cached>{value}</cached></subscribe>").cached is cached, value
     assert _subscribe(base + "</subscribe>").cached is False
     op = _subscribe(f"{base}<select class='RFC-2254' dtd='x'>(a=1)</select></subscribe>")
@@ -104,9 +131,15 @@ def test_the_four_cancel_forms_round_trip(op: ContentCancel) -> None:
     ("body", "code"),
     [
         (f"<ps:cancel {PS}><ps:topic>t</ps:topic></ps:cancel>", 501),
-        (f"<ps:cancel transID='1' {PS}><ps:subscription-id>x</ps:subscription-id></ps:cancel>", 501),
-        (f"<ps:cancel transID='1' {PS}><ps:subscription-id>-1</ps:subscription-id></ps:cancel>", 501),
-        (f"<ps:cancel transID='1' {PS}><ps:subscription-id>2147483648</ps:subscription-id></ps:cancel>", 501),
+        (
+            f"<ps:cancel transID='1' {PS}><ps:subscription-id>x</ps:subscription-id></ps:cancel>",
+            501,
+        ),
+        (
+            f"<ps:cancel transID='1' {PS}><ps:subscription-id>-1</ps:subscription-id></ps:cancel>",
+            501,
+        ),
+        (TOO_BIG, 501),
         (f"<ps:cancel transID='1' {PS}><ps:topic>Bad Topic</ps:topic></ps:cancel>", 553),
         (f"<ps:cancel transID='1' subscriber='nope' {PS}/>", 553),
         (f"<ps:cancel transID='1' {PS}><ps:duration>1</ps:duration></ps:cancel>", 501),
@@ -125,3 +158,18 @@ def test_replies_with_and_without_an_id() -> None:
         subscription_reply_from(_dtd.parse_root(b"<reply code='250' transID='1'><x/></reply>"))
     with pytest.raises(ApexError):
         SubscriptionReply(code=250, trans_id=1, subscription_id=-1)
+
+
+def test_operations_of_a_content_based_service() -> None:
+    old = b"<subscribe subscriber='a@b.c' topic='t' transID='1' duration='5' />"
+    assert isinstance(parse_content_operation(old), ContentSubscribe)
+    assert isinstance(
+        parse_content_operation(f"<ps:cancel transID='2' {PS}/>".encode()), ContentCancel
+    )
+    assert isinstance(parse_content_operation(b"<listtopics />"), ListTopics)
+    assert isinstance(
+        parse_content_operation(b"<deletetopic topic='t' transID='3' />"), DeleteTopic
+    )
+    with pytest.raises(ApexError) as caught:
+        parse_content_operation(b"<publish transID='4' />")
+    assert caught.value.code == 501

@@ -12,7 +12,7 @@ from apexmesh.apex import _dtd
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.pubsub import core
-from apexmesh.pubsub.elements import CreateTopic, DeleteTopic, is_topic
+from apexmesh.pubsub.elements import CreateTopic, DeleteTopic, is_topic, parse_operation
 from apexmesh.pubsub.message import Expiry, MessageContent, message_from
 from apexmesh.pubsub.schema import LocalSchemas, compile_topic
 from apexmesh.pubsub.selection.registry import default_classes
@@ -117,7 +117,11 @@ def test_a_subscriber_sees_only_its_own_subscriptions() -> None:
     assert mine.matches(record(JADE, "a"))
     assert not mine.matches(record(FRED, "a"))
     narrowed = own_subscriptions(
-        JADE, classes.compile("JMS", "topic-name = 'b'", compile_topic(SETTINGS[SUBSCRIPTIONS], LocalSchemas()).types), classes
+        JADE,
+        classes.compile(
+            "JMS", "topic-name = 'b'", compile_topic(SETTINGS[SUBSCRIPTIONS], LocalSchemas()).types
+        ),
+        classes,
     )
     assert narrowed.matches(record(JADE, "b"))
     assert not narrowed.matches(record(JADE, "a"))
@@ -126,7 +130,8 @@ def test_a_subscriber_sees_only_its_own_subscriptions() -> None:
 
 
 def test_well_known_names_are_topics_nobody_creates_or_deletes() -> None:
-    assert is_topic(TOPICS) and is_topic(SUBSCRIPTIONS)
+    assert is_topic(TOPICS)
+    assert is_topic(SUBSCRIPTIONS)
     assert not is_topic("WKT=Other")
     for op in (CreateTopic(topic=TOPICS, trans_id=1), DeleteTopic(topic=SUBSCRIPTIONS, trans_id=1)):
         decide = core.create_topic if isinstance(op, CreateTopic) else core.delete_topic
@@ -136,11 +141,10 @@ def test_well_known_names_are_topics_nobody_creates_or_deletes() -> None:
 
 
 def test_description_order_and_forms() -> None:
+    out_of_order = (
+        b"<createtopic topic='t' transID='3'><description>d</description>"
+        b"<publisher endpoint='a@b.c'/></createtopic>"
+    )
     with pytest.raises(ApexError) as caught:
-        from apexmesh.pubsub.elements import parse_operation
-
-        parse_operation(
-            b"<createtopic topic='t' transID='3'><description>d</description>"
-            b"<publisher endpoint='a@b.c'/></createtopic>"
-        )
+        parse_operation(out_of_order)
     assert (caught.value.code, caught.value.trans_id) == (501, 3)

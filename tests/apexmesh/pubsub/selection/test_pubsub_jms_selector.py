@@ -291,7 +291,7 @@ def test_jms_conformance(text: str, expected: bool | None, clause: str) -> None:
     assert selector.matches(MESSAGE) is (expected is True), "only TRUE selects"
 
 
-# ----------------------------------------------------------------------- typed identifiers
+# ----------------------------------------------------------------------- typed
 
 TYPES = TypeMap(
     kinds={
@@ -345,7 +345,7 @@ def test_jms_typed_conformance(text: str, expected: bool | None, clause: str) ->
     assert JMS.compile(text, TYPES).truth(TYPED) is expected, clause
 
 
-# ----------------------------------------------------------------------- refused (567)
+# ----------------------------------------------------------------------- 567
 
 INCORRECT: list[tuple[str, TypeMap, str]] = [
     ("a =", OPEN, "syntax: missing operand"),

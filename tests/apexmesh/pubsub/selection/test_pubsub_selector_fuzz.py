@@ -35,9 +35,7 @@ def _load_target() -> ModuleType:
 
 
 target = _load_target()
-BOUNDED = settings(
-    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+BOUNDED = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ALPHABET = "()&|!=~<>*\\0123456789abstx.-_%' ,+/\nANDORNOTBETWEENINLIKEESCAPEISNULLTRUEFALSE"
 SEEDS = [text for text, _, _ in JMS_CASES + LDAP_CASES]
 
