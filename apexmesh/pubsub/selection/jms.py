@@ -34,10 +34,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from lark import Lark, Token, Transformer
-from lark.exceptions import LarkError, VisitError
+from lark import Token, Transformer
 
-from apexmesh.apex.errors import ApexError
+from apexmesh.pubsub.selection.parsing import BottomUpParser
 from apexmesh.pubsub.selection.types import (
     MISMATCH,
     AccessPredicate,
@@ -49,7 +48,6 @@ from apexmesh.pubsub.selection.types import (
     TypeMap,
     Value,
     check_depth,
-    check_length,
     either,
     equality_key,
     incorrect,
@@ -775,28 +773,12 @@ class JmsClass:
     name: Final = CLASS_NAME
 
     def __init__(self) -> None:
-        # The callbacks run as the LALR parser reduces (``transformer=``): no parse tree
-        # is built and nothing recurses, however deep the selector nests.
-        self._build = _Build()
-        self._parser = Lark(
-            GRAMMAR, parser="lalr", lexer="basic", start="start", transformer=self._build
-        )
+        self._parser = BottomUpParser(GRAMMAR, _Build(), lexer="basic", what="JMS")
 
     def compile(self, text: str, types: TypeMap) -> JmsSelector:
         """Parse and check ``text``; 567 (:class:`ApexError`) when it is incorrect."""
-        check_length(text)
-        self._build.types = types
-        try:
-            built = self._parser.parse(text)
-        except VisitError as exc:
-            if isinstance(exc.orig_exc, ApexError):
-                raise exc.orig_exc from None
-            raise incorrect(f"selector is not JMS: {exc.orig_exc}") from None
-        except LarkError as exc:
-            raise incorrect(f"selector is not JMS: {str(exc).splitlines()[0][:200]}") from None
-        finally:
-            self._build.types = TypeMap()
-        return JmsSelector(text=text, condition=_condition_of(built))  # type: ignore[arg-type]
+        built: Operand | Condition = self._parser.parse(text, types)
+        return JmsSelector(text=text, condition=_condition_of(built))
 
 
 __all__ = ["CLASS_NAME", "JmsClass", "JmsSelector"]

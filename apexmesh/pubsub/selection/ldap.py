@@ -33,10 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from lark import Lark, Token, Transformer
-from lark.exceptions import LarkError, VisitError
+from lark import Token, Transformer
 
-from apexmesh.apex.errors import ApexError
+from apexmesh.pubsub.selection.parsing import BottomUpParser
 from apexmesh.pubsub.selection.types import (
     MISMATCH,
     AccessPredicate,
@@ -49,7 +48,6 @@ from apexmesh.pubsub.selection.types import (
     Value,
     boolean_of,
     check_depth,
-    check_length,
     either,
     equality_key,
     incorrect,
@@ -302,26 +300,12 @@ class LdapClass:
     name: Final = CLASS_NAME
 
     def __init__(self) -> None:
-        self._build = _Build()
-        self._parser = Lark(
-            GRAMMAR, parser="lalr", lexer="contextual", start="start", transformer=self._build
-        )
+        self._parser = BottomUpParser(GRAMMAR, _Build(), lexer="contextual", what="RFC 2254")
 
     def compile(self, text: str, types: TypeMap) -> LdapSelector:
         """Parse and check ``text``; 567 (:class:`ApexError`) when it is incorrect."""
-        check_length(text)
-        self._build.types = types
-        try:
-            node = self._parser.parse(text)
-        except VisitError as exc:
-            if isinstance(exc.orig_exc, ApexError):
-                raise exc.orig_exc from None
-            raise incorrect(f"selector is not RFC 2254: {exc.orig_exc}") from None
-        except LarkError as exc:
-            raise incorrect(f"selector is not RFC 2254: {str(exc).splitlines()[0][:200]}") from None
-        finally:
-            self._build.types = TypeMap()
-        return LdapSelector(text=text, node=node)  # type: ignore[arg-type]
+        node: Node = self._parser.parse(text, types)
+        return LdapSelector(text=text, node=node)
 
 
 __all__ = ["CLASS_NAME", "LdapClass", "LdapSelector"]
