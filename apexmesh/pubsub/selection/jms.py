@@ -30,12 +30,25 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from lark import Token, Transformer
 
+from apexmesh.pubsub.selection.java import (
+    LONG_MAX,
+    OPERATORS,
+    Truth,
+    and_,
+    any_,
+    arithmetic,
+    not_,
+    numeric_compare,
+    plain_compare,
+    wrap,
+)
+from apexmesh.pubsub.selection.jms_grammar import GRAMMAR
 from apexmesh.pubsub.selection.parsing import BottomUpParser
 from apexmesh.pubsub.selection.types import (
     MISMATCH,
@@ -57,86 +70,9 @@ from apexmesh.pubsub.selection.wildcard import Part, Wildcard
 
 CLASS_NAME: Final = "JMS"
 
-GRAMMAR: Final = r"""
-// JMS 1.1 / Jakarta Messaging 3.8.1.1 message selectors, as a single expression grammar
-// (conditions and arithmetic share one precedence ladder; the transformer checks that
-// each operator gets operands of the right kind, so "(a + b) > 1" and "(a = 1)" need no
-// lookahead). Precedence, loosest first: OR, AND, NOT, comparison, + -, * /, unary + -.
+#: Arithmetic on multi-valued identifiers stops at this many results.
+MAX_COMBINATIONS: Final = 4096
 
-?start: or_e
-
-?or_e: and_e
-     | or_e OR and_e                    -> or_
-?and_e: not_e
-      | and_e AND not_e                 -> and_
-?not_e: cmp
-      | NOT not_e                       -> not_
-?cmp: sum
-    | sum COMPOP sum                    -> compare
-    | sum BETWEEN sum AND sum           -> between
-    | sum NOT BETWEEN sum AND sum       -> not_between
-    | sum IN "(" in_list ")"            -> in_
-    | sum NOT IN "(" in_list ")"        -> not_in
-    | sum LIKE STRING                   -> like
-    | sum LIKE STRING ESCAPE STRING     -> like
-    | sum NOT LIKE STRING               -> not_like
-    | sum NOT LIKE STRING ESCAPE STRING -> not_like
-    | sum IS NULL                       -> is_null
-    | sum IS NOT NULL                   -> is_not_null
-in_list: STRING ("," STRING)*
-?sum: product
-    | sum ADDOP product                 -> arith
-?product: unary
-        | product MULOP unary           -> arith
-?unary: primary
-      | ADDOP unary                     -> sign
-?primary: "(" or_e ")"                  -> paren
-        | STRING                        -> string
-        | EXACT                         -> exact
-        | APPROX                        -> approx
-        | TRUE                          -> boolean
-        | FALSE                         -> boolean
-        | IDENT                         -> identifier
-
-// Keywords are case-insensitive (3.8.1.1) and win over identifiers (priority 3); the
-// lookahead keeps "order" or "in-stock" identifiers.
-OR.3: /or(?![\w$.\-\u00b7])/i
-AND.3: /and(?![\w$.\-\u00b7])/i
-NOT.3: /not(?![\w$.\-\u00b7])/i
-BETWEEN.3: /between(?![\w$.\-\u00b7])/i
-IN.3: /in(?![\w$.\-\u00b7])/i
-LIKE.3: /like(?![\w$.\-\u00b7])/i
-ESCAPE.3: /escape(?![\w$.\-\u00b7])/i
-IS.3: /is(?![\w$.\-\u00b7])/i
-NULL.3: /null(?![\w$.\-\u00b7])/i
-TRUE.3: /true(?![\w$.\-\u00b7])/i
-FALSE.3: /false(?![\w$.\-\u00b7])/i
-
-COMPOP: "<>" | ">=" | "<=" | "=" | ">" | "<"
-ADDOP: "+" | "-"
-MULOP: "*" | "/"
-
-// 'literal''s': a quote is written twice.
-STRING: /'(?:[^']|'')*'/
-// Java floating-point literals: 7., .5, -57.9E2 (the sign is the unary operator), 7E3, 1d.
-APPROX.2: /(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?/
-        | /[0-9]+[eE][+-]?[0-9]+[fFdD]?/
-        | /[0-9]+[fFdD]/
-// Java integer literals: decimal, 0x hexadecimal, 0 octal, with an optional L.
-EXACT: /0[xX][0-9a-fA-F]+[lL]?|[0-9]+[lL]?/
-// Element and attribute names of the message (draft section 7.3): XML names, so '-' and
-// '.' belong to an identifier ("net-change-pct"); subtraction needs a space before '-'.
-IDENT: /[A-Za-z_$\u00c0-\uffff][\w$.\-\u00b7\u00c0-\uffff]*/
-
-// Java whitespace: space, tab, form feed, line terminators.
-%ignore /[ \t\f\r\n]+/
-"""
-
-_LONG_MIN: Final = -(1 << 63)
-_LONG_MAX: Final = (1 << 63) - 1
-_MAX_COMBINATIONS: Final = 4096
-
-Truth = bool | None
 Values = tuple[Value, ...]
 Reader = Callable[[MessageView], Values]
 Test = Callable[[MessageView], Truth]
@@ -169,11 +105,6 @@ class Condition:
     access: tuple[AccessPredicate, ...] = ()
 
 
-def _wrap(number: int) -> int:
-    """Java long arithmetic wraps around."""
-    return (number - _LONG_MIN) % (1 << 64) + _LONG_MIN
-
-
 def _fixed(values: Values) -> Callable[[Kind], Reader]:
     def read(_kind: Kind) -> Reader:
         return lambda _view: values
@@ -198,52 +129,9 @@ def _used(operand: Operand) -> Operand:
     return operand
 
 
-# --------------------------------------------------------------------------- truth
+# --------------------------------------------------------------------------- comparisons
 
 
-def _not(value: Truth) -> Truth:
-    return None if value is None else not value
-
-
-def _any(values: Iterable[Truth]) -> Truth:
-    """OR over instances (3.8.1.2 table 3-5): TRUE if any, else UNKNOWN if any."""
-    unknown = False
-    for value in values:
-        if value:
-            return True
-        if value is None:
-            unknown = True
-    return None if unknown else False
-
-
-def _numeric_compare(op: Callable[[Any, Any], bool]) -> Callable[[Value, Value], Truth]:
-    def compare(left: Value, right: Value) -> Truth:
-        if left is MISMATCH or right is MISMATCH:
-            return False
-        if isinstance(left, float) or isinstance(right, float):
-            return op(float(left), float(right))  # type: ignore[arg-type]
-        return op(left, right)
-
-    return compare
-
-
-def _plain_compare(op: Callable[[Any, Any], bool]) -> Callable[[Value, Value], Truth]:
-    def compare(left: Value, right: Value) -> Truth:
-        if left is MISMATCH or right is MISMATCH:
-            return False
-        return op(left, right)
-
-    return compare
-
-
-_OPERATORS: Final[dict[str, Callable[[Any, Any], bool]]] = {
-    "=": operator.eq,
-    "<>": operator.ne,
-    ">": operator.gt,
-    ">=": operator.ge,
-    "<": operator.lt,
-    "<=": operator.le,
-}
 _MIRROR: Final = {"=": "=", "<>": "<>", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
 
 
@@ -260,7 +148,7 @@ def _pairs(
             (value,) = right(view)
             if len(values) == 1:  # the usual case, without a generator
                 return compare(values[0], value)
-            return _any(compare(item, value) for item in values)
+            return any_(compare(item, value) for item in values)
 
         return against_literal
 
@@ -269,7 +157,7 @@ def _pairs(
         rights = right(view) if lefts else ()
         if not lefts or not rights:
             return None
-        return _any(compare(a, b) for a in lefts for b in rights)
+        return any_(compare(a, b) for a in lefts for b in rights)
 
     return test
 
@@ -365,30 +253,6 @@ def _operand_of(item: Operand | Condition) -> Operand:
 # --------------------------------------------------------------------------- arithmetic
 
 
-def _arith(symbol: str, left: Value, right: Value) -> Value | None:
-    """One Java arithmetic operation; None where Java throws (exact division by zero)."""
-    if left is MISMATCH or right is MISMATCH:
-        return MISMATCH
-    if isinstance(left, float) or isinstance(right, float):
-        a, b = float(left), float(right)  # type: ignore[arg-type]
-        if symbol == "/":
-            if b == 0.0:
-                return (
-                    math.nan
-                    if a == 0.0 or math.isnan(a)
-                    else math.copysign(math.inf, a) * math.copysign(1.0, b)
-                )
-            return a / b
-        return {"+": a + b, "-": a - b, "*": a * b}[symbol]
-    x, y = int(left), int(right)  # type: ignore[call-overload]
-    if symbol == "/":
-        if y == 0:
-            return None
-        quotient = abs(x) // abs(y)
-        return _wrap(quotient if (x < 0) == (y < 0) else -quotient)
-    return _wrap({"+": x + y, "-": x - y, "*": x * y}[symbol])
-
-
 def _numeric(operand: Operand) -> Operand:
     if not (operand.kind.numeric or operand.kind is Kind.UNTYPED):
         raise incorrect(f"arithmetic on a {operand.kind.value} value")
@@ -456,9 +320,9 @@ class _Build(Transformer[Token, Operand | Condition]):
 
     def exact(self, items: list[Token]) -> Operand:
         value = _exact(items[0])
-        if value > _LONG_MAX + 1:
+        if value > LONG_MAX + 1:
             raise incorrect(f"exact literal {str(items[0])[:32]} is out of the range of a long")
-        return _literal(Kind.EXACT, value, overflow=value > _LONG_MAX)
+        return _literal(Kind.EXACT, value, overflow=value > LONG_MAX)
 
     def approx(self, items: list[Token]) -> Operand:
         value = float(str(items[0]).rstrip("fFdD"))
@@ -503,7 +367,7 @@ class _Build(Transformer[Token, Operand | Condition]):
             value = operand.literal if symbol == "+" else -operand.literal
             if not operand.overflow or symbol == "-":
                 return _literal(
-                    operand.kind, value, overflow=isinstance(value, int) and value > _LONG_MAX
+                    operand.kind, value, overflow=isinstance(value, int) and value > LONG_MAX
                 )
         operand = _used(operand)
         reader = _number_reader(operand)
@@ -515,7 +379,7 @@ class _Build(Transformer[Token, Operand | Condition]):
                 if not negate:
                     return found
                 return tuple(
-                    v if v is MISMATCH else (-v if isinstance(v, float) else _wrap(-v))  # type: ignore[operator]
+                    v if v is MISMATCH else (-v if isinstance(v, float) else wrap(-v))  # type: ignore[operator]
                     for v in found
                 )
 
@@ -539,10 +403,10 @@ class _Build(Transformer[Token, Operand | Condition]):
                 found: list[Value] = []
                 for a in lefts:
                     for b in rights:
-                        value = _arith(symbol, a, b)
+                        value = arithmetic(symbol, a, b)
                         if value is not None:
                             found.append(value)
-                    if len(found) >= _MAX_COMBINATIONS:
+                    if len(found) >= MAX_COMBINATIONS:
                         break
                 return tuple(found)
 
@@ -560,8 +424,8 @@ class _Build(Transformer[Token, Operand | Condition]):
         domain = _domain(left, right, op)
         if left.has_literal and not right.has_literal:
             left, right, op = right, left, _MIRROR[op]
-        function = _OPERATORS[op]
-        compare = _numeric_compare(function) if domain.numeric else _plain_compare(function)
+        function = OPERATORS[op]
+        compare = numeric_compare(function) if domain.numeric else plain_compare(function)
         test = _pairs(_reading(left, domain), _reading(right, domain), compare, right.has_literal)
         depth = check_depth(max(left.depth, right.depth) + 1)
         return Condition(depth, test, _access(left, op, right, domain))
@@ -570,8 +434,8 @@ class _Build(Transformer[Token, Operand | Condition]):
         values = [item for item in items if not isinstance(item, Token)]
         subject, low, high = (_operand_of(v) for v in values)
         domain_low, domain_high = _domain(subject, low, ">="), _domain(subject, high, "<=")
-        ge = _numeric_compare(operator.ge)
-        le = _numeric_compare(operator.le)
+        ge = numeric_compare(operator.ge)
+        le = numeric_compare(operator.le)
         read = _reading(subject, domain_low)
         read_low, read_high = _reading(low, domain_low), _reading(high, domain_high)
 
@@ -579,17 +443,17 @@ class _Build(Transformer[Token, Operand | Condition]):
             subjects = read(view)
             lows, highs = read_low(view), read_high(view)
             if len(subjects) == 1 and len(lows) == 1 and len(highs) == 1:
-                found = _and((ge(subjects[0], lows[0]), le(subjects[0], highs[0])))
-                return _not(found) if negated else found
+                found = and_((ge(subjects[0], lows[0]), le(subjects[0], highs[0])))
+                return not_(found) if negated else found
             results: list[Truth] = []
             for value in subjects or (None,):
                 for a in lows or (None,):
                     for b in highs or (None,):
                         first = None if value is None or a is None else ge(value, a)
                         second = None if value is None or b is None else le(value, b)
-                        results.append(_and((first, second)))
-            found = _any(results)
-            return _not(found) if negated else found
+                        results.append(and_((first, second)))
+            found = any_(results)
+            return not_(found) if negated else found
 
         access: tuple[AccessPredicate, ...] = ()
         if not negated:
@@ -673,7 +537,7 @@ class _Build(Transformer[Token, Operand | Condition]):
     def not_(self, items: list[Token | Operand | Condition]) -> Condition:
         inner = _condition_of(items[-1])  # type: ignore[arg-type]
         test = inner.test
-        return Condition(check_depth(inner.depth + 1), lambda view: _not(test(view)))
+        return Condition(check_depth(inner.depth + 1), lambda view: not_(test(view)))
 
     def and_(self, items: list[Token | Operand | Condition]) -> Condition:
         parts = _flatten(items, "and")
@@ -693,25 +557,14 @@ class _Build(Transformer[Token, Operand | Condition]):
                 return None if value is None or other is None else True
 
             return _Chain(depth, both, access, "and", parts)
-        return _Chain(depth, lambda view: _and(t(view) for t in tests), access, "and", parts)
+        return _Chain(depth, lambda view: and_(t(view) for t in tests), access, "and", parts)
 
     def or_(self, items: list[Token | Operand | Condition]) -> Condition:
         parts = _flatten(items, "or")
         tests = tuple(part.test for part in parts)
         depth = check_depth(max(part.depth for part in parts) + 1)
-        test: Test = lambda view: _any(t(view) for t in tests)  # noqa: E731
+        test: Test = lambda view: any_(t(view) for t in tests)  # noqa: E731
         return _Chain(depth, test, either(part.access for part in parts), "or", parts)
-
-
-def _and(values: Iterable[Truth]) -> Truth:
-    """AND (3.8.1.2 table 3-4): FALSE if any, else UNKNOWN if any."""
-    unknown = False
-    for value in values:
-        if value is False:
-            return False
-        if value is None:
-            unknown = True
-    return None if unknown else True
 
 
 @dataclass(frozen=True, slots=True)
