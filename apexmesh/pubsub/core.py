@@ -192,14 +192,31 @@ def _no_topic(section: str, step: int, to: Endpoint, trans_id: int, topic: str) 
 # --------------------------------------------------------------------------- 4.2 - 4.4
 
 
-def create_topic(op: CreateTopic, originator: Endpoint, *, allowed: bool, exists: bool) -> Outcome:
+def create_topic(
+    op: CreateTopic,
+    originator: Endpoint,
+    *,
+    allowed: bool,
+    exists: bool,
+    schemas_supported: bool = False,
+) -> Outcome:
     """Section 4.2; a well-known topic (draft-wyman-apex-pubsub-00 section 6.1) is the
-    service's own and cannot be created by anyone else (553)."""
+    service's own and cannot be created by anyone else (553). A message or selector schema
+    (draft-wyman 6.2.3) is refused with 504 unless the caller stores and enforces them
+    (``schemas_supported``): a topic must never be created with a schema it ignores."""
     if not allowed:
         return _denied("4.2", originator, op.trans_id)
     if op.topic in WELL_KNOWN_TOPICS:
         return _reply(
             "4.2/2", originator, ApexReplyCode.PARAMETER_INVALID, op.trans_id, "reserved topic"
+        )
+    if not schemas_supported and not op.description.settings.is_default:
+        return _reply(
+            "4.2/schemas",
+            originator,
+            ApexReplyCode.PARAMETER_NOT_IMPLEMENTED,
+            op.trans_id,
+            "message and selector schemas are not supported by this service",
         )
     if exists:
         return _reply(

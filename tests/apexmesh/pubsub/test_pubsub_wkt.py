@@ -148,3 +148,17 @@ def test_description_order_and_forms() -> None:
     with pytest.raises(ApexError) as caught:
         parse_operation(out_of_order)
     assert (caught.value.code, caught.value.trans_id) == (501, 3)
+
+
+def test_a_topic_is_never_created_with_a_schema_it_would_ignore() -> None:
+    settings = TopicSettings(
+        message_schema=SchemaSource(inline=f"<xs:element {XS} name='q'/>".encode())
+    )
+    op = CreateTopic(topic="quotes", trans_id=4, description=TopicDescription(settings=settings))
+    assert core.create_topic(op, JADE, allowed=True, exists=False).code == 504
+    accepted = core.create_topic(op, JADE, allowed=True, exists=False, schemas_supported=True)
+    assert accepted.code == 250
+    described = CreateTopic(
+        topic="quotes", trans_id=5, description=TopicDescription(description="d")
+    )
+    assert core.create_topic(described, JADE, allowed=True, exists=False).code == 250
