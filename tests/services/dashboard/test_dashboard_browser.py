@@ -38,8 +38,7 @@ def chromium() -> webdriver.Chrome:
     ):
         options.add_argument(flag)
     driver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-    browser = webdriver.Chrome(options=options, service=Service(executable_path=driver))
-    return browser
+    return webdriver.Chrome(options=options, service=Service(executable_path=driver))
 
 
 def close(browser: webdriver.Chrome) -> None:
