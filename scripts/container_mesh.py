@@ -43,7 +43,8 @@ class ContainerMesh(LocalMesh):
     """LocalMesh whose processes are containers (see the module docstring)."""
 
     def __init__(self, workdir: Path, *, tag: str, run_id: str) -> None:
-        super().__init__(workdir)
+        # No dashboard container: there is no dashboard image yet (issue #22's chart step).
+        super().__init__(workdir, dashboard=False)
         self.tag = tag
         self.run_id = run_id
 

@@ -40,6 +40,10 @@
   sends the transient reports of held data that are due.
 - ``APEXMESH_RELAY_MIN_TRANSIT_MS`` (``0``): the least time a hop to another relay takes;
   dataTiming deadlines closer than that fail early (RFC 3342 section 2.1, prediction).
+- ``APEXMESH_RELAY_TRACE`` (``1``): record where each data with a statusRequest went
+  (one Redis stream entry per such data; ``apexctl trace``, services/relay/tracing.py).
+- ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
+  tokens of the admin API (apexmesh/ops/admin.py); without them it refuses every call.
 - ``APEXMESH_DEV`` (``0``): ``1`` allows plaintext, unauthenticated attach and binds.
 
 Outside a development run the relay refuses to start without TLS and SASL credentials:
@@ -51,7 +55,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from apexmesh.apex.endpoint import EndpointError, normalize_domain
@@ -59,7 +63,9 @@ from apexmesh.apex.holding import HoldLimits
 from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
 from apexmesh.ops.settings import (
     DEV_FLAG,
+    AdminTokens,
     SettingsError,
+    admin_tokens,
     check_redis_url,
     env_flag,
     env_float,
@@ -126,6 +132,8 @@ class RelaySettings:
     hold_sweep_ms: int = 250
     min_transit_ms: int = 0
     service_timeout_ms: int = 30_000
+    trace: bool = True
+    admin: AdminTokens = field(default_factory=AdminTokens)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RelaySettings:
@@ -196,6 +204,8 @@ class RelaySettings:
             min_transit_ms=env_int(
                 env, "APEXMESH_RELAY_MIN_TRANSIT_MS", 0, low=0, high=_MAX_MILLISECS
             ),
+            trace=env_flag(env, "APEXMESH_RELAY_TRACE", default=True),
+            admin=admin_tokens(env, dev=dev),
         )
 
 

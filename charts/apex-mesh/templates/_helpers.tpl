@@ -226,6 +226,23 @@ lease_name (prefix-pubsub-domain, lower case, runs of other characters made one 
       fieldPath: metadata.namespace
 - name: APEXMESH_SHUTDOWN_GRACE
   value: {{ .Values.shutdownGraceSeconds | quote }}
+- name: APEXMESH_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+- name: APEXMESH_ADMIN_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "apex-mesh.adminSecretName" . }}
+      key: admin-token
+- name: APEXMESH_ADMIN_READ_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "apex-mesh.adminSecretName" . }}
+      key: read-token
+{{- end -}}
+
+{{/* The Secret holding the admin API's tokens (admin-secret.yaml, or the user's). */}}
+{{- define "apex-mesh.adminSecretName" -}}
+{{- default (include "apex-mesh.componentName" (dict "root" . "component" "admin")) .Values.admin.existingSecret -}}
 {{- end -}}
 
 {{/* Admin HTTP probes on the named port "http": startup and liveness /healthz (the
