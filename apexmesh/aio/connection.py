@@ -197,6 +197,8 @@ class BeepConnection(asyncio.Protocol):
         self.on_start = on_start
         self.transport: asyncio.Transport | None = None
         self.peer_address: object = None
+        #: Told of every SASL exchange this peer refused as the server (audit).
+        self.on_auth_failed: Callable[[BeepConnection, ev.AuthenticationFailed], None] | None = None
         self.greeting: asyncio.Future[ev.GreetingReceived] = self.loop.create_future()
         self.closed: asyncio.Future[ev.Event] = self.loop.create_future()
         self._channels: dict[int, Channel] = {}
@@ -535,6 +537,8 @@ class BeepConnection(asyncio.Protocol):
             self._auth.set_result(event)
 
     def _on_auth_failed(self, event: ev.AuthenticationFailed) -> None:
+        if event.server_side and self.on_auth_failed is not None:
+            self.on_auth_failed(self, event)
         if not event.server_side and self._auth is not None and not self._auth.done():
             self._auth.set_exception(
                 AuthenticationError(f"SASL {event.mechanism} failed", code=_code(event.code))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 _K = TypeVar("_K")
@@ -102,6 +102,15 @@ class BoundedCache(Generic[_K, _V]):
             self._expiring.pop(key, None)
         else:
             self._expiring[key] = expires
+
+    def get_or_build(self, key: _K, build: Callable[[], _V]) -> _V:
+        """The entry of ``key``, or ``build()`` stored under it. An exception from
+        ``build`` is not cached (the next caller tries again)."""
+        value = self.get(key)
+        if value is None:
+            value = build()
+            self.put(key, value)
+        return value
 
     def pop(self, key: _K) -> _V | None:
         """Remove ``key``; its value, or None when it was absent."""

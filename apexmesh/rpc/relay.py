@@ -41,6 +41,7 @@ import grpc
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.rpc.observe import observed_channel
 
 _log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class RelaySubmitter:
         addresses: Sequence[str],
         *,
         timeout: float,
-        channel_factory: ChannelFactory = grpc.aio.insecure_channel,
+        channel_factory: ChannelFactory = observed_channel,
         observe: CallObserver | None = None,
         attempts: int = DEFAULT_ATTEMPTS,
         backoff: Backoff = exponential_backoff,

@@ -29,10 +29,11 @@ to the subscriber is sent after it). Lease ends are applied when the leader reco
 them; until then :func:`apexmesh.pubsub.core.publish` filters expired leases by the
 time, as before.
 
-Event schema (v1, and the fields v2 adds): a subscription is keyed by (subscriber,
-``subscription_id``), the id being "" where absent; an end without an id ends every
-subscription of the subscriber. An event of a type this module does not know (a later
-schema) drops the topic from the cache, so it is loaded again rather than guessed at.
+Event schema (v2, docs/pubsub.md; v1 entries read as v2 with the new fields empty): a
+subscription's identity is (domain, topic, subscriber, ``subscription_id``), the id
+being "" for a plain topic subscription, and an end ends that identity. An event of a
+type this module does not know (a later schema) drops the topic from the cache, so it is
+loaded again rather than guessed at.
 
 Placement (which relay pod holds each subscriber: :mod:`apexmesh.store.attachments`)
 is cached per endpoint, read in one script for every endpoint missing, and read again in
@@ -198,11 +199,7 @@ def apply_event(state: TopicState, event: Mapping[str, str]) -> bool:
     except (EndpointError, KeyError, ValueError):
         return False
     if kind == "subscription.ended":
-        if subscription_id:
-            state.subscriptions.pop((subscriber, subscription_id), None)
-        else:
-            for key in [k for k in state.subscriptions if k[0] == subscriber]:
-                del state.subscriptions[key]
+        state.subscriptions.pop((subscriber, subscription_id), None)
         return True
     return False
 
@@ -378,6 +375,16 @@ class SubscriberCache:
             del self._loading[name]
         if not done.cancelled():
             done.exception()  # retrieved: its waiters got it, or nobody waits any more
+
+    def forget(self, domain: str, topic: str) -> bool:
+        """Drop a topic and its subscribers' placements (an operator's purge): the next
+        publication reads both from Redis again. True when the topic was cached."""
+        state = self._topics.pop((domain, topic))
+        if state is None:
+            return False
+        for subscriber, _ in state.subscriptions:
+            self._placements.pop(subscriber)
+        return True
 
     async def _load(self, name: tuple[str, str]) -> TopicState:
         epoch = self._epoch

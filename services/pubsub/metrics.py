@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from apexmesh.store.pubsub import PubsubStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +20,9 @@ class PubsubMetrics:
     expired: Counter
     #: Fan-out data a relay never took, by why (every one of them, always).
     fanout_failures: Counter
+    topics: Gauge
+    subscriptions: Gauge
+    selector_match: Histogram
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> PubsubMetrics:
@@ -56,7 +63,40 @@ class PubsubMetrics:
                 ["reason"],
                 registry=registry,
             ),
+            topics=Gauge(
+                "apexmesh_pubsub_topics",
+                "Topics of a domain (exported by the domain's leader pod only, so that a "
+                "sum over pods counts each once).",
+                ["domain"],
+                registry=registry,
+            ),
+            subscriptions=Gauge(
+                "apexmesh_pubsub_subscriptions",
+                "Subscriptions of a domain's topics (leader pod only, as for topics).",
+                ["domain"],
+                registry=registry,
+            ),
+            selector_match=Histogram(
+                "apexmesh_pubsub_selector_match_seconds",
+                "Time to match one publication against a topic's content selectors "
+                "(content-based pubsub).",
+                buckets=(0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1),
+                registry=registry,
+            ),
         )
+
+    async def count(self, store: PubsubStore, domains: Iterable[str], leading: set[str]) -> None:
+        """Refresh the topic and subscription gauges of the domains this pod leads;
+        drop those it no longer leads."""
+        for domain in domains:
+            if domain not in leading:
+                for gauge in (self.topics, self.subscriptions):
+                    with contextlib.suppress(KeyError):  # never set here
+                        gauge.remove(domain)
+                continue
+            summaries = await store.summaries(domain)
+            self.topics.labels(domain).set(len(summaries))
+            self.subscriptions.labels(domain).set(sum(t.subscriptions for t in summaries))
 
 
 __all__ = ["PubsubMetrics"]

@@ -25,6 +25,7 @@ and ``apex=pubsub/TOPIC@D``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -142,6 +143,8 @@ class PubsubService:
         self._upstreams = tuple(upstreams)
         self._upstream_duration = upstream_duration
         self._timeout = timeout
+        #: The pod's subscriber lists (apexmesh/store/pubsub_cache.py).
+        self._topics = cache
         self.publisher = Publisher(
             cache=cache,
             allowed=lambda owner, actor: self._allowed(owner, actor, DATA_TOKEN, None),
@@ -433,6 +436,43 @@ class PubsubService:
             ),
             subscribers=core.concerned(op.topic, op.subject(originator)),
         )
+
+    async def administer(self, domain: str, op: CreateTopic | DeleteTopic) -> Outcome:
+        """An operator's createtopic or deletetopic (the admin API, ``apexctl topics
+        create/delete``): allowed, done as ``apex=pubsub@domain`` (recorded as the
+        topic's creator), whose own reply is not sent (no endpoint asked); the
+        subscribers of a deleted topic get their cancels as after any deletetopic."""
+        operator = service_endpoint(domain)
+
+        def decide(view: TopicView) -> Outcome:
+            if isinstance(op, CreateTopic):
+                outcome = core.create_topic(op, operator, allowed=True, exists=view.exists)
+            else:
+                outcome = core.delete_topic(
+                    op,
+                    operator,
+                    allowed=True,
+                    exists=view.exists,
+                    subscriptions=view.subscriptions.values(),
+                )
+            sends = tuple(send for send in outcome.sends if send.recipient != operator)
+            return dataclasses.replace(outcome, sends=sends)
+
+        outcome = await self._run(
+            domain,
+            op.topic,
+            decide,
+            subscription=False,
+            subscribers=() if isinstance(op, CreateTopic) else None,
+        )
+        self._metrics.operations.labels(type(op).__name__.lower(), str(outcome.code)).inc()
+        return outcome
+
+    def purge(self, domain: str, topic: str) -> bool:
+        """Forget what this pod caches of a topic (its subscriber list and where they
+        are attached): the next publication reads both from Redis again. True when
+        something was cached."""
+        return self._topics.forget(domain, topic)
 
     async def handle(self, domain: str, originator: Endpoint, content: bytes) -> int:
         """An operation sent to ``apex=pubsub@domain``; returns the reply code sent (0

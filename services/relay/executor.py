@@ -19,7 +19,6 @@ on another pod whose stream has room, is sent before the data is even answered.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -29,11 +28,8 @@ from apexmesh.apex.access import CORE_DATA, Decision
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.data import Data
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.apex.holding import wants_hold
 from apexmesh.apex.hops import RecipientPlan, combine
 from apexmesh.apex.report import PendingReport
-from apexmesh.apex.timing import Timer, forward, timing_options
-from apexmesh.store.held import Refused
 from services.relay.facts import Fetched, RelayFacts
 from services.relay.futures import (
     answer_ok,
@@ -44,9 +40,9 @@ from services.relay.futures import (
     repeat,
 )
 from services.relay.grouping import Group
-from services.relay.holder import payload_for, timing_state
 from services.relay.jobs import Answer, Custody, Job, all_shed
-from services.relay.outcomes import HELD, Outcome, Reason, resolver, settled_outcome
+from services.relay.outcomes import Outcome, Reason, resolver, settled_outcome
+from services.relay.party_steps import PartySteps
 from services.relay.payloads import group_of, job_payload
 from services.relay.reports import GroupDelivery, may_owe_reports
 from services.relay.routing import MISSING, Missing, Route, RouteKind, partition, route
@@ -105,11 +101,22 @@ class Executor:
         self.timekeeper = timekeeper
         self.reporter = reporter
         self.metrics = metrics
-        #: hold4Endpoint (RFC 3342 section 3); None: the option is not offered.
-        self.holder: Holder | None = None
+        #: dataTiming and hold4Endpoint around final deliveries (RFC 3342 sections 2, 3).
+        self.party = PartySteps(
+            timekeeper=timekeeper, table=table, locations=locations, peers=peers
+        )
         self._background: set[asyncio.Task[Any]] = set()
         self._to_pod = metrics.deliveries.labels("pod")
         self._to_local = metrics.deliveries.labels("local")
+
+    @property
+    def holder(self) -> Holder | None:
+        """hold4Endpoint (RFC 3342 section 3); None: the option is not offered."""
+        return self.party.holder
+
+    @holder.setter
+    def holder(self, holder: Holder | None) -> None:
+        self.party.holder = holder
 
     # ------------------------------------------------------------------ deciding
 
@@ -254,7 +261,7 @@ class Executor:
                 continue
             routed = await self.decide(plan, originator)
             if routed.kind is RouteKind.DOMAIN:
-                routed = self._time_next_hop(job, routed)
+                routed = self.party.time_next_hop(job, routed)
             if routed.kind is RouteKind.DONE:
                 assert routed.outcome is not None  # noqa: S101  (DONE routes carry one)
                 outcomes[endpoint] = done(routed.outcome)
@@ -265,7 +272,9 @@ class Executor:
             routes.append(routed)
         parts = partition(routes)
         for routed in parts.single:
-            outcomes[routed.endpoint] = await self._deliver_final(job, routed, custody)
+            outcomes[routed.endpoint] = await self.party.deliver_final(
+                job, routed, custody, self._deliver
+            )
         groups: list[GroupDelivery] = []
         for channel, members in parts.local_groups:
             await self._deliver_local_group(job, channel, members, custody, outcomes, groups)
@@ -296,85 +305,6 @@ class Executor:
                 self.reporter.conclude(job, outcomes, tuple(hopped), groups)
             )
         )
-
-    def _time_next_hop(self, job: Job, routed: Route[ApexChannel]) -> Route[ApexChannel]:
-        """Step 5.2 with dataTiming: the remaining times lowered by the time spent here,
-        or DONE with the 550 when the deadline is reached or cannot be met."""
-        plan = routed.plan
-        if plan.forward is None or not timing_options(plan):
-            return routed
-        keeper = self.timekeeper
-        state = timing_state(plan, job.data, job.received_at)
-        assert state is not None  # noqa: S101  (timing options exist)
-        moved = forward(state, plan.forward, keeper.now(), min_transit_ms=keeper.min_transit_ms)
-        if moved.data is None:
-            return dataclasses.replace(
-                routed, kind=RouteKind.DONE, outcome=keeper.missed(moved.step)
-            )
-        keeper.report(moved.step.reports)
-        return dataclasses.replace(routed, plan=dataclasses.replace(plan, forward=moved.data))
-
-    async def _deliver_final(
-        self, job: Job, routed: Route[ApexChannel], custody: Custody
-    ) -> asyncio.Future[Outcome]:
-        """Step 5.3, with the party pack: dataTiming deadlines and reports around the
-        delivery, hold4Endpoint when the endpoint turns out not to be attached."""
-        plan = routed.plan
-        if not plan.process:
-            return await self._deliver(job, routed, custody)
-        keeper = self.timekeeper
-        received = plan  # as received: what is held if the endpoint is gone
-        state = timing_state(plan, job.data, job.received_at)
-        timers: tuple[Timer, ...] = ()
-        if state is not None and plan.forward is not None:
-            moved = forward(state, plan.forward, keeper.now())
-            if moved.data is None:
-                missed = keeper.missed(moved.step)
-                custody.known(missed)
-                return done(missed)
-            keeper.report(moved.step.reports)
-            state, timers = moved.step.state, moved.step.timers
-            routed = dataclasses.replace(routed, plan=dataclasses.replace(plan, forward=moved.data))
-        delivery = await self._deliver(job, routed, custody)
-        if self.holder is not None and wants_hold(routed.plan):
-            delivery = chain(
-                delivery,
-                lambda outcome: outcome.not_attached,
-                lambda outcome: self._hold_late(job, received, outcome),
-            )
-        if state is None:
-            return delivery
-        return keeper.track(state, timers, delivery)
-
-    async def _hold_late(self, job: Job, plan: RecipientPlan, outcome: Outcome) -> Outcome:
-        """The endpoint detached between ``ok`` and delivery: hold its data now."""
-        holder = self.holder
-        endpoint = plan.recipient.identity
-        if holder is None or plan.forward is None:
-            return outcome
-        timing = timing_state(plan, job.data, job.received_at)
-        body = payload_for(plan.forward, job.data, job.parts, job.raw)
-        decision = holder.decide(plan, timing, len(body))
-        if not decision.hold:
-            return outcome if decision.code is None else Outcome(int(decision.code), decision.text)
-        result = await holder.hold(endpoint, body, decision, timing, job.received_at)
-        if isinstance(result, Refused):
-            return Outcome(result.code, result.text)
-        await self.wake_drainer(endpoint)
-        return HELD
-
-    async def wake_drainer(self, endpoint: Endpoint) -> None:
-        """The endpoint may have attached while its data was being held (after the
-        drain of its attach had looked): have the pod holding it drain again."""
-        holder = self.holder
-        if holder is None:
-            return
-        if endpoint in self.table:
-            holder.drain(endpoint)
-            return
-        address = await self.locations.lookup(endpoint)
-        if address is not None:
-            self.peers.drain(address, endpoint)
 
     async def _deliver(
         self, job: Job, routed: Route[ApexChannel], custody: Custody

@@ -1,7 +1,7 @@
-"""Admin HTTP app of the relay: /healthz, /readyz, /metrics.
+"""HTTP app of the relay: /healthz, /readyz, /metrics and the admin API (/admin).
 
 Ready means: Redis answers PING (attachments and leases live there), the access decision
-cache is subscribed, and the BEEP listeners are up.
+cache is subscribed, the BEEP listeners are up, and the pod is not draining.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from apexmesh.ops.admin import AdminSpec
 from apexmesh.ops.http import create_ops_app, redis_ready
 from apexmesh.store.access_cache import CachedAccessChecker
 
@@ -21,10 +22,14 @@ def create_http_app(
     redis: Redis,
     checker: CachedAccessChecker,
     listening: Callable[[], bool],
+    draining: Callable[[], bool],
+    admin: AdminSpec | None = None,
 ) -> FastAPI:
     def serving() -> str | None:
+        if draining():
+            return "draining: not accepting new sessions"
         if not listening():
             return "BEEP listeners not started"
         return None if checker.synced else "access cache not subscribed"
 
-    return create_ops_app("relay", registry, redis_ready(redis, also=serving))
+    return create_ops_app("relay", registry, redis_ready(redis, also=serving), admin)

@@ -33,6 +33,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.hops import DataPlan
 from apexmesh.apex.options import Option
+from apexmesh.ops.logs import correlation_id
 from services.relay.outcomes import Outcome, Reason
 
 _log = logging.getLogger(__name__)
@@ -159,6 +160,8 @@ class Job:
     custody: Custody | None = field(default=None, compare=False)
     #: Payload templates of a fan-out (services/relay/payloads.py), built once per job.
     templates: dict[TemplateKey, tuple[bytes, bytes]] = field(default_factory=dict, compare=False)
+    #: The correlation id of the data (apexmesh/ops/logs.py), that of its acceptance.
+    cid: str = field(default_factory=correlation_id.get, compare=False)
 
 
 #: Routes a job now without waiting, when that is possible (True), else does nothing.
@@ -202,6 +205,7 @@ class Dispatcher:
         try:
             while self.jobs:
                 job = self.jobs.popleft()
+                correlation_id.set(job.cid)  # this task's context: its log lines and calls
                 try:
                     await self.route_later(job)
                 except Exception:  # noqa: BLE001  (a bug in one job must not stop the others)

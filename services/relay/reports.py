@@ -25,6 +25,7 @@ from services.relay.outcomes import DELIVERED, LOCAL_ERROR, Outcome, Reason, cod
 
 if TYPE_CHECKING:
     from services.relay.metrics import RelayMetrics
+    from services.relay.tracing import HopTracer
     from services.relay.wellknown import WellKnownServices
 
 _log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class Reporter:
         self._services = services
         self._metrics = metrics
         self._delivered = metrics.outcomes.labels("delivered")
+        #: Records where data with a statusRequest went (services/relay/tracing.py).
+        self.tracer: HopTracer | None = None
 
     def count(self, originator: Endpoint, endpoint: Endpoint, outcome: Outcome) -> None:
         """Count (and log, when it failed) one recipient's outcome."""
@@ -115,7 +118,9 @@ class Reporter:
         held = frozenset(e for e, outcome in results.items() if outcome.reason is Reason.HELD)
         reports = (*owed_reports(job), *hopped)
         reports += forwarding_failures(job, results, reports)
+        reported: dict[str, None] = {}
         for report in without(reports, held | job.held):
+            reported[self.report_domain(report)] = None
             response = status_response(
                 report,
                 (
@@ -131,6 +136,8 @@ class Reporter:
                 ),
             )
             await self._services.report(self.report_domain(report), report.originator, response)
+        if self.tracer is not None:
+            self.tracer.concluded(job.data, job.received_at, results, tuple(reported))
 
     def report_domain(self, report: PendingReport) -> str:
         """The domain whose apex=report speaks for this relay (RFC 3340 section 5.1): the

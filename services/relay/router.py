@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from services.relay.metrics import RelayMetrics
     from services.relay.peers import PeerDelivery
     from services.relay.presence_hook import PresenceHook
+    from services.relay.tracing import HopTracer
     from services.relay.wellknown import WellKnownServices
 
 _log = logging.getLogger(__name__)
@@ -156,6 +157,15 @@ class Router:
     @holder.setter
     def holder(self, holder: Holder | None) -> None:
         self.executor.holder = holder
+
+    @property
+    def tracer(self) -> HopTracer | None:
+        """Records where data with a statusRequest went (services/relay/tracing.py)."""
+        return self.reporter.tracer
+
+    @tracer.setter
+    def tracer(self, tracer: HopTracer | None) -> None:
+        self.reporter.tracer = tracer
 
     def _new_dispatcher(self) -> Dispatcher:
         executor = self.executor

@@ -51,6 +51,10 @@
   well-known service; ``APEXMESH_RELAY_DOMAIN_IN_FLIGHT`` (``1024``) data in flight to one
   other domain; ``APEXMESH_RELAY_RETRY_SERVICES`` (``pubsub``): services whose calls cut
   off mid-flight are retried with the same delivery id (they do the work once per id).
+- ``APEXMESH_RELAY_TRACE`` (``1``): record where each data with a statusRequest went
+  (one Redis stream entry per such data; ``apexctl trace``, services/relay/tracing.py).
+- ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
+  tokens of the admin API (apexmesh/ops/admin.py); without them it refuses every call.
 - ``APEXMESH_DEV`` (``0``): ``1`` allows plaintext, unauthenticated attach and binds.
 
 Outside a development run the relay refuses to start without TLS and SASL credentials:
@@ -62,7 +66,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from apexmesh.apex.endpoint import EndpointError, normalize_domain
@@ -70,7 +74,9 @@ from apexmesh.apex.holding import HoldLimits
 from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
 from apexmesh.ops.settings import (
     DEV_FLAG,
+    AdminTokens,
     SettingsError,
+    admin_tokens,
     check_redis_url,
     env_flag,
     env_float,
@@ -145,6 +151,8 @@ class RelaySettings:
     service_calls: int = 256
     domain_in_flight: int = 1024
     retry_services: tuple[str, ...] = ("pubsub",)
+    trace: bool = True
+    admin: AdminTokens = field(default_factory=AdminTokens)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RelaySettings:
@@ -225,6 +233,8 @@ class RelaySettings:
                 env, "APEXMESH_RELAY_DOMAIN_IN_FLIGHT", 1024, low=1, high=1 << 20
             ),
             retry_services=env_list(env, "APEXMESH_RELAY_RETRY_SERVICES", ("pubsub",)),
+            trace=env_flag(env, "APEXMESH_RELAY_TRACE", default=True),
+            admin=admin_tokens(env, dev=dev),
         )
 
 

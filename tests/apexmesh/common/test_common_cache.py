@@ -76,6 +76,25 @@ def test_an_evicted_entry_takes_its_expiry_with_it() -> None:
     assert cache.expiry("a") is None
 
 
+def test_get_or_build_builds_once_and_not_on_failure() -> None:
+    cache: BoundedCache[str, list[int]] = BoundedCache("test", 4)
+    built: list[int] = []
+
+    def build() -> list[int]:
+        built.append(1)
+        return built
+
+    assert cache.get_or_build("k", build) is cache.get_or_build("k", build)
+    assert built == [1]
+
+    def fail() -> list[int]:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        cache.get_or_build("x", fail)
+    assert "x" not in cache
+
+
 def test_a_cache_without_room_is_refused() -> None:
     with pytest.raises(ValueError, match="room"):
         BoundedCache("test", 0)

@@ -83,19 +83,20 @@ def test_events_set_and_end_subscriptions_and_topics() -> None:
 
 @pytest.mark.unit
 def test_schema_v2_subscription_ids_and_unknown_events() -> None:
-    """v2 keys a subscription by (subscriber, subscription_id); an end without an id
-    ends them all; an event type this module does not know is refused (the caller drops
-    the topic and loads it again)."""
+    """v2 identifies a subscription by (subscriber, subscription_id), "" for a plain
+    topic subscription, and an end ends that identity only; an event type this module
+    does not know is refused (the caller drops the topic and loads it again)."""
     state = TopicState(exists=True)
-    for sid in ("a", "b"):
+    assert apply_event(state, subscribed("t", MIKE))
+    for sid in ("1", "2"):
         event = {**subscribed("t", MIKE), "v": "2", "subscription_id": sid, "selector": "x > 1"}
         assert apply_event(state, event)
-    assert set(state.subscriptions) == {(MIKE, "a"), (MIKE, "b")}
-    ended = {"type": "subscription.ended", "topic": "t", "subscriber": str(MIKE)}
-    assert apply_event(state, {**ended, "subscription_id": "a"})
-    assert set(state.subscriptions) == {(MIKE, "b")}
+    assert set(state.subscriptions) == {(MIKE, ""), (MIKE, "1"), (MIKE, "2")}
+    ended = {"v": "2", "type": "subscription.ended", "topic": "t", "subscriber": str(MIKE)}
+    assert apply_event(state, {**ended, "subscription_id": "1"})
+    assert set(state.subscriptions) == {(MIKE, ""), (MIKE, "2")}
     assert apply_event(state, ended)
-    assert state.subscriptions == {}
+    assert set(state.subscriptions) == {(MIKE, "2")}
     assert not apply_event(state, {"type": "topic.settings", "topic": "t"})
     assert not apply_event(state, {**subscribed("t", MIKE), "expires_ms": "soon"})
 
