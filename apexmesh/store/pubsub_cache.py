@@ -19,9 +19,11 @@ change itself:
   caught up from the log (``XRANGE``) before it is used. Events carry the whole state of
   what they change (a subscription's record, or its end), so applying one twice, in
   order, changes nothing: a snapshot and the log can overlap safely;
-- while the follower is not reading (Redis away, just restarted), nothing is served
-  from the cache: every lookup loads afresh, as without a cache, and the cache starts
-  over from the log's end when the follower is back.
+- while the follower cannot read (Redis away, a read timed out), nothing is served
+  from the cache: every lookup loads afresh, as without a cache. Back, the follower
+  reads on from its position (nothing was lost) and serves the cache again once caught
+  up; only a log that no longer holds what follows its position (Redis came back
+  without it, the stream was trimmed) makes the cache start over from the log's end.
 
 A subscription answered on one pod reaches the caches of the others as soon as their
 followers read its event, normally well under a millisecond after the commit (the reply
@@ -52,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.common.cache import BoundedCache
@@ -247,7 +249,10 @@ class SubscriberCache:
         self._pod_prefix, self._pod_suffix = keys.relay_pod("\x00").split("\x00")
         #: The follower's position: every event up to it has been applied.
         self._position: StreamId = (0, 0)
-        #: True while the follower reads the log (the cache may be served).
+        #: True once the position is that of the log (set at the first read).
+        self._started = False
+        #: True while the follower reads the log without a gap (the cache may be served);
+        #: a failed read leaves the cache unserved until the follower has caught up.
         self._synced = False
         #: Bumped whenever the cache is emptied, so a load begun before is not stored.
         self._epoch = 0
@@ -284,7 +289,8 @@ class SubscriberCache:
                     task.result()
         await self._loads.aclose()
         await self._locating.aclose()
-        self._reset()
+        self._synced = False
+        self._clear()
 
     @property
     def synced(self) -> bool:
@@ -293,8 +299,8 @@ class SubscriberCache:
     def __len__(self) -> int:
         return len(self._topics)
 
-    def _reset(self) -> None:
-        self._synced = False
+    def _clear(self) -> None:
+        """Forget every topic (a load under way is not stored either)."""
         self._epoch += 1
         self._topics.clear()
 
@@ -315,27 +321,58 @@ class SubscriberCache:
         backoff = 0.05
         while not self._closing:
             try:
-                if not self._synced:
+                if not self._started:
                     last = await redis.xrevrange(key, count=1)
                     self._position = stream_id(_text(last[0][0])) if last else (0, 0)
-                    self._synced = True
+                    self._started = self._synced = True
                     self._ready.set()
-                    backoff = 0.05
+                elif not self._synced:
+                    await self._resume(redis, key)
                 found = await redis.xread(
                     {key: id_text(self._position)}, count=READ_COUNT, block=BLOCK_MS
                 )
+                read = 0
                 for _stream, entries in cast("list[Any]", found or []):
                     for event_id, event in _events(entries):
                         self._apply(event_id, event)
+                        read += 1
+                if not self._synced and read < READ_COUNT:
+                    self._synced = True  # caught up with what was missed meanwhile
+                    backoff = 0.05
                 continue
             except (RedisError, OSError) as exc:
-                _log.warning("pubsub cache lost the event log (%s): serving from Redis", exc)
+                _log.warning("pubsub cache: event log unreadable (%s): serving from Redis", exc)
             except Exception:  # noqa: BLE001 - a follower that stopped would serve stale lists
                 _log.exception("pubsub cache: event log follower failed; starting over")
-            self._reset()
+                self._clear()
+                self._started = False
+            self._synced = False
             self._ready.set()
             await asyncio.sleep(backoff)  # reconnect backoff
             backoff = min(backoff * 2, 2.0)
+
+    async def _resume(self, redis: Redis, key: str) -> None:
+        """After a failed read: reading on from the position loses nothing, unless the
+        log no longer holds what follows it (Redis came back without it, or entries
+        after it were trimmed); then the cache starts over from the log's end."""
+        position = self._position
+        try:
+            info = await redis.xinfo_stream(key)
+        except ResponseError:  # no such key: Redis has no log at all
+            last, deleted, first, length = (0, 0), (0, 0), (0, 0), 0
+        else:
+            last = stream_id(_text(info.get("last-generated-id", "0-0")))
+            deleted = stream_id(_text(info.get("max-deleted-entry-id", "0-0")))
+            head = info.get("first-entry")
+            first = stream_id(_text(head[0])) if head else (0, 0)
+            length = int(info.get("length", 0))
+        # Trimming drops the oldest entries: if the oldest left is past the position
+        # (or none is left though some came after it), what followed it may be gone.
+        trimmed = last > position and (length == 0 or (first > position > (0, 0)))
+        if last < position or deleted > position or trimmed:
+            _log.warning("pubsub cache: the event log lost events it had; starting over")
+            self._clear()
+            self._position = last
 
     def _apply(self, event_id: StreamId, event: Mapping[str, str]) -> None:
         self._position = event_id
