@@ -107,8 +107,13 @@ class ApexSide:
     """The local mesh, a publisher on relay pod 1 and subscribers on both pods."""
 
     def __init__(self, topics: Sequence[str]) -> None:
+        # No dashboard: its polls of every pod's admin API (all topics, all subscriptions)
+        # would take a pubsub pod's core with 10,000 topics, and measure nothing asked.
         self.mesh = LocalMesh(
-            Path(tempfile.mkdtemp(prefix="apex-bench-pubsub-")), dev=True, topics=topics
+            Path(tempfile.mkdtemp(prefix="apex-bench-pubsub-")),
+            dev=True,
+            topics=topics,
+            dashboard=False,
         )
         self.clients: list[ApexClient] = []
         self.publisher: Attachment | None = None

@@ -120,7 +120,7 @@ async def main(argv: list[str]) -> None:
         )
 
     # ------------------------------------------------------------------ apex-mesh
-    mesh = LocalMesh(Path(tempfile.mkdtemp(prefix="apex-bench-")), dev=True)
+    mesh = LocalMesh(Path(tempfile.mkdtemp(prefix="apex-bench-")), dev=True, dashboard=False)
     await mesh.start()
     clients = []
     try:
