@@ -6,10 +6,10 @@ The path, and what it costs per publication in the common case:
    kept current by the event log): no Redis round trip once the topic is loaded;
 2. ``core:data`` from the access decision cache: no round trip once decided;
 3. :func:`apexmesh.pubsub.core.publish`: the active subscribers (leases filtered by time);
-4. where each subscriber is attached (placement, cached per endpoint for a short time),
-   and :func:`apexmesh.pubsub.core.plan_fanout`: one data element per relay pod and
-   chunk of at most 1,000 recipients, each with a submission id derived from the
-   publication's ``delivery_id``;
+4. where each subscriber is attached (placement, cached per endpoint and read again in
+   the background), and :func:`apexmesh.pubsub.core.plan_fanout`: one data element per
+   relay pod and chunk of at most 1,000 recipients, each with a submission id derived
+   from the publication's ``delivery_id`` (:func:`delivery_key`);
 5. one ``Submit`` per chunk to the relay pod that holds its recipients (any relay for
    the others), at most ``APEXMESH_PUBSUB_MAX_SUBMITS`` out at once per pod: a
    publication waits for room, so the relay's call waits and its sender's BEEP window
