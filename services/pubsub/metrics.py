@@ -94,9 +94,9 @@ class PubsubMetrics:
                     with contextlib.suppress(KeyError):  # never set here
                         gauge.remove(domain)
                 continue
-            summaries = await store.summaries(domain)
-            self.topics.labels(domain).set(len(summaries))
-            self.subscriptions.labels(domain).set(sum(t.subscriptions for t in summaries))
+            topics, subscriptions = await store.counts(domain)
+            self.topics.labels(domain).set(topics)
+            self.subscriptions.labels(domain).set(subscriptions)
 
 
 __all__ = ["PubsubMetrics"]

@@ -179,3 +179,18 @@ def test_journal_entries_round_trip() -> None:
 
 def test_core_outcome_fits_the_store() -> None:
     assert core.DEFAULT_HOPS > 1
+
+
+async def test_counts_are_the_domains_topics_and_subscriptions(redis: Redis, keys: Keys) -> None:
+    """What the leader's gauges read every second: counted in Redis, per domain."""
+    store = PubsubStore(redis, keys, "pod-a")
+    await _create(store)
+    other = [TopicCreated("elsewhere", MIKE)]
+    assert await store.commit("other.com", "elsewhere", None, other, [], NOW) is not None
+    bob = Endpoint.parse("bob@example.com")
+    subs = [Subscribed(sub(MIKE, NOW + 5), False), Subscribed(sub(bob, NOW + 9), False)]
+    assert await store.commit(DOMAIN, TOPIC, None, subs, [], NOW) is not None
+    assert await store.counts(DOMAIN) == (1, 2)
+    assert await store.counts("other.com") == (1, 0)
+    await store.claim_expired(DOMAIN, NOW + 5)
+    assert await store.counts(DOMAIN) == (1, 1)
