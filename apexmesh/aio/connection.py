@@ -157,11 +157,17 @@ class Channel:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AcceptChannel:
-    """Accept a start request with one profile; ``serve`` then runs with the channel."""
+    """Accept a start request with one profile; ``serve`` then runs with the channel.
+
+    ``abandon`` runs instead of ``serve`` when the channel cannot be accepted after all
+    (the session ended while the start was being decided): whatever the decision set up
+    for the channel (an attachment claimed for a piggybacked attach) is undone there.
+    """
 
     profile: str
     content: str | None = None
     serve: Callable[[Channel], Awaitable[None]] | None = None
+    abandon: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -399,13 +405,32 @@ class BeepConnection(asyncio.Protocol):
         handler = self.on_start
 
         async def decide() -> None:
-            decision = await handler(self, event)
+            try:
+                decision = await handler(self, event)
+            except Exception:
+                # RFC 3080 section 2.3.1.2: a start is answered, with an error element
+                # when the listener cannot start the channel (a local error here).
+                logger.exception("deciding the start of channel %d failed", event.channel)
+                decision = RejectChannel(
+                    code=ReplyCode.ACTION_ABORTED, text="local error starting the channel"
+                )
             if isinstance(decision, RejectChannel):
-                self.call(lambda s: s.reject_channel(event.channel, decision.code, decision.text))
+                with contextlib.suppress(BeepError):  # the session ended meanwhile
+                    self.call(
+                        lambda s: s.reject_channel(event.channel, decision.code, decision.text)
+                    )
                 return
             channel = Channel(self, event.channel, decision.profile)
             self._channels[event.channel] = channel
-            self.call(lambda s: s.accept_channel(event.channel, decision.profile, decision.content))
+            try:
+                self.call(
+                    lambda s: s.accept_channel(event.channel, decision.profile, decision.content)
+                )
+            except BeepError:  # the session ended while the start was being decided
+                self._channels.pop(event.channel, None)
+                if decision.abandon is not None:
+                    await decision.abandon()
+                return
             if decision.serve is not None:
                 await decision.serve(channel)
 

@@ -80,11 +80,21 @@ def error_payload(code: int, text: str) -> bytes:
 class ApexChannel:
     """One APEX channel of one BEEP session. See the module docstring."""
 
-    def __init__(self, router: Router, conn: BeepConnection, mode: Mode) -> None:
+    def __init__(
+        self,
+        router: Router,
+        conn: BeepConnection,
+        mode: Mode,
+        session: set[ApexChannel] | None = None,
+    ) -> None:
         self.router = router
         self.conn = conn
         self.mode = mode
         self.associations = Associations()
+        #: The APEX channels of the same BEEP session, this one included: ``terminate``
+        #: with transID 0 ends the associations of all of them (section 4.4.3 step 1).
+        self.session = session if session is not None else set()
+        self.session.add(self)
         self.channel: Channel | None = None
         self._ready = asyncio.Event()
         self._closed = False
@@ -157,8 +167,15 @@ class ApexChannel:
         if self._closed:
             return
         self._closed = True
+        self.session.discard(self)
         for association in self.associations.terminate(0):
             await self.router.detached(self, association)
+
+    async def abandon(self) -> None:
+        """The channel was never accepted (the session ended while its start was being
+        decided): release what its piggybacked attach claimed."""
+        await self.release()
+        self.router.forget(self)
 
     # ---------------------------------------------------------------- incoming MSGs
 
@@ -192,6 +209,14 @@ class ApexChannel:
                 incoming.error(beep_xml(result))
             return
         if isinstance(element, Terminate):
+            if element.trans_id == 0:
+                # Step 1: every association of this application over the BEEP session,
+                # on whichever of its APEX channels it was made.
+                for channel in sorted(self.session, key=lambda c: c is not self):
+                    for association in channel.associations.terminate(0):
+                        await self.router.detached(channel, association)
+                incoming.reply(_OK)
+                return
             try:
                 ended = self.associations.terminate(element.trans_id)
             except ApexError as exc:
@@ -326,6 +351,15 @@ def element_is_ok(xml: bytes) -> bool:
 
 def start_handler(router: Router, mode: Mode):  # type: ignore[no-untyped-def]
     """The BEEP start policy of a relay listener: the APEX profile only."""
+    #: The APEX channels of each open BEEP session (see ApexChannel.session).
+    sessions: dict[BeepConnection, set[ApexChannel]] = {}
+
+    def channels_of(conn: BeepConnection) -> set[ApexChannel]:
+        channels = sessions.get(conn)
+        if channels is None:
+            channels = sessions[conn] = set()
+            conn.closed.add_done_callback(lambda _: sessions.pop(conn, None))
+        return channels
 
     async def on_start(
         conn: BeepConnection, request: ev.ChannelStartRequested
@@ -335,7 +369,6 @@ def start_handler(router: Router, mode: Mode):  # type: ignore[no-untyped-def]
             return RejectChannel(
                 code=ReplyCode.ACTION_NOT_TAKEN, text="all requested profiles are unsupported"
             )
-        handler = ApexChannel(router, conn, mode)
         try:
             data = offer.data
             content = None if data is None else data.decode("utf-8")
@@ -344,7 +377,16 @@ def start_handler(router: Router, mode: Mode):  # type: ignore[no-untyped-def]
                 code=ReplyCode.PARAMETER_SYNTAX_ERROR,
                 text="initialization message is not UTF-8 text",
             )
-        answer = await handler.on_start(content)
-        return AcceptChannel(profile=APEX_PROFILE, content=answer, serve=handler.serve)
+        handler = ApexChannel(router, conn, mode, channels_of(conn))
+        try:
+            answer = await handler.on_start(content)
+        except BaseException:
+            # A failure (Redis) or cancellation after the piggybacked attach claimed its
+            # endpoint: the claim is released before the start is answered with an error.
+            await asyncio.shield(handler.abandon())
+            raise
+        return AcceptChannel(
+            profile=APEX_PROFILE, content=answer, serve=handler.serve, abandon=handler.abandon
+        )
 
     return on_start
