@@ -218,6 +218,12 @@ class BeepConnection(asyncio.Protocol):
         self._reading_paused = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._end: ConnectionClosedError | None = None
+        #: Sees every SASL failure of this peer as the server (throttling, logs and
+        #: metrics are the application's: the relay's SASL failure policy).
+        self.on_auth_failure: Callable[[BeepConnection, ev.AuthenticationFailed], None] | None = (
+            None
+        )
+        self._held: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------- asyncio.Protocol
 
@@ -245,6 +251,9 @@ class BeepConnection(asyncio.Protocol):
         self._fail_all(self._end or ConnectionClosedError("connection lost"))
         if self._timer is not None:
             self._timer.cancel()
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
         self.transport = None
 
     def pause_writing(self) -> None:
@@ -343,8 +352,23 @@ class BeepConnection(asyncio.Protocol):
         self._queued_messages -= 1
         if self._reading_paused and self._queued_messages <= LOW_WATER_MESSAGES:
             self._reading_paused = False
-            if self.transport is not None:
+            if self.transport is not None and self._held is None:
                 self.transport.resume_reading()
+
+    def hold_reading(self, seconds: float) -> None:
+        """Read nothing more from the peer for ``seconds`` (a delay after a failed
+        authentication, RFC 4422 section 6.2); a later hold extends it."""
+        if self.transport is None or seconds <= 0:
+            return
+        if self._held is not None:
+            self._held.cancel()
+        self.transport.pause_reading()
+        self._held = self.loop.call_later(seconds, self._end_hold)
+
+    def _end_hold(self) -> None:
+        self._held = None
+        if self.transport is not None and not self._reading_paused:
+            self.transport.resume_reading()
 
     # ------------------------------------------------------------- internals
 
@@ -538,8 +562,10 @@ class BeepConnection(asyncio.Protocol):
                 server_hostname=None if event.server_side else self.server_hostname,
             )
         except (OSError, ssl.SSLError) as exc:
-            logger.warning("TLS negotiation failed: %s", exc)
-            self._tls_done.set_exception(ConnectionClosedError(f"TLS negotiation failed: {exc}"))
+            reason = _describe(exc)
+            logger.warning("TLS negotiation failed: %s (peer %s)", reason, self.peer_address)
+            self._tls_done.set_exception(ConnectionClosedError(f"TLS negotiation failed: {reason}"))
+            self._tls_done.exception()  # the listener's side has nobody awaiting it
             self.abort()
             return
         self.transport = cast("asyncio.Transport", new_transport)
@@ -560,9 +586,16 @@ class BeepConnection(asyncio.Protocol):
             self._auth.set_result(event)
 
     def _on_auth_failed(self, event: ev.AuthenticationFailed) -> None:
-        if not event.server_side and self._auth is not None and not self._auth.done():
+        if event.server_side:
+            if self.on_auth_failure is not None:
+                self.on_auth_failure(self, event)
+            return
+        if self._auth is not None and not self._auth.done():
+            reason = f"{event.code} {event.text}".rstrip()
             self._auth.set_exception(
-                AuthenticationError(f"SASL {event.mechanism} failed", code=_code(event.code))
+                AuthenticationError(
+                    f"SASL {event.mechanism} failed: {reason}", code=_code(event.code)
+                )
             )
 
     def _on_session_closed(self, event: ev.SessionClosed) -> None:
@@ -619,6 +652,15 @@ def _call_back(callback: ReplyCallback, outcome: Reply | ConnectionClosedError) 
         callback(outcome)
     except Exception:
         logger.exception("reply callback failed")
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception's reason for a log line, never empty: a peer that resets the
+    connection mid-handshake raises errors whose text is ""."""
+    text = str(exc).strip()
+    if isinstance(exc, ssl.SSLError) and getattr(exc, "reason", None) and not text:
+        text = str(exc.reason)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _code(value: int) -> ReplyCode | None:
