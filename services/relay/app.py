@@ -22,7 +22,10 @@ from apexmesh.aio import BeepConnection, listen
 from apexmesh.apex.holding import HOLD_FOR_ENDPOINT, TIMING_OPTIONS
 from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
 from apexmesh.apex.party import PARTY_OPTIONS
+from apexmesh.beep import events as ev
+from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.sasl import SaslServerExchange, StaticCredentials
+from apexmesh.beep.sasl.throttle import FailureThrottle
 from apexmesh.beep.session import SessionConfig
 from apexmesh.beep.tuning import SaslServer
 from apexmesh.contracts.relay.v1 import relay_pb2_grpc
@@ -124,12 +127,16 @@ class RelayApp:
         )
         self.router.presence = self.presence_hook
         self._credentials = StaticCredentials(settings.credentials)
+        self._throttle = FailureThrottle(settings.sasl_throttle)
+        #: SASL failures of each open session (the throttle counts per address itself).
+        self._auth_failures: dict[BeepConnection, int] = {}
         self.http = HttpServer(
             create_http_app(self.registry, self.redis, self.checker, lambda: bool(self._listeners))
         )
         self._grpc: grpc.aio.Server | None = None
         self._listeners: list[asyncio.Server] = []
         self._connections: set[BeepConnection] = set()
+        self._closing: set[asyncio.Task[None]] = set()
         self._lease_task: asyncio.Task[None] | None = None
         self.grpc_port = self.edge_port = self.mesh_port = self.http_port = 0
 
@@ -156,7 +163,7 @@ class RelayApp:
             tls_active=tls_active,
             allow_plaintext_without_tls=self.settings.dev,
             realm=self.settings.domains[0],
-            host=self.settings.domains[0],
+            host=self.settings.host_names or self.settings.domains,
         )
 
     def _session_config(self) -> SessionConfig:
@@ -168,17 +175,47 @@ class RelayApp:
             max_message_octets=self.settings.max_message,
             receive_window_octets=64 * 1024,
             idle_seconds=300.0,
+            require_privacy=self.settings.require_privacy,
+            accept_nul_mime_header=self.settings.interop_vortex_nul,
         )
 
     def _on_connection(self, conn: BeepConnection) -> None:
         self._connections.add(conn)
         self.metrics.sessions.inc()
+        conn.on_auth_failure = self._auth_failed
 
         def gone(_: object) -> None:
             self._connections.discard(conn)
+            self._auth_failures.pop(conn, None)
             self.metrics.sessions.dec()
 
         conn.closed.add_done_callback(gone)
+
+    def _auth_failed(self, conn: BeepConnection, event: ev.AuthenticationFailed) -> None:
+        """RFC 4422 section 6.2: log, count, then slow the session down or close it."""
+        failures = self._auth_failures.get(conn, 0) + 1
+        self._auth_failures[conn] = failures
+        address = conn.peer_address
+        peer = str(address[0]) if isinstance(address, tuple) and address else str(address)
+        verdict = self._throttle.failed(peer, failures, time.monotonic())
+        self.metrics.count(self.metrics.auth_failures, event.mechanism)
+        _log.warning(
+            "SASL %s authentication failed for peer %s: %d %s (%d recent failures; %s)",
+            event.mechanism,
+            peer,
+            event.code,
+            event.text or "no reason given",
+            verdict.failures,
+            "closing the session" if verdict.close else f"holding it {verdict.delay:.1f}s",
+        )
+        if verdict.close:
+            task = asyncio.get_running_loop().create_task(
+                conn.close(ReplyCode.SERVICE_NOT_AVAILABLE, timeout=2.0)
+            )
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        else:
+            conn.hold_reading(verdict.delay)
 
     # ------------------------------------------------------------ lifecycle
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from apexmesh.beep.codes import ReplyCode
@@ -107,7 +107,7 @@ class SaslServerExchange:
         tls_active: bool,
         allow_plaintext_without_tls: bool = False,
         realm: str,
-        host: str,
+        host: str | Sequence[str],
         service: str = "beep",
         authorize: Authorizer | None = None,
         nonce: str | None = None,
@@ -115,7 +115,8 @@ class SaslServerExchange:
         """Raises ValueError when ``mechanism_name`` is not in :data:`SUPPORTED_MECHANISMS`.
 
         ``nonce`` fixes the server nonce (DIGEST-MD5, SCRAM) for reproducible tests;
-        ``service`` and ``host`` make DIGEST-MD5's digest-uri ``service/host``.
+        ``service`` and ``host`` make DIGEST-MD5's digest-uri ``service/host``, accepted
+        for each name in ``host`` when it is several (every name the server answers to).
         """
         self._mechanism: ServerMechanism
         if mechanism_name == anonymous.NAME:
