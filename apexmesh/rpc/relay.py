@@ -19,6 +19,7 @@ import grpc
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.rpc.channels import internal_channel
 
 _log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class RelaySubmitter:
         addresses: Sequence[str],
         *,
         timeout: float,
-        channel_factory: ChannelFactory = grpc.aio.insecure_channel,
+        channel_factory: ChannelFactory = internal_channel,
         observe: CallObserver | None = None,
     ) -> None:
         self._observe = observe

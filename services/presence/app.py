@@ -21,6 +21,7 @@ from apexmesh.contracts.endpoint.v1 import endpoint_pb2_grpc
 from apexmesh.contracts.presence.v1 import presence_pb2_grpc
 from apexmesh.ops.http import HttpServer
 from apexmesh.rpc.access import AccessClient
+from apexmesh.rpc.channels import internal_channel
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.keys import Keys
@@ -66,7 +67,7 @@ class PresenceApp:
         _log.info(
             "loaded %d presence entries, %d operations", len(core.entries), len(core.operations)
         )
-        self._access_channel = grpc.aio.insecure_channel(self.settings.access_address)
+        self._access_channel = internal_channel(self.settings.access_address)
         access = AccessClient(self._access_channel, timeout=self.settings.relay_timeout)
         service = PresenceService(core, self.store, access, self.relays, self.metrics, _now)
         self.service = service

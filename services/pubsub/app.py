@@ -23,6 +23,7 @@ from apexmesh.contracts.endpoint.v1 import endpoint_pb2_grpc
 from apexmesh.contracts.presence.v1 import presence_pb2_grpc
 from apexmesh.ops.http import HttpServer
 from apexmesh.rpc.access import AccessClient
+from apexmesh.rpc.channels import internal_channel
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
@@ -78,14 +79,14 @@ class PubsubApp:
     async def start(self) -> None:
         await self.redis.ping()
         settings = self.settings
-        access_channel = grpc.aio.insecure_channel(settings.access_address)
+        access_channel = internal_channel(settings.access_address)
         self._channels.append(access_channel)
         access = AccessClient(access_channel, timeout=settings.relay_timeout)
         self._cache = CachedAccessChecker(access, self.redis, self.keys)
         await self._cache.start()
         presence = None
         if settings.presence_address:
-            presence_channel = grpc.aio.insecure_channel(settings.presence_address)
+            presence_channel = internal_channel(settings.presence_address)
             self._channels.append(presence_channel)
             presence = presence_pb2_grpc.PresenceServiceStub(presence_channel)
         service = PubsubService(

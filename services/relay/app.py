@@ -31,6 +31,7 @@ from apexmesh.beep.tuning import SaslServer
 from apexmesh.contracts.relay.v1 import relay_pb2_grpc
 from apexmesh.ops.http import HttpServer
 from apexmesh.rpc.access import AccessClient
+from apexmesh.rpc.channels import internal_channel
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.attachments import AttachmentRegistry
@@ -62,20 +63,18 @@ class RelayApp:
         self.metrics = RelayMetrics.create(self.registry)
         self.redis: Redis = Redis.from_url(settings.redis_url)
         self.keys = Keys(settings.redis_prefix)
-        self._access_channel = grpc.aio.insecure_channel(settings.access_address)
+        self._access_channel = internal_channel(settings.access_address)
         self.access = AccessClient(self._access_channel)
         self.checker = CachedAccessChecker(self.access, self.redis, self.keys)
         self.attachments = AttachmentRegistry(
             self.redis, self.keys, settings.pod_id, lease_ms=settings.lease_ms
         )
         self._service_channels = {
-            name: tuple(grpc.aio.insecure_channel(address) for address in addresses)
+            name: tuple(internal_channel(address) for address in addresses)
             for name, addresses in settings.services.items()
         }
         self._report_channel = (
-            None
-            if settings.report_address is None
-            else grpc.aio.insecure_channel(settings.report_address)
+            None if settings.report_address is None else internal_channel(settings.report_address)
         )
         self.server_ssl = self._server_context()
         self.mesh = MeshPool(
@@ -131,7 +130,13 @@ class RelayApp:
         #: SASL failures of each open session (the throttle counts per address itself).
         self._auth_failures: dict[BeepConnection, int] = {}
         self.http = HttpServer(
-            create_http_app(self.registry, self.redis, self.checker, lambda: bool(self._listeners))
+            create_http_app(
+                self.registry,
+                self.redis,
+                self.checker,
+                lambda: bool(self._listeners),
+                self.access,
+            )
         )
         self._grpc: grpc.aio.Server | None = None
         self._listeners: list[asyncio.Server] = []

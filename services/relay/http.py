@@ -1,19 +1,28 @@
 """Admin HTTP app of the relay: /healthz, /readyz, /metrics.
 
 Ready means: Redis answers PING (attachments and leases live there), the access decision
-cache is subscribed, and the BEEP listeners are up.
+cache is subscribed, the BEEP listeners are up, and the access service answers. The relay
+fails closed without access (attaches and data to uncached recipients get 421), so a pod
+that cannot reach it says so here and is taken out of its Service until it can.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from typing import Final
 
+import grpc
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from apexmesh.ops.http import create_ops_app, redis_ready
+from apexmesh.rpc.access import AccessClient
 from apexmesh.store.access_cache import CachedAccessChecker
+
+#: Seconds the readiness probe waits for the access service.
+ACCESS_PROBE_SECONDS: Final = 1.0
 
 
 def create_http_app(
@@ -21,10 +30,24 @@ def create_http_app(
     redis: Redis,
     checker: CachedAccessChecker,
     listening: Callable[[], bool],
+    access: AccessClient,
 ) -> FastAPI:
     def serving() -> str | None:
         if not listening():
             return "BEEP listeners not started"
         return None if checker.synced else "access cache not subscribed"
 
-    return create_ops_app("relay", registry, redis_ready(redis, also=serving))
+    local = redis_ready(redis, also=serving)
+
+    async def ready() -> str | None:
+        reason = await local()
+        if reason is not None:
+            return reason
+        try:
+            await asyncio.wait_for(access.version(), ACCESS_PROBE_SECONDS)
+        except (grpc.aio.AioRpcError, TimeoutError) as exc:
+            detail = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else "no answer"
+            return f"access service unreachable ({detail})"
+        return None
+
+    return create_ops_app("relay", registry, ready)

@@ -49,6 +49,7 @@ from apexmesh.beep.mime import beep_xml
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
+from apexmesh.rpc.channels import internal_channel
 from apexmesh.rpc.relay import ChannelFactory, RelaySubmitter
 
 _log = logging.getLogger(__name__)
@@ -217,7 +218,7 @@ class RelayPool:
         *,
         timeout: float,
         metrics: ReportMetrics | None = None,
-        channel_factory: ChannelFactory = grpc.aio.insecure_channel,
+        channel_factory: ChannelFactory = internal_channel,
     ) -> None:
         self._metrics = metrics
         self._submitter = RelaySubmitter(
