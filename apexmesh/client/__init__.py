@@ -21,6 +21,7 @@ from __future__ import annotations
 from apexmesh.apex.timing import DataTiming
 from apexmesh.client.attachment import DEFAULT_QUEUE_LIMIT, Attachment, AttachmentState
 from apexmesh.client.client import APEX_PROFILE, ApexClient, connect_endpoint
+from apexmesh.client.discovery import connect_domain, locate_relays
 from apexmesh.client.errors import (
     ApexClientError,
     ApexRequestError,
@@ -50,7 +51,9 @@ __all__ = [
     "SendResult",
     "SessionClosedError",
     "XmlContent",
+    "connect_domain",
     "connect_endpoint",
     "decode_data",
     "encode_data",
+    "locate_relays",
 ]

@@ -13,12 +13,14 @@ import contextlib
 import logging
 import ssl
 import time
+from collections.abc import Callable
 
 import grpc
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from apexmesh.aio import BeepConnection, listen
+from apexmesh.aio import BeepConnection, Channel, listen
+from apexmesh.apex.associations import Binding
 from apexmesh.apex.holding import HOLD_FOR_ENDPOINT, TIMING_OPTIONS
 from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
 from apexmesh.apex.party import PARTY_OPTIONS
@@ -37,7 +39,7 @@ from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.attachments import AttachmentRegistry
 from apexmesh.store.held import HeldStore
 from apexmesh.store.keys import Keys
-from services.relay.edge import APEX_PROFILE, Mode, start_handler
+from services.relay.edge import APEX_PROFILE, Mode, serve_link, start_handler
 from services.relay.holder import Holder
 from services.relay.http import create_http_app
 from services.relay.mesh import MeshPool
@@ -125,6 +127,7 @@ class RelayApp:
             else PresenceHook(settings.presence_address, settings.pod_id)
         )
         self.router.presence = self.presence_hook
+        self.mesh.serve_link = self._serve_link
         self._credentials = StaticCredentials(settings.credentials)
         self._throttle = FailureThrottle(settings.sasl_throttle)
         #: SASL failures of each open session (the throttle counts per address itself).
@@ -221,6 +224,18 @@ class RelayApp:
             task.add_done_callback(self._closing.discard)
         else:
             conn.hold_reading(verdict.delay)
+
+    async def _serve_link(
+        self,
+        conn: BeepConnection,
+        channel: Channel,
+        binding: Binding,
+        peer_domain: str | None,
+        unbound: Callable[[], None],
+    ) -> None:
+        await serve_link(
+            self.router, conn, channel, binding, peer_domain=peer_domain, on_unbound=unbound
+        )
 
     # ------------------------------------------------------------ lifecycle
 

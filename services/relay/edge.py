@@ -101,6 +101,12 @@ class ApexChannel:
         #: Endpoint attached by the channel start's piggybacked attach: its held data is
         #: delivered once the channel serves.
         self._piggybacked: Endpoint | None = None
+        #: Domains whose originators the peer may relay for without binding: on a link
+        #: this relay initiated, the listening relay's own domain (section 4.5.2).
+        self.peer_domains: frozenset[str] = frozenset()
+        #: Called when the peer's terminate left no association on the channel (a link
+        #: this relay initiated is then given up).
+        self.on_unbound: Callable[[], None] | None = None
 
     # ---------------------------------------------------------------- channel start
 
@@ -216,6 +222,7 @@ class ApexChannel:
                     for association in channel.associations.terminate(0):
                         await self.router.detached(channel, association)
                 incoming.reply(_OK)
+                self._check_unbound()
                 return
             try:
                 ended = self.associations.terminate(element.trans_id)
@@ -225,6 +232,7 @@ class ApexChannel:
             for association in ended:
                 await self.router.detached(self, association)
             incoming.reply(_OK)
+            self._check_unbound()
             return
         incoming.error(
             error_payload(
@@ -261,6 +269,10 @@ class ApexChannel:
             return Error.from_exception(exc).to_xml()
         self.associations.complete(association)
         return Ok().to_xml()
+
+    def _check_unbound(self) -> None:
+        if self.on_unbound is not None and not len(self.associations):
+            self.on_unbound()
 
     def _require(self, mode: Mode, operation: str) -> None:
         if self.mode is not mode:
@@ -347,6 +359,34 @@ def _consume(future: asyncio.Future[Reply]) -> None:
 def element_is_ok(xml: bytes) -> bool:
     """True for a serialized ``ok`` element (as built by this module)."""
     return xml.startswith(b"<ok")
+
+
+async def serve_link(
+    router: Router,
+    conn: BeepConnection,
+    channel: Channel,
+    binding: Binding,
+    *,
+    peer_domain: str | None,
+    on_unbound: Callable[[], None],
+) -> None:
+    """Serve the APEX channel of a relay-relay link this relay initiated (RFC 3340
+    section 2.1: in the relay-relay mode either relay may send data and terminate).
+
+    ``binding`` is this relay's own bind over the channel, so the peer can terminate it by
+    its transID (or all with 0), after which ``on_unbound`` runs. Data the peer sends is
+    processed like data from any relay (4.4.4.1): its originators must be of a domain the
+    peer may speak for, ``peer_domain`` when the link's peer is known to serve it (a
+    certificate checked for that domain, or an operator's static route), else a trusted
+    domain.
+    """
+    handler = ApexChannel(router, conn, Mode.MESH)
+    handler.associations.begin(binding.trans_id)
+    handler.associations.complete(binding)
+    if peer_domain is not None:
+        handler.peer_domains = frozenset({peer_domain})
+    handler.on_unbound = on_unbound
+    await handler.serve(channel)
 
 
 def start_handler(router: Router, mode: Mode):  # type: ignore[no-untyped-def]

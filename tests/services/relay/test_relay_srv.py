@@ -66,7 +66,11 @@ async def test_srv_record_locates_the_preferred_relay(resolver: dns.asyncresolve
     pool = MeshPool(
         domain="example.com", routes={}, ssl_context=None, credentials={}, resolver=resolver
     )
-    assert await pool._locate("rubble.com") == ("relay-a.rubble.com", 10301)
+    targets, static = await pool._locate("rubble.com")
+    assert not static
+    # RFC 2782: priority 10 before 20; within it, the weights decide (9 against 1)
+    assert {t[0] for t in targets[:2]} == {"relay-a.rubble.com", "relay-b.rubble.com"}
+    assert targets[2] == ("backup.rubble.com", 10289)
 
 
 async def test_static_route_wins_over_dns(resolver: dns.asyncresolver.Resolver) -> None:
@@ -77,7 +81,7 @@ async def test_static_route_wins_over_dns(resolver: dns.asyncresolver.Resolver) 
         credentials={},
         resolver=resolver,
     )
-    assert await pool._locate("rubble.com") == ("127.0.0.1", 4242)
+    assert await pool._locate("rubble.com") == ([("127.0.0.1", 4242)], True)
 
 
 async def test_domain_without_relay_gets_550(resolver: dns.asyncresolver.Resolver) -> None:
