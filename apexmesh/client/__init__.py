@@ -26,6 +26,7 @@ from apexmesh.client.errors import (
     ApexClientError,
     ApexRequestError,
     AttachmentTerminatedError,
+    PubsubError,
     SessionClosedError,
 )
 from apexmesh.client.outgoing import CONTENT_NAME, Content, RecipientLike, XmlContent, encode_data
@@ -46,6 +47,7 @@ __all__ = [
     "Content",
     "DataTiming",
     "PubsubClient",
+    "PubsubError",
     "ReceivedData",
     "RecipientLike",
     "SendResult",
