@@ -9,6 +9,7 @@ binaries. Any exception escaping the target is a bug.
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
 import time
 from pathlib import Path
@@ -115,18 +116,22 @@ def test_seed_corpus_never_raises() -> None:
 
 
 def test_mutated_corpus_never_raises() -> None:
-    """A few seconds of seeded mutation fuzzing, bounded in iterations too."""
-    rng = random.Random(3080)
+    """A few seconds of seeded mutation fuzzing, bounded in iterations too (longer with
+    ``APEXMESH_FUZZ_SECONDS``, see tests/fuzz/README.md)."""
+    rng = random.Random(int(os.environ.get("APEXMESH_FUZZ_SEED", "3080")))
     seeds = corpus()
-    deadline = time.monotonic() + 4.0
+    seconds = float(os.environ.get("APEXMESH_FUZZ_SECONDS", "0")) or 4.0
+    limit = 10**12 if "APEXMESH_FUZZ_SECONDS" in os.environ else 20_000
+    deadline = time.monotonic() + seconds
     iterations = 0
-    while iterations < 20_000 and time.monotonic() < deadline:
+    while iterations < limit and time.monotonic() < deadline:
         from_ini, data = rng.choice(seeds)
         _, other = rng.choice(seeds)
         control = rng.choice(CONTROLS) & ~0xC0
         control |= 0x40 if from_ini else 0x00
         target.fuzz_one(bytes([control]) + mutate(rng, data, other))
         iterations += 1
+    print(f"fuzz_frames: {iterations} mutated inputs in {seconds:.0f} s")
     assert iterations >= 200
 
 
