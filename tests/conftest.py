@@ -39,3 +39,16 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+#: Every test says which kind it is (pyproject's markers; ``scripts/test -m unit`` runs
+#: only the in-memory ones, so an unmarked test would silently fall out of every kind).
+KINDS = ("unit", "integration", "system")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(k) for k in KINDS)]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests without a unit, integration or system marker:\n  " + "\n  ".join(unmarked)
+        )
