@@ -8,11 +8,12 @@ barney@example.com (attached to pod 2) and to wilma@rubble.com (across domains),
 with statusRequest, and to dino@example.com, who is not attached. The relays require
 privacy (their greeting offers only TLS before tuning): every endpoint tunes TLS, then
 authenticates with SASL SCRAM-SHA-256 under its full identity. It prints what arrives
-and the reports that come back; barney then subscribes to fred's presence (RFC 3343) and sees fred leave and
-attach again; a pubsub topic gets two subscribers and a publication; finally fred sends
-to dino, not attached, with hold4Endpoint and dataTiming (RFC 3342): dino attaches and
-gets it, fred gets the final hop report. It then keeps the mesh running until
-interrupted (or exits with --exit-after-demo).
+and the reports that come back; barney then subscribes to fred's presence (RFC 3343) and
+sees fred leave and attach again; a pubsub topic gets two subscribers and a
+publication; finally fred sends to dino, not attached, with hold4Endpoint and dataTiming (RFC 3342): dino attaches and
+gets it, fred gets the final hop report. It then prints the dashboard's address and
+the line that points apexctl at this mesh (its context file, apexctl.yaml in the
+workdir), and keeps the mesh running until interrupted (or exits with --exit-after-demo).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import signal
 import ssl
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from apexmesh.apex.presence import Publish, check_timestamp
@@ -203,7 +205,9 @@ async def demo(mesh: LocalMesh) -> None:
                 await client.close()
 
 
-async def main(argv: list[str]) -> int:
+async def main(argv: list[str], make_mesh: Callable[[Path], LocalMesh] = LocalMesh) -> int:
+    """Start a mesh (``make_mesh``: the local processes, or scripts/container_mesh.py's
+    containers), run the demo, stop."""
     parser = argparse.ArgumentParser(description="Run the apex-mesh locally with a demo.")
     parser.add_argument(
         "--exit-after-demo",
@@ -216,9 +220,16 @@ async def main(argv: list[str]) -> int:
         default=None,
         help="where logs, certificates and Redis data go (default: a temp dir)",
     )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="log level of every service (JSON lines in the workdir's *.log)",
+    )
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="apex-mesh-"))
-    mesh = LocalMesh(workdir)
+    mesh = make_mesh(workdir)
+    mesh.log_level = args.log_level
     say("mesh", f"starting redis-server and services; logs in {workdir}")
     try:
         await mesh.start()
@@ -226,6 +237,11 @@ async def main(argv: list[str]) -> int:
             ports = {k: v for k, v in child.info.items() if k.endswith("_port")}
             say("mesh", f"{child.name} ready {ports}")
         await demo(mesh)
+        if mesh.dashboard_url:
+            say("mesh", f"dashboard: {mesh.dashboard_url}login?token={mesh.read_token}")
+        # The one line to point apexctl at this mesh (docs/operations.md).
+        venv = Path(sys.executable).parent
+        say("mesh", f'apexctl: export APEXCTL_CONTEXT={mesh.context_file} PATH="{venv}:$PATH"')
         if not args.exit_after_demo:
             say("mesh", "running; press Ctrl-C to stop")
             stop = asyncio.Event()

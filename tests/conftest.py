@@ -14,6 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from apexmesh.store.keys import Keys
+from tests.support.demo_mesh import DemoMesh, start_demo
 from tests.support.redis_server import RedisServer
 
 
@@ -39,6 +40,18 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def demo_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoMesh]:
+    """The README's run command, running (tests/support/demo_mesh.py): one per session,
+    shared by the operator tests (apexctl, admin APIs, dashboard); it costs half a
+    minute to start on two cores."""
+    mesh = start_demo(tmp_path_factory.mktemp("demo-mesh"))
+    try:
+        yield mesh
+    finally:
+        mesh.stop()
 
 
 #: Every test says which kind it is (pyproject's markers; ``scripts/test -m unit`` runs

@@ -203,6 +203,8 @@ class BeepConnection(asyncio.Protocol):
         self.on_start = on_start
         self.transport: asyncio.Transport | None = None
         self.peer_address: object = None
+        #: Told of every SASL exchange this peer refused as the server (audit).
+        self.on_auth_failed: Callable[[BeepConnection, ev.AuthenticationFailed], None] | None = None
         self.greeting: asyncio.Future[ev.GreetingReceived] = self.loop.create_future()
         self.closed: asyncio.Future[ev.Event] = self.loop.create_future()
         self._channels: dict[int, Channel] = {}
@@ -218,11 +220,6 @@ class BeepConnection(asyncio.Protocol):
         self._reading_paused = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._end: ConnectionClosedError | None = None
-        #: Sees every SASL failure of this peer as the server (throttling, logs and
-        #: metrics are the application's: the relay's SASL failure policy).
-        self.on_auth_failure: Callable[[BeepConnection, ev.AuthenticationFailed], None] | None = (
-            None
-        )
         self._held: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------- asyncio.Protocol
@@ -587,8 +584,8 @@ class BeepConnection(asyncio.Protocol):
 
     def _on_auth_failed(self, event: ev.AuthenticationFailed) -> None:
         if event.server_side:
-            if self.on_auth_failure is not None:
-                self.on_auth_failure(self, event)
+            if self.on_auth_failed is not None:
+                self.on_auth_failed(self, event)
             return
         if self._auth is not None and not self._auth.done():
             reason = f"{event.code} {event.text}".rstrip()

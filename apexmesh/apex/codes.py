@@ -1,9 +1,11 @@
-"""APEX reply codes (RFC 3340 section 10, plus 551 of RFC 3341 section 4.3).
+"""APEX reply codes (RFC 3340 section 10, 551 of RFC 3341 section 4.3, and the
+content-based pubsub codes of draft-wyman-apex-pubsub-00 Appendix A).
 
 APEX reuses BEEP's three-digit codes (RFC 3080 section 8, ``apexmesh.beep.codes``) and
 adds 250 ("transaction successful") and 555 ("transaction already in progress"). RFC 3341
 section 4.3 step 5 also names 551 for "no such access entry", which RFC 3340 section 10
 does not list; it is registered here so that the access service never invents a number.
+The content-based pubsub draft adds 561, 566, 567 and 568 (Appendix A) the same way.
 Each member carries the RFC's own wording as ``text`` so that a ``reply`` element can
 carry a diagnostic without a second table.
 """
@@ -86,6 +88,14 @@ class ApexReplyCode(enum.IntEnum):
     )
     #: transaction already in progress
     TRANSACTION_IN_PROGRESS = (555, "transaction already in progress")
+    #: invalid message structure (draft-wyman-apex-pubsub-00 section 5.9.1)
+    INVALID_MESSAGE = (561, "invalid message structure")
+    #: unsupported message selector class (draft-wyman-apex-pubsub-00 section 5.8.1)
+    UNSUPPORTED_SELECTOR_CLASS = (566, "unsupported message selector class")
+    #: incorrect message selector (draft-wyman-apex-pubsub-00 section 5.8.1)
+    INCORRECT_SELECTOR = (567, "incorrect message selector")
+    #: invalid topic name and subscription identifier (draft-wyman-apex-pubsub-00 5.8.2)
+    NO_SUCH_SUBSCRIPTION = (568, "invalid topic name and subscription identifier")
 
     @property
     def transient(self) -> bool:

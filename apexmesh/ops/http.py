@@ -1,4 +1,4 @@
-"""The admin HTTP app every service serves: ``/healthz``, ``/readyz``, ``/metrics``.
+"""The HTTP app every service serves: ``/healthz``, ``/readyz``, ``/metrics``, ``/admin``.
 
 Kubernetes probes liveness on ``/healthz`` (the process answers) and readiness on
 ``/readyz`` (its dependencies answer: Redis, the gRPC server), and Prometheus scrapes
@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 
 import uvicorn
 from fastapi import FastAPI, Response
@@ -23,8 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-#: A readiness probe: returns None when ready, or the reason it is not.
-ReadinessProbe = Callable[[], Awaitable[str | None]]
+from apexmesh.ops.admin import ADMIN_PREFIX, AdminSpec, ReadinessProbe, create_admin_app
 
 
 def redis_ready(
@@ -49,8 +48,14 @@ def redis_ready(
     return ready
 
 
-def create_ops_app(service: str, registry: CollectorRegistry, ready: ReadinessProbe) -> FastAPI:
-    """Build the admin app of ``service``."""
+def create_ops_app(
+    service: str,
+    registry: CollectorRegistry,
+    ready: ReadinessProbe,
+    admin: AdminSpec | None = None,
+) -> FastAPI:
+    """Build the HTTP app of ``service``: probes, metrics, and the admin API under
+    ``/admin`` (:mod:`apexmesh.ops.admin`) when ``admin`` is given."""
     app = FastAPI(title=f"apex-mesh {service}", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/healthz")
@@ -69,6 +74,8 @@ def create_ops_app(service: str, registry: CollectorRegistry, ready: ReadinessPr
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    if admin is not None:
+        app.mount(ADMIN_PREFIX, create_admin_app(service, admin, ready))
     return app
 
 

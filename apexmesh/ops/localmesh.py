@@ -31,6 +31,8 @@ from typing import Any, Final
 
 import httpx
 
+from apexmesh.ops.targets import Context, Target, write_context
+
 #: Seconds a child gets to print its listening line and report ready.
 _log = logging.getLogger(__name__)
 
@@ -84,6 +86,9 @@ class Relay:
     http_port: int
 
 
+#: The context file written into the workdir (apexctl, the dashboard; issue #22).
+CONTEXT_FILE: Final = "apexctl.yaml"
+
 #: The topic the demo creates in each domain (pubsub, issue #7).
 DEMO_TOPIC: Final = "demo.news"
 
@@ -104,11 +109,28 @@ def pubsub_access_entries(domain: str) -> str:
 class LocalMesh:
     """Start, observe and stop the local mesh. See the module docstring."""
 
-    def __init__(self, workdir: Path, *, python: str = sys.executable, dev: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        python: str = sys.executable,
+        dev: bool = False,
+        log_level: str = "INFO",
+        dashboard: bool = True,
+    ) -> None:
         self.workdir = workdir
         self.python = python
         #: A development run: plaintext BEEP, no SASL, anonymous attach (benchmarks only).
         self.dev = dev
+        #: APEXMESH_LOG_LEVEL of every service.
+        self.log_level = log_level
+        #: Run the web dashboard too (services/dashboard/).
+        self.dashboard = dashboard
+        #: Bearer tokens of every service's admin API (apexmesh/ops/admin.py).
+        self.admin_token = secrets.token_urlsafe(24)
+        self.read_token = secrets.token_urlsafe(24)
+        #: The context file apexctl and the dashboard read (apexmesh/ops/targets.py).
+        self.context_file = workdir / CONTEXT_FILE
         self.children: list[Child] = []
         self.relays: list[Relay] = []
         self.passwords = {endpoint: secrets.token_urlsafe(18) for endpoint in ENDPOINTS}
@@ -176,6 +198,9 @@ class LocalMesh:
         common = {
             "APEXMESH_REDIS_URL": redis_url,
             "APEXMESH_SHUTDOWN_GRACE": "2",
+            "APEXMESH_LOG_LEVEL": self.log_level,
+            "APEXMESH_ADMIN_TOKEN": self.admin_token,
+            "APEXMESH_ADMIN_READ_TOKEN": self.read_token,
             "PYTHONUNBUFFERED": "1",
         }
         security = {
@@ -283,6 +308,80 @@ class LocalMesh:
 
         # pubsub (issue #7): one pubsub pod behind each relay pod.
         self._plan_pubsub(common, {d: (p[0], p[2]) for d, p in ports.items()})
+        if self.dashboard:
+            self.children.append(
+                self._child(
+                    "dashboard",
+                    "services.dashboard",
+                    {
+                        "APEXMESH_DASHBOARD_CONTEXT": str(self.context_file),
+                        "APEXMESH_DASHBOARD_HTTP_PORT": str(free_port()),
+                        "APEXMESH_DASHBOARD_TOKEN": self.read_token,
+                        "APEXMESH_LOG_LEVEL": self.log_level,
+                        "PYTHONUNBUFFERED": "1",
+                    },
+                )
+            )
+        self._write_context(redis_url)
+
+    # ------------------------------------------------------------ the context (issue #22)
+
+    def _write_context(self, redis_url: str) -> None:
+        """The context file for apexctl and the dashboard: every service's admin URL
+        (their HTTP ports are fixed before they start), the tokens, the CA, Redis and
+        the endpoints' passwords (apexmesh/ops/targets.py)."""
+        targets = []
+        for child in self.children:
+            service = child.module.rpartition(".")[2]
+            port = next((v for k, v in child.env.items() if k.endswith("_HTTP_PORT")), "")
+            if service == "dashboard" or not port:
+                continue
+            domain = next(
+                (
+                    child.env[k]
+                    for k in (
+                        "APEXMESH_DOMAINS",
+                        "APEXMESH_PUBSUB_DOMAINS",
+                        "APEXMESH_REPORT_DOMAINS",
+                        "APEXMESH_PRESENCE_DOMAINS",
+                    )
+                    if k in child.env
+                ),
+                "",
+            )
+            relay = next((r for r in self.relays if r.name == child.name), None)
+            targets.append(
+                Target(
+                    name=child.name,
+                    service=service,
+                    domain=domain,
+                    admin_url=f"http://127.0.0.1:{port}",
+                    edge="" if relay is None else f"127.0.0.1:{relay.edge_port}",
+                )
+            )
+        write_context(
+            self.context_file,
+            Context(
+                name="local",
+                kind="local",
+                services=tuple(targets),
+                admin_token=self.admin_token,
+                read_token=self.read_token,
+                ca_file="" if self.dev else str(self.ca_file),
+                redis_url=redis_url,
+                credentials_file="" if self.dev else str(self.workdir / "sasl-credentials"),
+                dashboard_url=self.dashboard_url,
+            ),
+        )
+
+    @property
+    def dashboard_url(self) -> str:
+        """The dashboard's address, with the login token ("" without a dashboard)."""
+        for child in self.children:
+            if child.module == "services.dashboard":
+                port = child.env["APEXMESH_DASHBOARD_HTTP_PORT"]
+                return f"http://127.0.0.1:{port}/"
+        return ""
 
     # ------------------------------------------------------------ pubsub (issue #7)
 
@@ -369,14 +468,23 @@ class LocalMesh:
         await asyncio.gather(*(self._start_child(c) for c in others))
         await asyncio.gather(*(self._await_ready(c) for c in self.children))
 
-    async def _start_redis(self) -> None:
+    # ------------------------------------------------------------ how processes start
+    # scripts/containers runs the same plan from the container images: it overrides these
+    # three to prefix ``docker run --network host`` (scripts/container_mesh.py).
+
+    def command(self, child: Child) -> list[str]:
+        """The command that runs ``child`` (its environment is ``child.env``)."""
+        return [self.python, "-m", child.module]
+
+    def redis_binary(self) -> str:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (scripts/install installs it)")
-        self.redis_port = free_port()
-        data = self.workdir / "redis"
-        data.mkdir(exist_ok=True)
-        self._redis = await asyncio.create_subprocess_exec(
+        return binary
+
+    def redis_command(self, binary: str, data: Path) -> list[str]:
+        """redis-server on loopback with AOF in ``data`` and this run's password."""
+        return [
             binary,
             "--bind",
             "127.0.0.1",
@@ -390,6 +498,15 @@ class LocalMesh:
             str(data),
             "--requirepass",
             self._redis_password,
+        ]
+
+    async def _start_redis(self) -> None:
+        binary = self.redis_binary()
+        self.redis_port = free_port()
+        data = self.workdir / "redis"
+        data.mkdir(exist_ok=True)
+        self._redis = await asyncio.create_subprocess_exec(
+            *self.redis_command(binary, data),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
@@ -415,9 +532,7 @@ class LocalMesh:
         log = child.log.open("ab")
         try:
             child.process = await asyncio.create_subprocess_exec(
-                self.python,
-                "-m",
-                child.module,
+                *self.command(child),
                 env=env,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,

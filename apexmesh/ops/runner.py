@@ -3,7 +3,9 @@
 Each ``services/<name>/__main__.py`` hands :func:`run_service` its settings loader, its
 composition root and what to announce; the shape is the same for all of them:
 
-* settings are read once; bad settings exit with 2 before anything starts;
+* logging is set up (JSON lines on stderr, :mod:`apexmesh.ops.logs`, at
+  ``APEXMESH_LOG_LEVEL``); settings are read once; bad settings exit with 2 before
+  anything starts;
 * the app starts; an unreachable dependency or a port that cannot be bound exits with 1,
   and errors the service declares fatal (a bad seed file) exit with 2;
 * one JSON line ``{"event": "listening", "service": NAME, ...ports}`` goes to stdout,
@@ -20,6 +22,7 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -29,7 +32,8 @@ from typing import Protocol, TypeVar
 import uvloop
 from redis.exceptions import RedisError
 
-from apexmesh.ops.settings import SettingsError
+from apexmesh.ops.logs import setup_logging
+from apexmesh.ops.settings import SettingsError, log_level
 
 #: Seconds after which a stop that has not finished gets its tasks' stacks logged.
 STALL_REPORT_SECONDS = 5.0
@@ -54,11 +58,12 @@ def run_service(
     fatal: tuple[type[Exception], ...] = (),
 ) -> int:
     """Run one service process until SIGTERM or SIGINT; return its exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     log = logging.getLogger(f"services.{name}")
     try:
+        setup_logging(name, log_level(os.environ))
         settings = load_settings()
     except SettingsError as exc:
+        setup_logging(name)
         log.error("bad settings: %s", exc)  # noqa: TRY400  (expected: no traceback)
         return 2
     return uvloop.run(_run(name, settings, build, announce, fatal, log))

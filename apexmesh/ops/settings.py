@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -67,6 +69,75 @@ def env_list(env: Mapping[str, str], name: str, default: tuple[str, ...] = ()) -
     if value is None or value.strip() == "":
         return default
     return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+#: The environment variable that sets the level of every service's log.
+LOG_LEVEL: Final = "APEXMESH_LOG_LEVEL"
+
+#: Levels a service logs at.
+_LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(env: Mapping[str, str]) -> str:
+    """``APEXMESH_LOG_LEVEL`` (``INFO``): the level of the service's JSON log lines."""
+    value = (env.get(LOG_LEVEL) or "INFO").strip().upper()
+    if value not in _LOG_LEVELS:
+        raise SettingsError(f"{LOG_LEVEL}={value!r} is not one of {', '.join(_LOG_LEVELS)}")
+    return value
+
+
+#: Shortest admin token accepted outside development (128 bits as URL-safe base64).
+MIN_ADMIN_TOKEN_CHARS: Final = 22
+
+
+@dataclass(frozen=True, slots=True)
+class AdminTokens:
+    """The bearer tokens of a service's admin API (apexmesh/ops/admin.py): ``admin``
+    may do everything, ``read`` may only look. None: that role is not granted to
+    anyone; with neither, the admin API refuses every call."""
+
+    admin: str | None = None
+    read: str | None = None
+
+
+def _secret(env: Mapping[str, str], name: str) -> str | None:
+    """``name`` from the environment, or the first line of the file ``name_FILE``
+    names (a mounted Kubernetes Secret)."""
+    value = env.get(name) or None
+    path = env.get(f"{name}_FILE") or None
+    if value is not None and path is not None:
+        raise SettingsError(f"set {name} or {name}_FILE, not both")
+    if path is not None:
+        try:
+            value = Path(path).read_text(encoding="utf-8").strip() or None
+        except OSError as exc:
+            raise SettingsError(f"{name}_FILE: {exc}") from None
+    return value
+
+
+def admin_tokens(env: Mapping[str, str], *, dev: bool) -> AdminTokens:
+    """``APEXMESH_ADMIN_TOKEN`` and ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``):
+    outside development each must be at least :data:`MIN_ADMIN_TOKEN_CHARS` long, and
+    the two must differ (a read-only caller must never hold the admin token)."""
+    tokens = AdminTokens(
+        admin=_secret(env, "APEXMESH_ADMIN_TOKEN"), read=_secret(env, "APEXMESH_ADMIN_READ_TOKEN")
+    )
+    for name, token in (
+        ("APEXMESH_ADMIN_TOKEN", tokens.admin),
+        ("APEXMESH_ADMIN_READ_TOKEN", tokens.read),
+    ):
+        if token is None:
+            continue
+        if any(char.isspace() for char in token):
+            raise SettingsError(f"{name} contains white space")
+        if not dev and len(token) < MIN_ADMIN_TOKEN_CHARS:
+            raise SettingsError(
+                f"{name} is shorter than {MIN_ADMIN_TOKEN_CHARS} characters; "
+                f"set {DEV_FLAG}=1 for development"
+            )
+    if tokens.admin is not None and tokens.admin == tokens.read:
+        raise SettingsError("APEXMESH_ADMIN_TOKEN and APEXMESH_ADMIN_READ_TOKEN must differ")
+    return tokens
 
 
 def required_domains(env: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -150,8 +221,12 @@ def env_pairs(env: Mapping[str, str], name: str) -> dict[str, str]:
 
 __all__ = [
     "DEV_FLAG",
+    "MIN_ADMIN_TOKEN_CHARS",
+    "AdminTokens",
+    "LOG_LEVEL",
     "WILDCARD_HOSTS",
     "SettingsError",
+    "admin_tokens",
     "bind_host",
     "check_bind_host",
     "check_grpc_target",
@@ -162,5 +237,6 @@ __all__ = [
     "env_list",
     "env_pairs",
     "grpc_targets",
+    "log_level",
     "required_domains",
 ]

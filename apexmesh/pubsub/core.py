@@ -42,6 +42,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.options import Option
 from apexmesh.apex.party import DATA_HOPPING, MAX_HOPS, data_hopping_of, data_hopping_option
 from apexmesh.pubsub.elements import (
+    WELL_KNOWN_TOPICS,
     Cancel,
     CreateTopic,
     DeleteTopic,
@@ -223,10 +224,32 @@ def _no_topic(section: str, step: int, to: Endpoint, trans_id: int, topic: str) 
 # --------------------------------------------------------------------------- 4.2 - 4.4
 
 
-def create_topic(op: CreateTopic, originator: Endpoint, *, allowed: bool, exists: bool) -> Outcome:
-    """Section 4.2."""
+def create_topic(
+    op: CreateTopic,
+    originator: Endpoint,
+    *,
+    allowed: bool,
+    exists: bool,
+    schemas_supported: bool = False,
+) -> Outcome:
+    """Section 4.2; a well-known topic (draft-wyman-apex-pubsub-00 section 6.1) is the
+    service's own and cannot be created by anyone else (553). A message or selector schema
+    (draft-wyman 6.2.3) is refused with 504 unless the caller stores and enforces them
+    (``schemas_supported``): a topic must never be created with a schema it ignores."""
     if not allowed:
         return _denied("4.2", originator, op.trans_id)
+    if op.topic in WELL_KNOWN_TOPICS:
+        return _reply(
+            "4.2/2", originator, ApexReplyCode.PARAMETER_INVALID, op.trans_id, "reserved topic"
+        )
+    if not schemas_supported and not op.description.settings.is_default:
+        return _reply(
+            "4.2/schemas",
+            originator,
+            ApexReplyCode.PARAMETER_NOT_IMPLEMENTED,
+            op.trans_id,
+            "message and selector schemas are not supported by this service",
+        )
     if exists:
         return _reply(
             "4.2/2", originator, ApexReplyCode.PARAMETER_INVALID, op.trans_id, "topic exists"
@@ -254,9 +277,13 @@ def delete_topic(
     creator: Endpoint | None = None,
 ) -> Outcome:
     """Section 4.3; the topic's subscriptions end with a cancel to each originator, and
-    its creator's access entry is removed."""
+    its creator's access entry is removed. A well-known topic cannot be deleted (553)."""
     if not allowed:
         return _denied("4.3", originator, op.trans_id)
+    if op.topic in WELL_KNOWN_TOPICS:
+        return _reply(
+            "4.3/2", originator, ApexReplyCode.PARAMETER_INVALID, op.trans_id, "reserved topic"
+        )
     if not exists:
         return _no_topic("4.3", 2, originator, op.trans_id, op.topic)
     changes: list[Change] = [TopicDeleted(op.topic, originator), TupleRemoved(op.topic)]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from apexmesh.apex import _dtd
@@ -37,6 +37,7 @@ from apexmesh.apex.elements import Reply, reply_from
 from apexmesh.apex.endpoint import Endpoint, well_known
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import Element
+from apexmesh.pubsub.topic_description import TopicDescription, description_from
 
 #: The well-known endpoint name of the service (section 5.1).
 SERVICE_NAME: Final = "pubsub"
@@ -62,12 +63,20 @@ MAX_SECONDS: Final = 2_147_483_647
 #: Topics in one topiclist (bounds one answer; a domain with more is refused 554).
 MAX_TOPICS_LISTED: Final = 10_000
 
+#: The well-known topics of draft-wyman-apex-pubsub-00 section 6 ("The 'WKT=' prefix for
+#: topic names is reserved for registered well-known topics"): names outside the topic
+#: syntax, valid only as exactly these, which the service alone creates.
+WELL_KNOWN_TOPICS: Final = frozenset({"WKT=Topics", "WKT=Subscriptions"})
+
 _TOPIC: Final = re.compile(r"[a-z][a-z0-9_-]*(?:\.[a-z0-9_-]+)*")
 _SIGNED: Final = re.compile(r"[+-]?[0-9]{1,10}")
 
 
 def is_topic(text: str) -> bool:
-    """True for a topic name of section 2 / the DTD's TOPIC (see the module docstring)."""
+    """True for a topic name of section 2 / the DTD's TOPIC (see the module docstring), or
+    a registered well-known topic."""
+    if text in WELL_KNOWN_TOPICS:
+        return True
     return len(text) <= MAX_TOPIC_OCTETS and _TOPIC.fullmatch(text) is not None
 
 
@@ -110,10 +119,12 @@ def is_service(endpoint: Endpoint) -> bool:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateTopic:
-    """``createtopic`` (section 4.2)."""
+    """``createtopic`` (section 4.2), with the optional children draft-wyman-apex-pubsub-00
+    adds (section 6.2.3: publishers, description, message and selector schemas)."""
 
     topic: str
     trans_id: int
+    description: TopicDescription = field(default_factory=TopicDescription)
 
     def __post_init__(self) -> None:
         _dtd.check_uniqid(self.trans_id, "createtopic")
@@ -121,7 +132,7 @@ class CreateTopic:
 
     def to_xml(self) -> bytes:
         head = _dtd.attr("topic", self.topic) + _dtd.attr("transID", str(self.trans_id))
-        return f"<createtopic{head} />".encode()
+        return _dtd.container("createtopic", head, self.description.to_xml())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,8 +269,19 @@ def _topic_operation(element: Element) -> tuple[str, int]:
 
 
 def createtopic_from(element: Element) -> CreateTopic:
-    topic, trans_id = _topic_operation(element)
-    return CreateTopic(topic=topic, trans_id=trans_id)
+    """draft-schwartz's empty createtopic, or draft-wyman's with children (6.2.3)."""
+    if next(element.iterchildren(), None) is None:
+        topic, trans_id = _topic_operation(element)
+        return CreateTopic(topic=topic, trans_id=trans_id)
+    attrs = _dtd.attributes(element, allowed=("topic", "transID"), required=("topic", "transID"))
+    trans_id = _dtd.trans_id(attrs["transID"], "createtopic")
+    try:
+        children = _dtd.element_children(element)
+        description = description_from(children, trans_id, "createtopic")
+        topic = check_topic(attrs["topic"], trans_id=trans_id)
+    except ApexError as exc:
+        raise _named(exc, trans_id) from None
+    return CreateTopic(topic=topic, trans_id=trans_id, description=description)
 
 
 def deletetopic_from(element: Element) -> DeleteTopic:
@@ -377,6 +399,7 @@ __all__ = [
     "MAX_TOPIC_OCTETS",
     "SERVICE_NAME",
     "SUBSCRIBE_TOKEN",
+    "WELL_KNOWN_TOPICS",
     "Cancel",
     "CreateTopic",
     "DeleteTopic",

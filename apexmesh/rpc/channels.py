@@ -27,14 +27,19 @@ RECOVERY_OPTIONS: Final[tuple[tuple[str, int], ...]] = (
 
 
 def internal_channel(
-    target: str, options: Sequence[tuple[str, str | int]] = ()
+    target: str,
+    options: Sequence[tuple[str, str | int]] = (),
+    *,
+    interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
 ) -> grpc.aio.Channel:
     """An insecure channel to another service of the mesh (the cluster network is
     private; see docs), with :data:`RECOVERY_OPTIONS` and the caller's ``options``
     (which win)."""
     given = {name for name, _ in options}
     merged = [option for option in RECOVERY_OPTIONS if option[0] not in given]
-    return grpc.aio.insecure_channel(target, options=[*merged, *options])
+    return grpc.aio.insecure_channel(
+        target, options=[*merged, *options], interceptors=list(interceptors) or None
+    )
 
 
 __all__ = ["RECOVERY_OPTIONS", "internal_channel"]

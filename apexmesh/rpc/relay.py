@@ -19,7 +19,7 @@ import grpc
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
-from apexmesh.rpc.channels import internal_channel
+from apexmesh.rpc.observe import observed_channel
 
 _log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class RelaySubmitter:
         addresses: Sequence[str],
         *,
         timeout: float,
-        channel_factory: ChannelFactory = internal_channel,
+        channel_factory: ChannelFactory = observed_channel,
         observe: CallObserver | None = None,
     ) -> None:
         self._observe = observe

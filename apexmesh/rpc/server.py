@@ -12,6 +12,9 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 import grpc
+from prometheus_client import CollectorRegistry
+
+from apexmesh.rpc.observe import ServerObserver
 
 #: Largest gRPC message accepted. APEX operations are small XML elements; batched
 #: checks of a data element with many recipients stay far below this.
@@ -32,17 +35,24 @@ async def create_server(
     port: int = 0,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    options: Sequence[tuple[str, int]] = (),
+    registry: CollectorRegistry | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Build, bind and start a grpc.aio server; return it with the port it listens on.
 
     ``max_message_bytes`` bounds one message either way (a relay carrying whole APEX
-    messages between its pods raises it to its BEEP message limit and some)."""
+    messages between its pods raises it to its BEEP message limit and some); ``options``
+    adds gRPC channel arguments (``grpc.max_connection_age_ms`` ...). With a
+    ``registry`` every call is counted and timed there and runs with its caller's
+    correlation id (:mod:`apexmesh.rpc.observe`)."""
+    observers = [] if registry is None else [ServerObserver(registry)]
     server = grpc.aio.server(
-        interceptors=list(interceptors),
+        interceptors=[*observers, *interceptors],
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0),
+            *options,
         ],
     )
     for register in registrations:

@@ -285,6 +285,17 @@ class HeldStats:
     oldest_age_ms: int | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointHeld:
+    """What is held for one endpoint (the admin API's ``held ls``)."""
+
+    endpoint: str
+    count: int
+    bytes: int
+    #: Age (ms at ``now``) of its oldest held entry.
+    oldest_age_ms: int
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -513,6 +524,36 @@ class HeldStore:
             oldest_age_ms=now - int(oldest[0][1]) if oldest else None,
         )
 
+    async def by_endpoint(
+        self, domain: str, now: int, *, limit: int = 10_000
+    ) -> list[EndpointHeld]:
+        """The endpoints of ``domain`` with held data, oldest first, read from the
+        ``held_since`` index (at most its ``limit`` oldest entries) and each endpoint's
+        usage (its quota counters)."""
+        oldest: dict[str, int] = {}
+        since = await self._redis.zrange(
+            self._keys.held_since(domain), 0, limit - 1, withscores=True
+        )
+        for pair in since:
+            member, score = pair[0], pair[1]
+            endpoint = _text(member).partition(" ")[2]
+            oldest.setdefault(endpoint, int(score))
+        if not oldest:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for endpoint in oldest:
+                pipe.hmget(self._keys.held_usage(endpoint), "count", "bytes")
+            usages = await pipe.execute()
+        return [
+            EndpointHeld(
+                endpoint=endpoint,
+                count=int(count or 0),
+                bytes=int(size or 0),
+                oldest_age_ms=max(0, now - held_at),
+            )
+            for (endpoint, held_at), (count, size) in zip(oldest.items(), usages, strict=True)
+        ]
+
     async def domains(self) -> list[str]:
         """Domains that have held data at some time (for metrics labels)."""
         return sorted(_text(d) for d in await self._redis.smembers(self._keys.held_domains()))
@@ -535,6 +576,7 @@ __all__ = [
     "DOMAIN_COUNT",
     "ENDPOINT_BYTES",
     "ENDPOINT_COUNT",
+    "EndpointHeld",
     "HeldEntry",
     "HoldRequest",
     "HeldStats",

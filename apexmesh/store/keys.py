@@ -201,5 +201,15 @@ class Keys:
         with the lease of that subscription (PX), so any pod can tell when to renew."""
         return f"{self.prefix}:pubsub:upstream:{domain}:{topic}"
 
+    # ------------------------------------------------------------------ operations
+    # Issue #22: what operators see. Written only by apexmesh.store.hops.
+
+    def ops_hops(self) -> str:
+        """STREAM of traced hops, capped (XADD MAXLEN ~): one entry per data with a
+        statusRequest that a relay pod of this deployment concluded, with each
+        recipient's outcome and route (docs/operations.md, "Trace a message"). Read by
+        the relays' admin API (``apexctl trace``, the dashboard's trace view)."""
+        return f"{self.prefix}:ops:hops"
+
 
 __all__ = ["DEFAULT_PREFIX", "Keys"]

@@ -220,6 +220,17 @@ class TopicView:
     creator: Endpoint | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TopicSummary:
+    """One topic as operators list it (the admin API's ``topics ls``)."""
+
+    domain: str
+    topic: str
+    created_ms: int
+    creator: str
+    subscriptions: int
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -354,6 +365,44 @@ class PubsubStore:
         """The earliest lease end (ms) in ``domain``, None when no lease runs."""
         first = await self._redis.zrange(self._keys.pubsub_expiry(domain), 0, 0, withscores=True)
         return int(first[0][1]) if first else None
+
+    async def summaries(self, domain: str | None = None) -> list[TopicSummary]:
+        """Every topic (of ``domain`` when given) with its creation and its number of
+        subscriptions, sorted by domain and name."""
+        raw = await self._redis.hgetall(self._keys.pubsub_topics())
+        found: list[tuple[str, str, dict[str, object]]] = []
+        for field_, value in raw.items():
+            where, _, topic = _text(field_).partition(" ")
+            if domain is not None and where != domain:
+                continue
+            try:
+                record = json.loads(_text(value))
+            except ValueError:
+                record = {}
+            found.append((where, topic, record if isinstance(record, dict) else {}))
+        found.sort(key=lambda item: (item[0], item[1]))
+        if not found:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for where, topic, _ in found:
+                pipe.hlen(self._keys.pubsub_subscriptions(where, topic))
+            counts = await pipe.execute()
+        return [
+            TopicSummary(
+                domain=where,
+                topic=topic,
+                created_ms=int(str(record.get("created_ms", 0) or 0)),
+                creator=str(record.get("creator", "")),
+                subscriptions=int(count),
+            )
+            for (where, topic, record), count in zip(found, counts, strict=True)
+        ]
+
+    async def pending(self, domain: str) -> list[JournalEntry]:
+        """The domain's journal: work accepted and not yet done (sends, publications
+        still being forwarded), for the admin API's backlog figures."""
+        raw = await self._redis.hgetall(self._keys.pubsub_journal(domain))
+        return [JournalEntry.decode(_text(k), _text(v)) for k, v in raw.items()]
 
     async def events(self, count: int = 10_000) -> list[dict[str, str]]:
         """The first ``count`` events of the log, oldest first (tests, tools)."""
@@ -607,6 +656,7 @@ __all__ = [
     "EVENT_VERSION",
     "JournalEntry",
     "PubsubStore",
+    "TopicSummary",
     "TopicView",
     "new_entry",
 ]

@@ -27,6 +27,7 @@ from typing import Any, Final, Protocol
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from apexmesh.pubsub.lease import LeaseRecord, decide, lease_name
 from apexmesh.store.pubsub import PubsubStore
@@ -55,6 +56,16 @@ class RedisLeader:
         await self._store.resign(domain)
 
 
+def load_config() -> None:
+    """The pod's service account inside a cluster; elsewhere the kubeconfig
+    (``$KUBECONFIG`` or ``~/.kube/config``): a pubsub pod run outside the cluster, or
+    against an emulated API in tests (tests/apexmesh/store/test_pubsub_leader_kubernetes.py)."""
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+
+
 def _ms(when: datetime | None) -> int:
     if when is None:
         return 0
@@ -67,7 +78,8 @@ class KubernetesLeader:
     """Leadership through one Lease per domain.
 
     ``api`` is a ``kubernetes.client.CoordinationV1Api`` (built from the in-cluster
-    configuration when not given); ``clock`` returns the time, for tests."""
+    configuration when not given, else from the kubeconfig: :func:`load_config`);
+    ``clock`` returns the time, for tests."""
 
     def __init__(
         self,
@@ -82,13 +94,20 @@ class KubernetesLeader:
         self.namespace = namespace
         self.prefix = prefix
         if api is None:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            load_config()
             api = client.CoordinationV1Api()
         self._api = api
         self._clock = clock or (lambda: datetime.now(UTC))
 
     async def lead(self, domain: str, lease_ms: int) -> bool:
-        return await asyncio.to_thread(self._lead, domain, lease_ms)
+        """Take or keep the Lease; an API server that fails or cannot be reached (an
+        upgrade, a 5xx, a refused connection) means not leading this round, and the next
+        round tries again: the caller's renewal loop must not die of it."""
+        try:
+            return await asyncio.to_thread(self._lead, domain, lease_ms)
+        except (ApiException, HTTPError) as exc:
+            _log.warning("Lease %s: %s", lease_name(self.prefix, domain), exc)
+            return False
 
     async def resign(self, domain: str) -> None:
         await asyncio.to_thread(self._resign, domain)

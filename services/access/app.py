@@ -8,19 +8,24 @@ gRPC grace period first so in-flight checks finish (uvicorn's shutdown order).
 from __future__ import annotations
 
 import logging
+import os
 from datetime import UTC, datetime
 
 import grpc
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Gauge
 from redis.asyncio import Redis
 
 from apexmesh.apex.access import Domains, TokenRegistry, parse_entries
 from apexmesh.contracts.access.v1 import access_pb2_grpc
+from apexmesh.ops.admin import AdminSpec, Guard
+from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.http import HttpServer
+from apexmesh.ops.registry import service_registry
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.access_entries import AccessEntryStore
 from apexmesh.store.keys import Keys
+from services.access.admin import access_routers
 from services.access.http import create_http_app
 from services.access.servicer import AccessMetrics, AccessOperations, AccessServicer
 from services.access.settings import AccessSettings
@@ -37,7 +42,7 @@ class AccessApp:
 
     def __init__(self, settings: AccessSettings) -> None:
         self.settings = settings
-        self.registry = CollectorRegistry()
+        self.registry = service_registry("access")
         self.redis: Redis = Redis.from_url(settings.redis_url)
         self.keys = Keys(settings.redis_prefix)
         self.tokens = TokenRegistry().with_tokens(settings.extra_tokens)
@@ -59,7 +64,23 @@ class AccessApp:
             "Decisions held by the service's own decision cache.",
             registry=self.registry,
         ).set_function(lambda: len(self.checker))
-        self.http = HttpServer(create_http_app(self.registry, self.redis, self.checker))
+        guard = Guard(settings.admin, AuthFailures("access", self.registry))
+        self.http = HttpServer(
+            create_http_app(
+                self.registry,
+                self.redis,
+                self.checker,
+                AdminSpec(
+                    guard=guard,
+                    pod=f"access-{os.getpid()}",
+                    domains=settings.domains,
+                    routers=access_routers(
+                        self.store, self.tokens, frozenset(settings.domains), _now, guard
+                    ),
+                    details=lambda: {"grpc_port": self.grpc_port, "http_port": self.http_port},
+                ),
+            )
+        )
         self._grpc: grpc.aio.Server | None = None
         self.grpc_port = 0
         self.http_port = 0
@@ -76,6 +97,7 @@ class AccessApp:
             [lambda server: access_pb2_grpc.add_AccessServiceServicer_to_server(servicer, server)],
             host=self.settings.grpc_host,
             port=self.settings.grpc_port,
+            registry=self.registry,
         )
         self.http_port = await self.http.start(self.settings.http_host, self.settings.http_port)
 

@@ -15,6 +15,8 @@
 - ``APEXMESH_ACCESS_EXTRA_TOKENS``: extra ``service:operation`` tokens to accept.
 - ``APEXMESH_ACCESS_RESYNC_SECONDS`` (``1.0``): cache version check interval.
 - ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``): seconds in-flight calls get on SIGTERM.
+- ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
+  tokens of the admin API (apexmesh/ops/admin.py).
 - ``APEXMESH_DEV`` (``0``): ``1`` allows development-only settings.
 """
 
@@ -22,14 +24,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from apexmesh.apex.access import AccessError, TokenRegistry
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.ops.settings import (
     DEV_FLAG,
+    AdminTokens,
     SettingsError,
+    admin_tokens,
     check_redis_url,
     env_flag,
     env_float,
@@ -56,6 +60,7 @@ class AccessSettings:
     resync_seconds: float
     shutdown_grace: float
     dev: bool
+    admin: AdminTokens = field(default_factory=AdminTokens)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AccessSettings:
@@ -94,6 +99,7 @@ class AccessSettings:
             resync_seconds=env_float(env, "APEXMESH_ACCESS_RESYNC_SECONDS", 1.0),
             shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
             dev=dev,
+            admin=admin_tokens(env, dev=dev),
         )
 
 

@@ -10,22 +10,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from datetime import UTC, datetime
 
 import grpc
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Gauge
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2_grpc
 from apexmesh.contracts.presence.v1 import presence_pb2_grpc
+from apexmesh.ops.admin import AdminSpec, Guard
+from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.http import HttpServer
+from apexmesh.ops.registry import service_registry
 from apexmesh.rpc.access import AccessClient
-from apexmesh.rpc.channels import internal_channel
+from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.keys import Keys
 from apexmesh.store.presence import PresenceStore
+from services.presence.admin import presence_routers
 from services.presence.http import create_http_app
 from services.presence.servicer import (
     PresenceEndpointServicer,
@@ -47,13 +52,29 @@ class PresenceApp:
 
     def __init__(self, settings: PresenceSettings) -> None:
         self.settings = settings
-        self.registry = CollectorRegistry()
+        self.registry = service_registry("presence")
         self.redis: Redis = Redis.from_url(settings.redis_url)
         self.keys = Keys(settings.redis_prefix)
         self.store = PresenceStore(self.redis, self.keys)
         self.metrics = PresenceMetrics.create(self.registry)
         self.relays = RelaySubmitter(settings.relay_addresses, timeout=settings.relay_timeout)
-        self.http = HttpServer(create_http_app(self.registry, self.redis, self.relays))
+        guard = Guard(settings.admin, AuthFailures("presence", self.registry))
+        self.http = HttpServer(
+            create_http_app(
+                self.registry,
+                self.redis,
+                self.relays,
+                AdminSpec(
+                    guard=guard,
+                    pod=f"presence-{os.getpid()}",
+                    domains=settings.domains,
+                    routers=presence_routers(
+                        lambda: None if self.service is None else self.service.core, guard
+                    ),
+                    details=lambda: {"grpc_port": self.grpc_port, "http_port": self.http_port},
+                ),
+            )
+        )
         self.service: PresenceService | None = None
         self._access_channel: grpc.aio.Channel | None = None
         self._grpc: grpc.aio.Server | None = None
@@ -67,7 +88,7 @@ class PresenceApp:
         _log.info(
             "loaded %d presence entries, %d operations", len(core.entries), len(core.operations)
         )
-        self._access_channel = internal_channel(self.settings.access_address)
+        self._access_channel = observed_channel(self.settings.access_address)
         access = AccessClient(self._access_channel, timeout=self.settings.relay_timeout)
         service = PresenceService(core, self.store, access, self.relays, self.metrics, _now)
         self.service = service
@@ -87,6 +108,7 @@ class PresenceApp:
             ],
             host=self.settings.grpc_host,
             port=self.settings.grpc_port,
+            registry=self.registry,
         )
         self._loop = asyncio.create_task(self._run_timers(service))
         self.http_port = await self.http.start(self.settings.http_host, self.settings.http_port)

@@ -11,6 +11,8 @@
   durations, checks attachment leases).
 - ``APEXMESH_PRESENCE_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7413``; 0 = any port).
 - ``APEXMESH_PRESENCE_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8413``): admin HTTP.
+- ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
+  tokens of the admin API (apexmesh/ops/admin.py).
 - ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``), ``APEXMESH_DEV`` (``0``).
 
 Wildcard binds are refused unless ``APEXMESH_DEV=1`` (the rule of apexmesh/ops/settings.py).
@@ -20,11 +22,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from apexmesh.ops.settings import (
     DEV_FLAG,
+    AdminTokens,
     SettingsError,
+    admin_tokens,
     bind_host,
     check_grpc_target,
     check_redis_url,
@@ -51,6 +55,7 @@ class PresenceSettings:
     http_port: int
     shutdown_grace: float
     dev: bool
+    admin: AdminTokens = field(default_factory=AdminTokens)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PresenceSettings:
@@ -80,6 +85,7 @@ class PresenceSettings:
             http_port=env_int(env, "APEXMESH_PRESENCE_HTTP_PORT", 8413),
             shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
             dev=dev,
+            admin=admin_tokens(env, dev=dev),
         )
 
 

@@ -15,21 +15,25 @@ import logging
 import time
 
 import grpc
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Gauge
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2_grpc
 from apexmesh.contracts.presence.v1 import presence_pb2_grpc
+from apexmesh.ops.admin import AdminSpec, Guard
+from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.http import HttpServer
+from apexmesh.ops.registry import service_registry
 from apexmesh.rpc.access import AccessClient
-from apexmesh.rpc.channels import internal_channel
+from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_leader import elector_for
+from services.pubsub.admin import pubsub_routers
 from services.pubsub.http import create_http_app
 from services.pubsub.servicer import PubsubEndpointServicer, PubsubMetrics, PubsubService
 from services.pubsub.settings import PubsubSettings
@@ -38,6 +42,14 @@ _log = logging.getLogger(__name__)
 
 #: Redis connections of one pod (the access cache's subscription takes one more).
 REDIS_CONNECTIONS = 64
+
+#: Connections from relays end after a minute (calls in flight get their full timeout
+#: to finish): a relay then resolves the pubsub Service again and spreads its calls over
+#: the pods an autoscaler added meanwhile (services/relay/app.py, round_robin).
+CONNECTION_AGE_OPTIONS = (
+    ("grpc.max_connection_age_ms", 60_000),
+    ("grpc.max_connection_age_grace_ms", 45_000),
+)
 
 
 def now_ms() -> int:
@@ -49,7 +61,7 @@ class PubsubApp:
 
     def __init__(self, settings: PubsubSettings) -> None:
         self.settings = settings
-        self.registry = CollectorRegistry()
+        self.registry = service_registry("pubsub")
         # Bounded and blocking: a burst of operations waits for a connection instead of
         # failing (MaxConnectionsError) or opening thousands of sockets.
         pool = BlockingConnectionPool.from_url(
@@ -66,7 +78,14 @@ class PubsubApp:
             address: RelaySubmitter([address], timeout=settings.fanout_timeout)
             for address in settings.relay_addresses
         }
-        self.http = HttpServer(create_http_app(self.registry, self.redis, self.relays))
+        self.guard = Guard(settings.admin, AuthFailures("pubsub", self.registry))
+        self.http: HttpServer | None = None
+        self._expiry_lag = Gauge(
+            "apexmesh_pubsub_lease_expiry_lag_seconds",
+            "How far past due the next subscription lease end is after the leader's round "
+            "(0 when on time, and on pods that do not lead).",
+            registry=self.registry,
+        )
         self.service: PubsubService | None = None
         self._channels: list[grpc.aio.Channel] = []
         self._cache: CachedAccessChecker | None = None
@@ -79,14 +98,14 @@ class PubsubApp:
     async def start(self) -> None:
         await self.redis.ping()
         settings = self.settings
-        access_channel = internal_channel(settings.access_address)
+        access_channel = observed_channel(settings.access_address)
         self._channels.append(access_channel)
         access = AccessClient(access_channel, timeout=settings.relay_timeout)
         self._cache = CachedAccessChecker(access, self.redis, self.keys)
         await self._cache.start()
         presence = None
         if settings.presence_address:
-            presence_channel = internal_channel(settings.presence_address)
+            presence_channel = observed_channel(settings.presence_address)
             self._channels.append(presence_channel)
             presence = presence_pb2_grpc.PresenceServiceStub(presence_channel)
         service = PubsubService(
@@ -128,10 +147,31 @@ class PubsubApp:
             ],
             host=settings.grpc_host,
             port=settings.grpc_port,
+            options=CONNECTION_AGE_OPTIONS,
+            registry=self.registry,
         )
         await service.keep_alive()
         self._alive = asyncio.create_task(self._keep_alive(service), name="pubsub-alive")
         self._loop = asyncio.create_task(self._run_timers(service), name="pubsub-leases")
+        self.http = HttpServer(
+            create_http_app(
+                self.registry,
+                self.redis,
+                self.relays,
+                AdminSpec(
+                    guard=self.guard,
+                    pod=settings.pod_id,
+                    domains=settings.domains,
+                    routers=pubsub_routers(service, settings.pod_id, self.guard),
+                    details=lambda: {
+                        "grpc_port": self.grpc_port,
+                        "http_port": self.http_port,
+                        "leading": sorted(service.leading),
+                        "relays": list(settings.relay_addresses),
+                    },
+                ),
+            )
+        )
         self.http_port = await self.http.start(settings.http_host, settings.http_port)
 
     async def _keep_alive(self, service: PubsubService) -> None:
@@ -139,6 +179,7 @@ class PubsubApp:
         while True:
             try:
                 await service.keep_alive()
+                await self.metrics.count(self.store, service.domains, service.leading)
             except (RedisError, OSError) as exc:
                 _log.warning("lease renewal: %s", exc)
             await asyncio.sleep(self.settings.lease_ms / 3000)
@@ -150,10 +191,13 @@ class PubsubApp:
             try:
                 await service.tick()
                 delay = tick
+                lag = 0.0
                 if service.leader:
                     due = await service.next_timer()
                     if due is not None:
                         delay = min(tick, max(0.0, (due - now_ms()) / 1000))
+                        lag = max(0.0, (now_ms() - due) / 1000)
+                self._expiry_lag.set(lag)
             except (RedisError, OSError) as exc:
                 _log.warning("lease loop: %s", exc)
                 delay = tick
@@ -176,7 +220,8 @@ class PubsubApp:
             if self.service is not None:
                 await self.service.resign()
             await self.store.leave()
-        await self.http.stop()
+        if self.http is not None:
+            await self.http.stop()
         if self._cache is not None:
             await self._cache.aclose()
             self._cache = None

@@ -25,13 +25,15 @@ and ``apex=pubsub/TOPIC@D``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
@@ -116,6 +118,9 @@ class PubsubMetrics:
     forwarded: Counter
     sent: Counter
     expired: Counter
+    topics: Gauge
+    subscriptions: Gauge
+    selector_match: Histogram
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> PubsubMetrics:
@@ -148,7 +153,40 @@ class PubsubMetrics:
                 "Subscriptions ended because their duration ran out.",
                 registry=registry,
             ),
+            topics=Gauge(
+                "apexmesh_pubsub_topics",
+                "Topics of a domain (exported by the domain's leader pod only, so that a "
+                "sum over pods counts each once).",
+                ["domain"],
+                registry=registry,
+            ),
+            subscriptions=Gauge(
+                "apexmesh_pubsub_subscriptions",
+                "Subscriptions of a domain's topics (leader pod only, as for topics).",
+                ["domain"],
+                registry=registry,
+            ),
+            selector_match=Histogram(
+                "apexmesh_pubsub_selector_match_seconds",
+                "Time to match one publication against a topic's content selectors "
+                "(content-based pubsub).",
+                buckets=(0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1),
+                registry=registry,
+            ),
         )
+
+    async def count(self, store: PubsubStore, domains: Iterable[str], leading: set[str]) -> None:
+        """Refresh the topic and subscription gauges of the domains this pod leads;
+        drop those it no longer leads."""
+        for domain in domains:
+            if domain not in leading:
+                for gauge in (self.topics, self.subscriptions):
+                    with contextlib.suppress(KeyError):  # never set here
+                        gauge.remove(domain)
+                continue
+            summaries = await store.summaries(domain)
+            self.topics.labels(domain).set(len(summaries))
+            self.subscriptions.labels(domain).set(sum(t.subscriptions for t in summaries))
 
 
 class PubsubService:
@@ -495,6 +533,45 @@ class PubsubService:
             ),
             subscribers=core.concerned(op.topic, op.subject(originator)),
         )
+
+    async def administer(self, domain: str, op: CreateTopic | DeleteTopic) -> Outcome:
+        """An operator's createtopic or deletetopic (the admin API, ``apexctl topics
+        create/delete``): allowed, done as ``apex=pubsub@domain`` (recorded as the
+        topic's creator), whose own reply is not sent (no endpoint asked); the
+        subscribers of a deleted topic get their cancels as after any deletetopic."""
+        operator = service_endpoint(domain)
+
+        def decide(view: TopicView) -> Outcome:
+            if isinstance(op, CreateTopic):
+                outcome = core.create_topic(op, operator, allowed=True, exists=view.exists)
+            else:
+                outcome = core.delete_topic(
+                    op,
+                    operator,
+                    allowed=True,
+                    exists=view.exists,
+                    subscriptions=view.subscriptions.values(),
+                )
+            sends = tuple(send for send in outcome.sends if send.recipient != operator)
+            return dataclasses.replace(outcome, sends=sends)
+
+        outcome = await self._run(
+            domain,
+            op.topic,
+            decide,
+            subscription=False,
+            subscribers=() if isinstance(op, CreateTopic) else None,
+        )
+        self._metrics.operations.labels(type(op).__name__.lower(), str(outcome.code)).inc()
+        return outcome
+
+    def purge(self, domain: str, topic: str) -> bool:
+        """Forget what this pod caches of a topic (its subscriber list and where they
+        are attached): the next publication reads both from Redis again. True when
+        something was cached."""
+        subscribers = self._subscribers.pop((domain, topic), None)
+        placements = self._placements.pop((domain, topic), None)
+        return subscribers is not None or placements is not None
 
     async def handle(self, domain: str, originator: Endpoint, content: bytes) -> int:
         """An operation sent to ``apex=pubsub@domain``; returns the reply code sent (0

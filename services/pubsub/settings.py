@@ -28,6 +28,8 @@
   service account mount).
 - ``APEXMESH_PUBSUB_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7414``; 0 = any port).
 - ``APEXMESH_PUBSUB_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8414``): admin HTTP.
+- ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
+  tokens of the admin API (apexmesh/ops/admin.py).
 - ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``), ``APEXMESH_DEV`` (``0``).
 
 Wildcard binds are refused unless ``APEXMESH_DEV=1`` (the rule of apexmesh/ops/settings.py).
@@ -38,13 +40,15 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from apexmesh.apex.endpoint import EndpointError, normalize_domain
 from apexmesh.apex.party import MAX_HOPS
 from apexmesh.ops.settings import (
     DEV_FLAG,
+    AdminTokens,
     SettingsError,
+    admin_tokens,
     bind_host,
     check_grpc_target,
     check_redis_url,
@@ -113,6 +117,7 @@ class PubsubSettings:
     http_port: int
     shutdown_grace: float
     dev: bool
+    admin: AdminTokens = field(default_factory=AdminTokens)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PubsubSettings:
@@ -168,6 +173,7 @@ class PubsubSettings:
             http_port=env_int(env, "APEXMESH_PUBSUB_HTTP_PORT", 8414),
             shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
             dev=dev,
+            admin=admin_tokens(env, dev=dev),
         )
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 import time
 from collections.abc import Callable
+from typing import Final
 
 import grpc
-from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from apexmesh.aio import BeepConnection, Channel, listen
@@ -24,21 +25,24 @@ from apexmesh.apex.associations import Binding
 from apexmesh.apex.holding import HOLD_FOR_ENDPOINT, TIMING_OPTIONS
 from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
 from apexmesh.apex.party import PARTY_OPTIONS
-from apexmesh.beep import events as ev
-from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.sasl import SaslServerExchange, StaticCredentials
 from apexmesh.beep.sasl.throttle import FailureThrottle
 from apexmesh.beep.session import SessionConfig
 from apexmesh.beep.tuning import SaslServer
 from apexmesh.contracts.relay.v1 import relay_pb2_grpc
+from apexmesh.ops.admin import AdminSpec, Guard
+from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.http import HttpServer
+from apexmesh.ops.registry import service_registry
 from apexmesh.rpc.access import AccessClient
-from apexmesh.rpc.channels import internal_channel
+from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.attachments import AttachmentRegistry
 from apexmesh.store.held import HeldStore
+from apexmesh.store.hops import HopLog
 from apexmesh.store.keys import Keys
+from services.relay.admin import RelayView, relay_routers
 from services.relay.edge import APEX_PROFILE, Mode, serve_link, start_handler
 from services.relay.holder import Holder
 from services.relay.http import create_http_app
@@ -48,12 +52,20 @@ from services.relay.peers import PeerDelivery
 from services.relay.presence_hook import PresenceHook
 from services.relay.router import Router
 from services.relay.servicer import RelayServicer
+from services.relay.sessions import Sessions
 from services.relay.settings import RelaySettings
+from services.relay.tracing import HopTracer
 from services.relay.wellknown import WellKnownServices
 
 _log = logging.getLogger(__name__)
 
 SASL_MECHANISMS = ("SCRAM-SHA-256", "DIGEST-MD5", "PLAIN")
+
+#: Channels to well-known services spread calls over every address a target resolves
+#: to: in a cluster ``pubsub=dns:///<release>-pubsub-headless:7414`` names every pubsub
+#: pod, and the pods the autoscaler adds are found when the channel re-resolves (the
+#: pubsub server ends connections after a while for that; services/pubsub/app.py).
+SERVICE_CHANNEL_OPTIONS: Final = (("grpc.lb_policy_name", "round_robin"),)
 
 
 class RelayApp:
@@ -61,22 +73,30 @@ class RelayApp:
 
     def __init__(self, settings: RelaySettings) -> None:
         self.settings = settings
-        self.registry = CollectorRegistry()
+        self.registry = service_registry("relay")
         self.metrics = RelayMetrics.create(self.registry)
+        self.failures = AuthFailures("relay", self.registry)
+        self.sessions = Sessions(
+            self.failures,
+            self.metrics.sessions.inc,
+            throttle=FailureThrottle(settings.sasl_throttle),
+        )
         self.redis: Redis = Redis.from_url(settings.redis_url)
         self.keys = Keys(settings.redis_prefix)
-        self._access_channel = internal_channel(settings.access_address)
+        self._access_channel = observed_channel(settings.access_address)
         self.access = AccessClient(self._access_channel)
         self.checker = CachedAccessChecker(self.access, self.redis, self.keys)
         self.attachments = AttachmentRegistry(
             self.redis, self.keys, settings.pod_id, lease_ms=settings.lease_ms
         )
         self._service_channels = {
-            name: tuple(internal_channel(address) for address in addresses)
+            name: tuple(
+                observed_channel(address, options=SERVICE_CHANNEL_OPTIONS) for address in addresses
+            )
             for name, addresses in settings.services.items()
         }
         self._report_channel = (
-            None if settings.report_address is None else internal_channel(settings.report_address)
+            None if settings.report_address is None else observed_channel(settings.report_address)
         )
         self.server_ssl = self._server_context()
         self.mesh = MeshPool(
@@ -109,9 +129,10 @@ class RelayApp:
             clock=time.monotonic,
             min_transit_ms=settings.min_transit_ms,
         )
+        self.held = HeldStore(self.redis, self.keys, lease_ms=settings.lease_ms)
         if settings.hold_limits is not None:
             self.router.holder = Holder(
-                store=HeldStore(self.redis, self.keys, lease_ms=settings.lease_ms),
+                store=self.held,
                 limits=settings.hold_limits,
                 registry=registry,
                 timekeeper=self.router.timekeeper,
@@ -128,23 +149,39 @@ class RelayApp:
         )
         self.router.presence = self.presence_hook
         self.mesh.serve_link = self._serve_link
+        self.hops = HopLog(self.redis, self.keys)
+        self.tracer = HopTracer(self.hops, self.router, settings.pod_id) if settings.trace else None
+        self.router.tracer = self.tracer
         self._credentials = StaticCredentials(settings.credentials)
-        self._throttle = FailureThrottle(settings.sasl_throttle)
-        #: SASL failures of each open session (the throttle counts per address itself).
-        self._auth_failures: dict[BeepConnection, int] = {}
+        guard = Guard(settings.admin, self.failures)
+        view = RelayView(
+            pod_id=settings.pod_id,
+            domains=settings.domains,
+            sessions=self.sessions,
+            local=self.router.local,
+            held=self.held,
+            hops=self.hops,
+            drain=self.drain,
+        )
         self.http = HttpServer(
             create_http_app(
                 self.registry,
                 self.redis,
                 self.checker,
                 lambda: bool(self._listeners),
+                lambda: self.sessions.draining,
                 self.access,
+                AdminSpec(
+                    guard=guard,
+                    pod=settings.pod_id,
+                    domains=settings.domains,
+                    routers=relay_routers(view, guard),
+                    details=self._details,
+                ),
             )
         )
         self._grpc: grpc.aio.Server | None = None
         self._listeners: list[asyncio.Server] = []
-        self._connections: set[BeepConnection] = set()
-        self._closing: set[asyncio.Task[None]] = set()
         self._lease_task: asyncio.Task[None] | None = None
         self.grpc_port = self.edge_port = self.mesh_port = self.http_port = 0
 
@@ -187,43 +224,36 @@ class RelayApp:
             accept_nul_mime_header=self.settings.interop_vortex_nul,
         )
 
-    def _on_connection(self, conn: BeepConnection) -> None:
-        self._connections.add(conn)
-        self.metrics.sessions.inc()
-        conn.on_auth_failure = self._auth_failed
+    def _details(self) -> dict[str, object]:
+        """The relay's facts for ``/admin/v1/info`` (``apexctl servers info``)."""
+        settings = self.settings
+        return {
+            "edge_port": self.edge_port,
+            "mesh_port": self.mesh_port,
+            "grpc_port": self.grpc_port,
+            "http_port": self.http_port,
+            "grpc_address": self.grpc_address,
+            "sessions": len(self.sessions),
+            "attachments": len(self.router.local),
+            "draining": self.sessions.draining,
+            "routes": dict(settings.routes),
+            "services": {name: list(pods) for name, pods in settings.services.items()},
+            "access": settings.access_address,
+            "report": settings.report_address or "",
+            "presence": settings.presence_address or "",
+            "tls": self.server_ssl is not None,
+            "sasl": bool(settings.credentials),
+            "trace": settings.trace,
+        }
 
-        def gone(_: object) -> None:
-            self._connections.discard(conn)
-            self._auth_failures.pop(conn, None)
-            self.metrics.sessions.dec()
-
-        conn.closed.add_done_callback(gone)
-
-    def _auth_failed(self, conn: BeepConnection, event: ev.AuthenticationFailed) -> None:
-        """RFC 4422 section 6.2: log, count, then slow the session down or close it."""
-        failures = self._auth_failures.get(conn, 0) + 1
-        self._auth_failures[conn] = failures
-        address = conn.peer_address
-        peer = str(address[0]) if isinstance(address, tuple) and address else str(address)
-        verdict = self._throttle.failed(peer, failures, time.monotonic())
-        self.metrics.count(self.metrics.auth_failures, event.mechanism)
-        _log.warning(
-            "SASL %s authentication failed for peer %s: %d %s (%d recent failures; %s)",
-            event.mechanism,
-            peer,
-            event.code,
-            event.text or "no reason given",
-            verdict.failures,
-            "closing the session" if verdict.close else f"holding it {verdict.delay:.1f}s",
-        )
-        if verdict.close:
-            task = asyncio.get_running_loop().create_task(
-                conn.close(ReplyCode.SERVICE_NOT_AVAILABLE, timeout=2.0)
-            )
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-        else:
-            conn.hold_reading(verdict.delay)
+    async def drain(self) -> None:
+        """Stop accepting sessions (both listeners) and report not ready; the sessions
+        already open go on (services/relay/sessions.py)."""
+        if not self.sessions.start_draining():
+            return
+        _log.info("draining: no new sessions; %d open", len(self.sessions))
+        for server in self._listeners:
+            server.close()
 
     async def _serve_link(
         self,
@@ -252,6 +282,7 @@ class RelayApp:
             host=self.settings.grpc_host,
             port=self.settings.grpc_port,
             max_message_bytes=self.peers.max_message_bytes,
+            registry=self.registry,
         )
         await self.attachments.renew(self.grpc_address)
         self._lease_task = asyncio.get_running_loop().create_task(self._renew_leases())
@@ -267,7 +298,7 @@ class RelayApp:
                 self._session_config,
                 ssl_context=self.server_ssl,
                 on_start=start_handler(self.router, mode),
-                on_connection=self._on_connection,
+                on_connection=functools.partial(self.sessions.add, mode),
             )
             self._listeners.append(server)
         self.edge_port = self._listeners[0].sockets[0].getsockname()[1]
@@ -319,7 +350,7 @@ class RelayApp:
             self._lease_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lease_task
-        connections = list(self._connections)
+        connections = self.sessions.connections()
         await asyncio.gather(
             *(conn.close(timeout=2.0) for conn in connections), return_exceptions=True
         )
@@ -333,6 +364,8 @@ class RelayApp:
         with contextlib.suppress(Exception):
             await self.attachments.release_all()
         await self.router.close()
+        if self.tracer is not None:
+            await self.tracer.close()
         if self._grpc is not None:
             await graceful_stop(self._grpc, self.settings.shutdown_grace)
             self._grpc = None

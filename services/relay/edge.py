@@ -47,6 +47,7 @@ from apexmesh.beep import events as ev
 from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.errors import BeepError
 from apexmesh.beep.mime import beep_xml
+from apexmesh.ops.logs import correlation_id, new_correlation_id
 from services.relay.outcomes import (
     ENDPOINT_DETACHED,
     Outcome,
@@ -141,6 +142,9 @@ class ApexChannel:
         try:
             while True:
                 incoming = await channel.receive()
+                # One correlation id per message received (apexmesh/ops/logs.py): every
+                # log line and gRPC call about it, here and in other services, has it.
+                cid = correlation_id.set(new_correlation_id())
                 try:
                     waiting = self._handle(incoming)
                     if waiting is not None:
@@ -151,6 +155,8 @@ class ApexChannel:
                     _log.exception("processing an APEX message failed")
                     with contextlib.suppress(BeepError):  # unless it was answered already
                         incoming.error(error_payload(ApexReplyCode.ACTION_ABORTED, "local error"))
+                finally:
+                    correlation_id.reset(cid)
         except (ConnectionClosedError, BeepError):
             pass
         finally:

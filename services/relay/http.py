@@ -1,9 +1,10 @@
-"""Admin HTTP app of the relay: /healthz, /readyz, /metrics.
+"""HTTP app of the relay: /healthz, /readyz, /metrics and the admin API (/admin).
 
 Ready means: Redis answers PING (attachments and leases live there), the access decision
-cache is subscribed, the BEEP listeners are up, and the access service answers. The relay
-fails closed without access (attaches and data to uncached recipients get 421), so a pod
-that cannot reach it says so here and is taken out of its Service until it can.
+cache is subscribed, the BEEP listeners are up, the pod is not draining, and the access
+service answers. The relay fails closed without access (attaches and data to uncached
+recipients get 421), so a pod that cannot reach it says so here and is taken out of its
+Service until it can.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from apexmesh.ops.admin import AdminSpec
 from apexmesh.ops.http import create_ops_app, redis_ready
 from apexmesh.rpc.access import AccessClient
 from apexmesh.store.access_cache import CachedAccessChecker
@@ -30,9 +32,13 @@ def create_http_app(
     redis: Redis,
     checker: CachedAccessChecker,
     listening: Callable[[], bool],
+    draining: Callable[[], bool],
     access: AccessClient,
+    admin: AdminSpec | None = None,
 ) -> FastAPI:
     def serving() -> str | None:
+        if draining():
+            return "draining: not accepting new sessions"
         if not listening():
             return "BEEP listeners not started"
         return None if checker.synced else "access cache not subscribed"
@@ -50,4 +56,4 @@ def create_http_app(
             return f"access service unreachable ({detail})"
         return None
 
-    return create_ops_app("relay", registry, ready)
+    return create_ops_app("relay", registry, ready, admin)

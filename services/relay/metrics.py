@@ -28,7 +28,6 @@ class RelayMetrics:
     held_count: Gauge
     held_bytes: Gauge
     held_oldest_age: Gauge
-    auth_failures: Counter
     _children: dict[tuple[int, str], Counter | CounterChild] = field(default_factory=dict)
 
     @classmethod
@@ -96,12 +95,6 @@ class RelayMetrics:
                 "apexmesh_relay_held_oldest_age_seconds",
                 "Age of the oldest held data per domain (0 when none is held).",
                 ["domain"],
-                registry=registry,
-            ),
-            auth_failures=Counter(
-                "apexmesh_relay_auth_failures",
-                "Failed SASL authentications of peers (RFC 4422 section 6.2), by mechanism.",
-                ["mechanism"],
                 registry=registry,
             ),
         )

@@ -63,6 +63,7 @@ from apexmesh.apex.party import (
 )
 from apexmesh.apex.report import PendingReport, pending_reports, status_response
 from apexmesh.apex.timing import DATA_TIMING, Timer, forward, timing_options
+from apexmesh.ops.logs import correlation_id
 from apexmesh.store.held import ATTACHED, Refused
 from services.relay.edge import Mode
 from services.relay.grouping import Group, deliver_here
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
     from services.relay.metrics import RelayMetrics
     from services.relay.peers import PeerDelivery
     from services.relay.presence_hook import PresenceHook
+    from services.relay.tracing import HopTracer
     from services.relay.wellknown import WellKnownServices
 
 _log = logging.getLogger(__name__)
@@ -135,6 +137,8 @@ class Job:
     held: frozenset[Endpoint] = frozenset()
     #: Payload templates of a fan-out (see :meth:`Router._payload`), built once per job.
     templates: dict[_TemplateKey, tuple[bytes, bytes]] = field(default_factory=dict, compare=False)
+    #: The correlation id of the data (apexmesh/ops/logs.py), that of its acceptance.
+    cid: str = field(default_factory=correlation_id.get, compare=False)
 
 
 @dataclass(eq=False)
@@ -170,6 +174,7 @@ class Dispatcher:
         try:
             while self.jobs:
                 job = self.jobs.popleft()
+                correlation_id.set(job.cid)  # this task's context: its log lines and calls
                 try:
                     await self.router.dispatch(job)
                 except Exception:  # noqa: BLE001  (a bug in one job must not stop the others)
@@ -231,6 +236,8 @@ class Router:
         )
         #: hold4Endpoint (RFC 3342 section 3); None: the option is not offered.
         self.holder: Holder | None = None
+        #: Records where data with a statusRequest went (services/relay/tracing.py).
+        self.tracer: HopTracer | None = None
         # The counters every data moves, resolved once.
         self._accepted = metrics.data.labels("accepted")
         self._to_pod = metrics.deliveries.labels("pod")
@@ -996,7 +1003,9 @@ class Router:
         for endpoint, outcome in results.items():
             self._count_outcome(job.data.originator.identity, endpoint, outcome)
         held = frozenset(endpoint for endpoint, outcome in results.items() if outcome is HELD)
+        reported: dict[str, None] = {}
         for report in _without((*reports, *self._forwarding_failures(job, results, reports)), held):
+            reported[self._report_domain(report)] = None
             response = status_response(
                 report,
                 (
@@ -1012,6 +1021,8 @@ class Router:
                 ),
             )
             await self.services.report(self._report_domain(report), report.originator, response)
+        if self.tracer is not None:
+            self.tracer.concluded(job.data, job.received_at, results, tuple(reported))
 
     def _report_domain(self, report: PendingReport) -> str:
         """The domain whose apex=report speaks for this relay (RFC 3340 section 5.1): the

@@ -54,6 +54,10 @@
   sends the transient reports of held data that are due.
 - ``APEXMESH_RELAY_MIN_TRANSIT_MS`` (``0``): the least time a hop to another relay takes;
   dataTiming deadlines closer than that fail early (RFC 3342 section 2.1, prediction).
+- ``APEXMESH_RELAY_TRACE`` (``1``): record where each data with a statusRequest went
+  (one Redis stream entry per such data; ``apexctl trace``, services/relay/tracing.py).
+- ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
+  tokens of the admin API (apexmesh/ops/admin.py); without them it refuses every call.
 - ``APEXMESH_DEV`` (``0``): ``1`` allows plaintext, unauthenticated attach and binds.
 
 Outside a development run the relay refuses to start without TLS and SASL credentials:
@@ -76,7 +80,9 @@ from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
 from apexmesh.beep.sasl.throttle import ThrottlePolicy
 from apexmesh.ops.settings import (
     DEV_FLAG,
+    AdminTokens,
     SettingsError,
+    admin_tokens,
     check_redis_url,
     env_flag,
     env_float,
@@ -173,6 +179,8 @@ class RelaySettings:
     host_names: tuple[str, ...] = ()
     sasl_throttle: ThrottlePolicy = field(default_factory=ThrottlePolicy)
     interop_vortex_nul: bool = False
+    trace: bool = True
+    admin: AdminTokens = field(default_factory=AdminTokens)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RelaySettings:
@@ -254,6 +262,8 @@ class RelaySettings:
             host_names=host_names,
             sasl_throttle=_sasl_throttle(env),
             interop_vortex_nul=env_flag(env, "APEXMESH_RELAY_INTEROP_VORTEX_NUL"),
+            trace=env_flag(env, "APEXMESH_RELAY_TRACE", default=True),
+            admin=admin_tokens(env, dev=dev),
         )
 
 

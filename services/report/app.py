@@ -8,12 +8,17 @@ those reports still use them.
 
 from __future__ import annotations
 
+import os
+
 import grpc
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Gauge
 
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2_grpc
 from apexmesh.contracts.report.v1 import report_pb2_grpc
+from apexmesh.ops.admin import AdminSpec, Guard
+from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.http import HttpServer
+from apexmesh.ops.registry import service_registry
 from apexmesh.rpc.server import create_server, graceful_stop
 from services.report.http import create_http_app
 from services.report.servicer import (
@@ -30,7 +35,7 @@ class ReportApp:
 
     def __init__(self, settings: ReportSettings) -> None:
         self.settings = settings
-        self.registry = CollectorRegistry()
+        self.registry = service_registry("report")
         self.metrics = ReportMetrics.create(self.registry)
         self.relays = RelayPool(
             settings.relay_addresses, timeout=settings.relay_timeout, metrics=self.metrics
@@ -40,7 +45,23 @@ class ReportApp:
             "Relay addresses configured to submit statusResponses through.",
             registry=self.registry,
         ).set(len(settings.relay_addresses))
-        self.http = HttpServer(create_http_app(self.registry, self.relays))
+        guard = Guard(settings.admin, AuthFailures("report", self.registry))
+        self.http = HttpServer(
+            create_http_app(
+                self.registry,
+                self.relays,
+                AdminSpec(
+                    guard=guard,
+                    pod=f"report-{os.getpid()}",
+                    domains=settings.domains,
+                    details=lambda: {
+                        "grpc_port": self.grpc_port,
+                        "http_port": self.http_port,
+                        "relays": list(settings.relay_addresses),
+                    },
+                ),
+            )
+        )
         self._grpc: grpc.aio.Server | None = None
         self.grpc_port = 0
         self.http_port = 0
@@ -57,6 +78,7 @@ class ReportApp:
             ],
             host=self.settings.grpc_host,
             port=self.settings.grpc_port,
+            registry=self.registry,
         )
         self.http_port = await self.http.start(self.settings.http_host, self.settings.http_port)
 

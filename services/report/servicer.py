@@ -49,7 +49,7 @@ from apexmesh.beep.mime import beep_xml
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
-from apexmesh.rpc.channels import internal_channel
+from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.relay import ChannelFactory, RelaySubmitter
 
 _log = logging.getLogger(__name__)
@@ -218,7 +218,7 @@ class RelayPool:
         *,
         timeout: float,
         metrics: ReportMetrics | None = None,
-        channel_factory: ChannelFactory = internal_channel,
+        channel_factory: ChannelFactory = observed_channel,
     ) -> None:
         self._metrics = metrics
         self._submitter = RelaySubmitter(
@@ -292,6 +292,13 @@ class ReportServicer(report_pb2_grpc.ReportServiceServicer):
         finally:
             self._metrics.report_seconds.observe(time.perf_counter() - started)
         self._metrics.responses.labels(outcome.result).inc()
+        _log.debug(
+            "statusResponse transID %d to %s: %s %d",
+            request.trans_id,
+            request.recipient[:256],
+            outcome.result,
+            outcome.code,
+        )
         return report_pb2.ReportResponse(status=_status(outcome.code, outcome.text))
 
 

@@ -16,16 +16,20 @@ the values refused unless ``APEXMESH_DEV=1``): binding the gRPC or HTTP server t
 wildcard address (``0.0.0.0``, ``::``, empty). A pod binds its own address instead (the
 Kubernetes downward API's ``status.podIP``), so the service is never exposed on an
 interface nobody chose. There is no Redis, so no Redis URL rule applies.
+- ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
+  tokens of the admin API (apexmesh/ops/admin.py).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from apexmesh.ops.settings import (
     DEV_FLAG,
+    AdminTokens,
+    admin_tokens,
     check_bind_host,
     env_flag,
     env_float,
@@ -46,6 +50,7 @@ class ReportSettings:
     http_port: int
     shutdown_grace: float
     dev: bool
+    admin: AdminTokens = field(default_factory=AdminTokens)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReportSettings:
@@ -72,6 +77,7 @@ class ReportSettings:
             http_port=env_int(env, "APEXMESH_REPORT_HTTP_PORT", 8412),
             shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
             dev=dev,
+            admin=admin_tokens(env, dev=dev),
         )
 
 

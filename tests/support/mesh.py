@@ -37,6 +37,9 @@ from services.report.settings import ReportSettings
 from tests.support.redis_server import RedisServer, free_port
 
 APEX: Final = "http://iana.org/beep/APEX"
+#: Bearer tokens of the services' admin APIs in these meshes (apexmesh/ops/admin.py).
+ADMIN_TOKEN: Final = "test-admin-token-0123456789"
+READ_TOKEN: Final = "test-read-token-0123456789"
 
 #: Access entries of the test mesh (RFC 3341): everybody may send data to these owners;
 #: ``dino@example.com`` has none, so data to dino is refused (core:data, 537).
@@ -61,6 +64,8 @@ def base_env(redis_server: RedisServer, keys: Keys) -> dict[str, str]:
         "APEXMESH_REDIS_URL": redis_server.url,
         "APEXMESH_REDIS_PREFIX": keys.prefix,
         "APEXMESH_SHUTDOWN_GRACE": "0.2",
+        "APEXMESH_ADMIN_TOKEN": ADMIN_TOKEN,
+        "APEXMESH_ADMIN_READ_TOKEN": READ_TOKEN,
     }
 
 

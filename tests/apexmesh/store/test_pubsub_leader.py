@@ -127,3 +127,17 @@ async def test_redis_elector(redis: Redis, keys: Keys) -> None:
     assert not await b.lead("example.com", 5000)
     await a.resign("example.com")
     assert await b.lead("example.com", 5000)
+
+
+class UnavailableCoordination(FakeCoordination):
+    """An API server in the middle of an upgrade: every call answers 503."""
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> client.V1Lease:
+        raise ApiException(status=503, reason="Service Unavailable")
+
+
+@pytest.mark.unit
+async def test_an_unavailable_api_server_means_not_leading_and_is_not_fatal() -> None:
+    leader = KubernetesLeader("pod-a", "ns", "apexmesh", api=UnavailableCoordination())
+    assert await leader.lead("example.com", 3000) is False
+    assert await leader.lead("example.com", 3000) is False  # and the next round asks again

@@ -1,0 +1,356 @@
+"""The decisions of content-based pubsub (draft-wyman-apex-pubsub-00 sections 5.8 to
+5.10), sans I/O, in the style of :mod:`apexmesh.pubsub.core`: pure functions of the
+operation, the facts the caller read (access decision, the topic's schemas, the
+subject's subscriptions, the topic's index) and the time, returning the reply, the
+changes to commit and what to send.
+
+- :func:`subscribe`: 537, 553 (no topic, duration), 566 (class the service or the topic
+  does not support), 567 (selector incorrect for the selector schema), else 250 with
+  the subscription id (a subscribe repeating an existing subscription's selector renews
+  it under its id, so periodic renewals do not pile up subscriptions), and, when
+  ``cached`` was asked, the cached messages the selector selects.
+- :func:`cancel`: the four forms of 5.8.2; 568 when nothing matches.
+- :func:`publish`: 550, 537, 561 (schema), then one delivery per recipient endpoint with
+  the ids of every subscription it matched (InRe, 5.10.1), and what to do with the cache.
+
+Subscription ids are allocated by the caller (a counter in the store, unique per
+service and subscriber endpoint, as 5.8 requires) and passed in.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.elements import Reply
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.beep.xml import Element
+from apexmesh.pubsub.core import Send
+from apexmesh.pubsub.elements import topic_of
+from apexmesh.pubsub.inre import delivery_ids
+from apexmesh.pubsub.matcher import Matcher
+from apexmesh.pubsub.message import MessageContent, ParsedMessage
+from apexmesh.pubsub.schema import TopicSchemas
+from apexmesh.pubsub.selection.registry import SelectorClasses
+from apexmesh.pubsub.selection.types import MessageView, Selector
+from apexmesh.pubsub.subscription_elements import (
+    ContentCancel,
+    ContentSubscribe,
+    SubscriptionReply,
+)
+
+#: Cached messages replayed to one new subscriber at most (bounds one subscribe's work).
+MAX_REPLAYED: Final = 10_000
+
+#: What identifies a subscription in a topic's index: (subscriber, subscription id), the
+#: id None for a plain topic subscription (event log v2 identity, less domain and topic).
+SubscriptionKey = tuple[Endpoint, int | None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContentSubscription:
+    """One subscription of section 5.8, as stored and logged."""
+
+    topic: str
+    subscriber: Endpoint
+    subscription_id: int | None
+    originator: Endpoint
+    trans_id: int
+    expires_ms: int
+    selector_class: str = ""
+    selector: str = ""
+    cached: bool = False
+
+    @property
+    def key(self) -> SubscriptionKey:
+        return (self.subscriber, self.subscription_id)
+
+    def active(self, now_ms: int) -> bool:
+        return self.expires_ms > now_ms
+
+    def same_selection(self, op: ContentSubscribe) -> bool:
+        spec = op.selector
+        if spec is None:
+            return not self.selector_class and not self.selector.strip()
+        return (
+            self.selector_class.casefold() == spec.selector_class.casefold()
+            and self.selector.strip() == spec.text.strip()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ContentSubscribed:
+    subscription: ContentSubscription
+    renewed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ContentUnsubscribed:
+    subscription: ContentSubscription
+    originator: Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class CachedMessage:
+    """One message of a topic's cache: the envelope as published and its parsed form."""
+
+    message: ParsedMessage
+    #: Cache expiry (ms since the epoch), None: never.
+    expires_ms: int | None
+
+    def live(self, now_ms: int) -> bool:
+        return self.expires_ms is None or self.expires_ms > now_ms
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubscribeOutcome:
+    code: int
+    step: str
+    sends: tuple[Send, ...] = ()
+    change: ContentSubscribed | None = None
+    #: The compiled selector (None: every message), for the topic's index.
+    selector: Selector | None = None
+    #: Cached messages to deliver to the new subscriber (5.8), oldest first.
+    replay: tuple[CachedMessage, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelOutcome:
+    code: int
+    step: str
+    sends: tuple[Send, ...] = ()
+    changes: tuple[ContentUnsubscribed, ...] = ()
+
+
+def _answer(to: Endpoint, reply: SubscriptionReply | Reply) -> tuple[Send, ...]:
+    return (Send(to, reply.to_xml()),)
+
+
+def _refused(step: str, to: Endpoint, trans_id: int, code: int, text: str) -> SubscribeOutcome:
+    reply = Reply(code=code, trans_id=trans_id, text=text)
+    return SubscribeOutcome(code=code, step=step, sends=_answer(to, reply))
+
+
+def compile_selection(
+    op: ContentSubscribe, schemas: TopicSchemas, classes: SelectorClasses
+) -> Selector | None:
+    """The subscription's selector checked against the topic: 566, 567 (ApexError)."""
+    spec = op.selector
+    if spec is None:
+        return None
+    if not schemas.allows_class(spec.selector_class):
+        raise ApexError(
+            ApexReplyCode.UNSUPPORTED_SELECTOR_CLASS,
+            f"topic {op.topic} offers no selector class {spec.selector_class[:64]!r}",
+        )
+    return classes.compile(spec.selector_class, spec.text, schemas.types)
+
+
+def subscribe(
+    op: ContentSubscribe,
+    originator: Endpoint,
+    *,
+    allowed: bool,
+    exists: bool,
+    schemas: TopicSchemas,
+    classes: SelectorClasses,
+    existing: Iterable[ContentSubscription],
+    new_id: int,
+    now_ms: int,
+    cached: Iterable[CachedMessage] = (),
+) -> SubscribeOutcome:
+    """Section 5.8 (after draft-schwartz 4.5 steps 1-3) for a subscribe that is not
+    forwarded: ``existing`` are the subject's subscriptions to the topic."""
+    if not allowed:
+        return _refused("5.8/access", originator, op.trans_id, 537, "action not authorized")
+    if not exists:
+        return _refused("5.8/topic", originator, op.trans_id, 553, f"no topic {op.topic}")
+    if op.duration <= 0:
+        return _refused("5.8/duration", originator, op.trans_id, 553, "duration must be positive")
+    try:
+        selector = compile_selection(op, schemas, classes)
+    except ApexError as exc:
+        step = "5.8.1/566" if exc.code == ApexReplyCode.UNSUPPORTED_SELECTOR_CLASS else "5.8.1/567"
+        return _refused(step, originator, op.trans_id, exc.code, str(exc))
+    previous = next(
+        (sub for sub in existing if sub.subscriber == op.subscriber and sub.same_selection(op)),
+        None,
+    )
+    spec = op.selector
+    subscription = ContentSubscription(
+        topic=op.topic,
+        subscriber=op.subscriber,
+        subscription_id=new_id if previous is None else previous.subscription_id,
+        originator=originator,
+        trans_id=op.trans_id,
+        expires_ms=now_ms + op.duration * 1000,
+        selector_class="" if spec is None else spec.selector_class,
+        selector="" if spec is None else spec.text.strip(),
+        cached=op.cached,
+    )
+    replay: tuple[CachedMessage, ...] = ()
+    if op.cached:
+        replay = tuple(replayed(cached, selector, now_ms))
+    reply = SubscriptionReply(
+        code=250, trans_id=op.trans_id, subscription_id=subscription.subscription_id
+    )
+    return SubscribeOutcome(
+        code=250,
+        step="5.8",
+        sends=_answer(originator, reply),
+        change=ContentSubscribed(subscription, renewed=previous is not None),
+        selector=selector,
+        replay=replay,
+    )
+
+
+def replayed(
+    cached: Iterable[CachedMessage], selector: Selector | None, now_ms: int
+) -> Iterable[CachedMessage]:
+    """The live cached messages ``selector`` selects, at most :data:`MAX_REPLAYED`."""
+    count = 0
+    for entry in cached:
+        if not entry.live(now_ms):
+            continue
+        if selector is not None and not selector.matches(MessageView.of(entry.message.root)):
+            continue
+        yield entry
+        count += 1
+        if count >= MAX_REPLAYED:
+            return
+
+
+def cancel(
+    op: ContentCancel,
+    originator: Endpoint,
+    *,
+    allowed: bool,
+    subscriptions: Iterable[ContentSubscription],
+) -> CancelOutcome:
+    """Section 5.8.2: ``subscriptions`` are the subject's (all topics when the cancel
+    names none). Cancels what the form selects; 568 when that is nothing."""
+    if not allowed:
+        reply = Reply(code=537, trans_id=op.trans_id, text="action not authorized")
+        return CancelOutcome(code=537, step="5.8.2/access", sends=_answer(originator, reply))
+    subject = op.subject(originator)
+    chosen = tuple(
+        sub
+        for sub in subscriptions
+        if sub.subscriber == subject
+        and (op.topic is None or sub.topic == op.topic)
+        and (op.subscription_id is None or sub.subscription_id == op.subscription_id)
+    )
+    if not chosen:
+        what = []
+        if op.topic is not None:
+            what.append(f"topic {op.topic}")
+        if op.subscription_id is not None:
+            what.append(f"subscription-id {op.subscription_id}")
+        text = f"no subscription of {subject} for {' and '.join(what) or 'any topic'}"
+        reply = Reply(code=568, trans_id=op.trans_id, text=text)
+        return CancelOutcome(code=568, step="5.8.2/568", sends=_answer(originator, reply))
+    reply = Reply(code=250, trans_id=op.trans_id)
+    return CancelOutcome(
+        code=250,
+        step="5.8.2",
+        sends=_answer(originator, reply),
+        changes=tuple(ContentUnsubscribed(sub, originator) for sub in chosen),
+    )
+
+
+# --------------------------------------------------------------------------- publish
+
+
+class CacheAction(enum.Enum):
+    """What a publication does to the topic's cache (5.2.1, 5.8)."""
+
+    #: Not cached: expiration ``0``, already expired, or no message-id to replace by.
+    SKIP = "skip"
+    #: A new message-id of its publisher: stored.
+    STORE = "store"
+    #: A higher revision of a cached message: replaces it.
+    REPLACE = "replace"
+    #: Not higher than the cached revision: delivered, the cached one kept.
+    STALE = "stale"
+
+
+def cache_action(message: MessageContent, cached_revision: int | None, now_ms: int) -> CacheAction:
+    """``cached_revision``: the revision cached under the message's (publisher,
+    message-id), None when there is none."""
+    if message.message_id is None or not message.cacheable(now_ms):
+        return CacheAction.SKIP
+    if cached_revision is None:
+        return CacheAction.STORE
+    return CacheAction.REPLACE if message.revision > cached_revision else CacheAction.STALE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContentPublishPlan:
+    """Section 5.9/5.10: the answer and, on 250, one entry per recipient endpoint with
+    the subscription ids it matched (its InRe)."""
+
+    code: int
+    step: str
+    text: str = ""
+    deliveries: Mapping[Endpoint, tuple[int, ...]] | None = None
+
+
+def publish(
+    originator: Endpoint,
+    message: ParsedMessage | Element,
+    view: MessageView,
+    *,
+    exists: bool,
+    allowed: bool,
+    schemas: TopicSchemas,
+    matcher: Matcher[SubscriptionKey],
+    subscriptions: Mapping[SubscriptionKey, ContentSubscription],
+    now_ms: int,
+) -> ContentPublishPlan:
+    """Draft-schwartz 4.7.1 with the content-based steps: 550 (no topic), 537 (no
+    ``core:data``), 561 (the body does not conform to the message schema), then the
+    matching subscriptions, one delivery per endpoint (never back to the redistributing
+    server the data came from). ``message`` is the parsed envelope, or the root of a
+    body sent without one (validated as the body itself)."""
+    if not exists:
+        return ContentPublishPlan(code=ApexReplyCode.ACTION_NOT_TAKEN, step="4.7.1/1")
+    if not allowed:
+        return ContentPublishPlan(code=ApexReplyCode.NOT_AUTHORIZED, step="4.7.1/access")
+    try:
+        if isinstance(message, ParsedMessage):
+            schemas.check(message.content)
+        else:
+            schemas.check_body(message)
+    except ApexError as exc:
+        return ContentPublishPlan(code=exc.code, step="5.9.1", text=str(exc))
+    horizon = originator if topic_of(originator) is not None else None
+    matched = (
+        key
+        for key in matcher.match(view)
+        if key[0] != horizon and (sub := subscriptions.get(key)) is not None and sub.active(now_ms)
+    )
+    return ContentPublishPlan(code=250, step="5.10", deliveries=delivery_ids(matched))
+
+
+__all__ = [
+    "MAX_REPLAYED",
+    "CacheAction",
+    "CachedMessage",
+    "CancelOutcome",
+    "ContentPublishPlan",
+    "ContentSubscribed",
+    "ContentSubscription",
+    "ContentUnsubscribed",
+    "SubscribeOutcome",
+    "SubscriptionKey",
+    "cache_action",
+    "cancel",
+    "compile_selection",
+    "publish",
+    "replayed",
+    "subscribe",
+]

@@ -1,0 +1,520 @@
+{{/*
+Names, labels, images and the pieces every component shares. Components are named
+<fullname>-<component> (relay, access, pubsub, report, presence, redis, snapshot).
+*/}}
+
+{{- define "apex-mesh.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "apex-mesh.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "apex-mesh.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "apex-mesh.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* <fullname>-<component>; call with (dict "root" $ "component" "relay"). */}}
+{{- define "apex-mesh.componentName" -}}
+{{- printf "%s-%s" (include "apex-mesh.fullname" .root | trunc 52 | trimSuffix "-") .component -}}
+{{- end -}}
+
+{{/* Labels of every resource; (dict "root" $ "component" NAME), component optional. */}}
+{{- define "apex-mesh.labels" -}}
+helm.sh/chart: {{ include "apex-mesh.chart" .root }}
+{{ include "apex-mesh.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: apex-mesh
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels: name, instance and component only (selectors are immutable). */}}
+{{- define "apex-mesh.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "apex-mesh.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- if .component }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+{{- end -}}
+
+{{/* metadata.annotations of every resource, when commonAnnotations has any. */}}
+{{- define "apex-mesh.annotations" -}}
+{{- with .Values.commonAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The metadata block: name, namespace, labels, annotations. */}}
+{{- define "apex-mesh.metadata" -}}
+name: {{ include "apex-mesh.componentName" . }}
+namespace: {{ include "apex-mesh.namespace" .root }}
+labels:
+  {{- include "apex-mesh.labels" . | nindent 2 }}
+{{- include "apex-mesh.annotations" .root }}
+{{- end -}}
+
+{{/*
+An apex-mesh image: REGISTRY/REPOSITORY:TAG or @DIGEST; (dict "root" $ "image" .Values.x.image).
+The tag falls back to image.tag, then the chart's appVersion.
+*/}}
+{{- define "apex-mesh.image" -}}
+{{- $registry := default .root.Values.image.registry .root.Values.global.imageRegistry -}}
+{{- $tag := .image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion | toString -}}
+{{- $digest := .image.digest | default .root.Values.image.digest -}}
+{{- $repository := .image.repository -}}
+{{- if $registry }}{{ $repository = printf "%s/%s" $registry $repository }}{{ end -}}
+{{- if $digest -}}
+{{- printf "%s@%s" $repository $digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "apex-mesh.imagePullSecrets" -}}
+{{- with .Values.global.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* host:port of a component's Service inside the cluster; (dict "root" $ "component" C "port" P). */}}
+{{- define "apex-mesh.address" -}}
+{{- printf "%s.%s.svc.%s:%v" (include "apex-mesh.componentName" .) (include "apex-mesh.namespace" .root) .root.Values.clusterDomain .port -}}
+{{- end -}}
+
+{{/* ------------------------------------------------------------------ Redis */}}
+
+{{- define "apex-mesh.redis.secretName" -}}
+{{- if .Values.redis.enabled -}}
+{{- default (include "apex-mesh.componentName" (dict "root" . "component" "redis")) .Values.redis.existingSecret -}}
+{{- else -}}
+{{- required "externalRedis.existingSecret is required when redis.enabled is false" .Values.externalRedis.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "apex-mesh.redis.passwordKey" -}}
+{{- if .Values.redis.enabled -}}{{ .Values.redis.passwordKey }}{{- else -}}{{ .Values.externalRedis.passwordKey }}{{- end -}}
+{{- end -}}
+
+{{/* The Redis image (its own registry, unless global.imageRegistry mirrors all). */}}
+{{- define "apex-mesh.redis.image" -}}
+{{- $image := .Values.redis.image -}}
+{{- $registry := default $image.registry .Values.global.imageRegistry -}}
+{{- $repository := ternary (printf "%s/%s" $registry $image.repository) $image.repository (ne $registry "") -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository (toString $image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Redis URL; the password comes from APEXMESH_REDIS_PASSWORD (dependent variable). */}}
+{{- define "apex-mesh.redis.url" -}}
+{{- if .Values.redis.enabled -}}
+{{- printf "redis://:$(APEXMESH_REDIS_PASSWORD)@%s:6379/0" (include "apex-mesh.componentName" (dict "root" . "component" "redis")) -}}
+{{- else -}}
+{{- $scheme := ternary "rediss" "redis" .Values.externalRedis.tls -}}
+{{- $url := printf "%s://:$(APEXMESH_REDIS_PASSWORD)@%s:%v/%v" $scheme (required "externalRedis.host is required when redis.enabled is false" .Values.externalRedis.host) .Values.externalRedis.port .Values.externalRedis.db -}}
+{{- if and .Values.externalRedis.tls .Values.externalRedis.caSecret -}}
+{{- $url = printf "%s?ssl_ca_certs=/etc/apex-mesh/redis-ca/ca.crt" $url -}}
+{{- end -}}
+{{- $url -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Environment of a Redis client: the password, then the URL built from it. */}}
+{{- define "apex-mesh.redis.env" -}}
+- name: APEXMESH_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "apex-mesh.redis.secretName" . }}
+      key: {{ include "apex-mesh.redis.passwordKey" . }}
+- name: APEXMESH_REDIS_URL
+  value: {{ include "apex-mesh.redis.url" . | quote }}
+- name: APEXMESH_REDIS_PREFIX
+  value: {{ .Values.redisPrefix | quote }}
+{{- end -}}
+
+{{- define "apex-mesh.redis.caVolume" -}}
+{{- if and (not .Values.redis.enabled) .Values.externalRedis.tls .Values.externalRedis.caSecret }}
+- name: redis-ca
+  secret:
+    secretName: {{ .Values.externalRedis.caSecret }}
+{{- end }}
+{{- end -}}
+
+{{- define "apex-mesh.redis.caMount" -}}
+{{- if and (not .Values.redis.enabled) .Values.externalRedis.tls .Values.externalRedis.caSecret }}
+- name: redis-ca
+  mountPath: /etc/apex-mesh/redis-ca
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* ------------------------------------------------------------------ relay */}}
+
+{{- define "apex-mesh.relay.tlsSecretName" -}}
+{{- if eq .Values.relay.tls.mode "secret" -}}
+{{- required "relay.tls.existingSecret is required when relay.tls.mode is secret" .Values.relay.tls.existingSecret -}}
+{{- else -}}
+{{- printf "%s-tls" (include "apex-mesh.componentName" (dict "root" . "component" "relay")) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "apex-mesh.relay.saslSecretName" -}}
+{{- default (printf "%s-sasl" (include "apex-mesh.componentName" (dict "root" . "component" "relay"))) .Values.relay.sasl.existingSecret -}}
+{{- end -}}
+
+{{/* DNS names of the relay's certificate: the domains and the Service names. */}}
+{{- define "apex-mesh.relay.dnsNames" -}}
+{{- $relay := include "apex-mesh.componentName" (dict "root" . "component" "relay") -}}
+{{- $ns := include "apex-mesh.namespace" . -}}
+{{- $names := concat .Values.domains .Values.relay.tls.dnsNames (list $relay (printf "%s.%s" $relay $ns) (printf "%s.%s.svc" $relay $ns) (printf "%s.%s.svc.%s" $relay $ns .Values.clusterDomain)) -}}
+{{- toYaml (uniq $names) -}}
+{{- end -}}
+
+{{/* ------------------------------------------------------------------ pubsub */}}
+
+{{/*
+The Lease names of pubsub's leader election, one per domain: apexmesh/pubsub/lease.py's
+lease_name (prefix-pubsub-domain, lower case, runs of other characters made one "-").
+*/}}
+{{- define "apex-mesh.pubsub.leaseNames" -}}
+{{- $names := list -}}
+{{- range .Values.domains -}}
+{{- $name := printf "%s-pubsub-%s" $.Values.redisPrefix . | lower -}}
+{{- $name = regexReplaceAll "[^a-z0-9-]+" $name "-" -}}
+{{- $name = regexReplaceAll "-{2,}" $name "-" | trimAll "-" | trunc 253 | trimSuffix "-" -}}
+{{- $names = append $names $name -}}
+{{- end -}}
+{{- toYaml $names -}}
+{{- end -}}
+
+{{/* ------------------------------------------------------------------ pods */}}
+
+{{/* Environment every service pod gets (its own address, name, namespace). */}}
+{{- define "apex-mesh.podEnv" -}}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: APEXMESH_SHUTDOWN_GRACE
+  value: {{ .Values.shutdownGraceSeconds | quote }}
+- name: APEXMESH_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+- name: APEXMESH_ADMIN_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "apex-mesh.adminSecretName" . }}
+      key: admin-token
+- name: APEXMESH_ADMIN_READ_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "apex-mesh.adminSecretName" . }}
+      key: read-token
+{{- end -}}
+
+{{/* The Secret holding the admin API's tokens (admin-secret.yaml, or the user's). */}}
+{{- define "apex-mesh.adminSecretName" -}}
+{{- default (include "apex-mesh.componentName" (dict "root" . "component" "admin")) .Values.admin.existingSecret -}}
+{{- end -}}
+
+{{/* Admin HTTP probes on the named port "http": startup and liveness /healthz (the
+process answers; never Redis), readiness /readyz (its dependencies answer). */}}
+{{- define "apex-mesh.probes" -}}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: http
+  periodSeconds: 2
+  failureThreshold: 60
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: http
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: http
+  periodSeconds: 20
+  timeoutSeconds: 3
+  failureThreshold: 3
+{{- end -}}
+
+{{/*
+One apex-mesh service as a Deployment: the named template every gRPC service uses.
+Call with a dict:
+  root          $
+  component     relay | access | pubsub | report | presence | ...
+  values        the component's values (replicaCount, image, ports, resources, ...)
+  env           extra container env (a YAML list string)
+  volumes       extra volumes (YAML list string), volumeMounts likewise
+  redisClient   true when the pods talk to Redis (env, label for the NetworkPolicy)
+  serviceAccount  a ServiceAccount name; its token is mounted only then
+  annotations   extra pod annotations (checksums)
+  extraPorts    more container ports (YAML list string)
+*/}}
+{{- define "apex-mesh.deployment" -}}
+{{- $root := .root -}}
+{{- $v := .values -}}
+{{- $ctx := dict "root" $root "component" .component -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  {{- include "apex-mesh.metadata" $ctx | nindent 2 }}
+spec:
+  {{- if not (and $v.autoscaling $v.autoscaling.enabled) }}
+  replicas: {{ $v.replicaCount }}
+  {{- end }}
+  revisionHistoryLimit: 5
+  selector:
+    matchLabels:
+      {{- include "apex-mesh.selectorLabels" $ctx | nindent 6 }}
+  strategy:
+    type: RollingUpdate
+    rollingUpdate:
+      maxSurge: 1
+      maxUnavailable: 0
+  template:
+    metadata:
+      labels:
+        {{- include "apex-mesh.labels" $ctx | nindent 8 }}
+        {{- if .redisClient }}
+        apex-mesh.io/redis-client: "true"
+        {{- end }}
+        {{- with $v.podLabels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      annotations:
+        kubectl.kubernetes.io/default-container: {{ .component }}
+        {{- with .annotations }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+        {{- with $v.podAnnotations }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+    spec:
+      {{- include "apex-mesh.imagePullSecrets" $root | nindent 6 }}
+      {{- if .serviceAccount }}
+      serviceAccountName: {{ .serviceAccount }}
+      automountServiceAccountToken: true
+      {{- else }}
+      automountServiceAccountToken: false
+      {{- end }}
+      enableServiceLinks: false
+      securityContext:
+        {{- toYaml $root.Values.podSecurityContext | nindent 8 }}
+      terminationGracePeriodSeconds: {{ $v.terminationGracePeriodSeconds }}
+      {{- with $v.priorityClassName }}
+      priorityClassName: {{ . }}
+      {{- end }}
+      {{- with $v.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- if $v.topologySpreadConstraints }}
+      topologySpreadConstraints:
+        {{- tpl (toYaml $v.topologySpreadConstraints) $root | nindent 8 }}
+      {{- else }}
+      topologySpreadConstraints:
+        - maxSkew: 1
+          topologyKey: kubernetes.io/hostname
+          whenUnsatisfiable: ScheduleAnyway
+          labelSelector:
+            matchLabels:
+              {{- include "apex-mesh.selectorLabels" $ctx | nindent 14 }}
+      {{- end }}
+      containers:
+        - name: {{ .component }}
+          image: {{ include "apex-mesh.image" (dict "root" $root "image" $v.image) }}
+          imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+          securityContext:
+            {{- toYaml $root.Values.containerSecurityContext | nindent 12 }}
+          ports:
+            - name: grpc
+              containerPort: {{ $v.ports.grpc }}
+              protocol: TCP
+            - name: http
+              containerPort: {{ $v.ports.http }}
+              protocol: TCP
+            {{- with .extraPorts }}
+            {{- . | nindent 12 }}
+            {{- end }}
+          env:
+            {{- include "apex-mesh.podEnv" $root | nindent 12 }}
+            {{- if .redisClient }}
+            {{- include "apex-mesh.redis.env" $root | nindent 12 }}
+            {{- end }}
+            {{- with .env }}
+            {{- . | nindent 12 }}
+            {{- end }}
+            {{- with $v.extraEnv }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
+          {{- include "apex-mesh.probes" $root | nindent 10 }}
+          resources:
+            {{- toYaml $v.resources | nindent 12 }}
+          volumeMounts:
+            - name: tmp
+              mountPath: /tmp
+            {{- if .redisClient }}
+            {{- include "apex-mesh.redis.caMount" $root | nindent 12 }}
+            {{- end }}
+            {{- with .volumeMounts }}
+            {{- . | nindent 12 }}
+            {{- end }}
+      volumes:
+        - name: tmp
+          emptyDir:
+            sizeLimit: 64Mi
+        {{- if .redisClient }}
+        {{- include "apex-mesh.redis.caVolume" $root | nindent 8 }}
+        {{- end }}
+        {{- with .volumes }}
+        {{- . | nindent 8 }}
+        {{- end }}
+{{- end -}}
+
+{{/*
+The ClusterIP Service of a gRPC service: grpc and http ports, scraped by the ServiceMonitor.
+(dict "root" $ "component" C "values" V)
+*/}}
+{{- define "apex-mesh.service" -}}
+{{- $ctx := dict "root" .root "component" .component -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "apex-mesh.componentName" $ctx }}{{ .suffix | default "" }}
+  namespace: {{ include "apex-mesh.namespace" .root }}
+  labels:
+    {{- include "apex-mesh.labels" $ctx | nindent 4 }}
+    apex-mesh.io/scrape: {{ not .headless | quote }}
+  {{- include "apex-mesh.annotations" .root | nindent 2 }}
+spec:
+  type: ClusterIP
+  {{- if .headless }}
+  clusterIP: None
+  publishNotReadyAddresses: false
+  {{- end }}
+  selector:
+    {{- include "apex-mesh.selectorLabels" $ctx | nindent 4 }}
+  ports:
+    - name: grpc
+      port: {{ .values.ports.grpc }}
+      targetPort: grpc
+      protocol: TCP
+      appProtocol: grpc
+    - name: http
+      port: {{ .values.ports.http }}
+      targetPort: http
+      protocol: TCP
+      appProtocol: http
+{{- end -}}
+
+{{/*
+A PodDisruptionBudget when the component runs more than one pod (or autoscales).
+(dict "root" $ "component" C "values" V)
+*/}}
+{{- define "apex-mesh.pdb" -}}
+{{- $v := .values -}}
+{{- $scaled := and $v.autoscaling $v.autoscaling.enabled -}}
+{{- if and $v.pdb.enabled (or $scaled (gt (int $v.replicaCount) 1)) }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  {{- include "apex-mesh.metadata" (dict "root" .root "component" .component) | nindent 2 }}
+spec:
+  {{- if not (kindIs "invalid" $v.pdb.minAvailable) }}
+  minAvailable: {{ $v.pdb.minAvailable }}
+  {{- else }}
+  maxUnavailable: {{ $v.pdb.maxUnavailable | default 1 }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "apex-mesh.selectorLabels" (dict "root" .root "component" .component) | nindent 6 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A HorizontalPodAutoscaler for a component's Deployment: CPU, an optional per-pod custom
+metric, and metrics passed through. (dict "root" $ "component" C "values" V)
+*/}}
+{{- define "apex-mesh.hpa" -}}
+{{- $a := .values.autoscaling -}}
+{{- if $a.enabled }}
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  {{- include "apex-mesh.metadata" (dict "root" .root "component" .component) | nindent 2 }}
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: {{ include "apex-mesh.componentName" (dict "root" .root "component" .component) }}
+  minReplicas: {{ $a.minReplicas }}
+  maxReplicas: {{ $a.maxReplicas }}
+  metrics:
+    {{- if $a.targetCPUUtilizationPercentage }}
+    - type: Resource
+      resource:
+        name: cpu
+        target:
+          type: Utilization
+          averageUtilization: {{ $a.targetCPUUtilizationPercentage }}
+    {{- end }}
+    {{- if $a.customMetric.enabled }}
+    - type: Pods
+      pods:
+        metric:
+          name: {{ $a.customMetric.name }}
+        target:
+          type: AverageValue
+          averageValue: {{ $a.customMetric.targetAverageValue | quote }}
+    {{- end }}
+    {{- with $a.metrics }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $a.behavior }}
+  behavior:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,85 @@
+"""Render the chart with Helm's own engine (tools/helm.py over helm-python-sdk) for the
+chart tests; renders are cached per values, each takes a tenth of a second."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import yaml
+
+from tools import helm
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+CHART: Final = ROOT / "charts" / "apex-mesh"
+CI_VALUES: Final = sorted((CHART / "ci").glob("*.yaml"))
+VALUES_DIR: Final = Path(__file__).resolve().parent / "values"
+
+Doc = dict[str, Any]
+
+
+def values_of(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+@cache
+def _render(frozen: str) -> tuple[Doc, ...]:
+    return tuple(helm.documents(helm.render(CHART, json.loads(frozen))))
+
+
+def render(values: dict[str, Any] | None = None) -> list[Doc]:
+    """Every manifest the chart renders with ``values`` (hooks included)."""
+    return list(_render(json.dumps(values or {}, sort_keys=True)))
+
+
+def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
+    return [doc for doc in docs if doc["kind"] == kind]
+
+
+def named(docs: list[Doc], kind: str, name: str) -> Doc:
+    (doc,) = [d for d in of_kind(docs, kind) if d["metadata"]["name"] == name]
+    return doc
+
+
+WORKLOADS: Final = ("Deployment", "StatefulSet", "CronJob", "Pod")
+
+
+def pod_spec(doc: Doc) -> Doc:
+    """The pod spec of a workload (Deployment, StatefulSet, CronJob or a bare Pod)."""
+    if doc["kind"] == "Pod":
+        return doc["spec"]
+    if doc["kind"] == "CronJob":
+        return doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return doc["spec"]["template"]["spec"]
+
+
+def pod_labels(doc: Doc) -> dict[str, str]:
+    if doc["kind"] == "Pod":
+        return doc["metadata"]["labels"]
+    if doc["kind"] == "CronJob":
+        return doc["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    return doc["spec"]["template"]["metadata"]["labels"]
+
+
+def containers(docs: list[Doc]) -> Iterator[tuple[Doc, Doc]]:
+    """(workload, container) for every container and init container rendered."""
+    for doc in docs:
+        if doc["kind"] in WORKLOADS:
+            spec = pod_spec(doc)
+            for container in (*spec.get("initContainers", ()), *spec["containers"]):
+                yield doc, container
+
+
+@pytest.fixture(params=CI_VALUES, ids=lambda path: path.stem)
+def ci_docs(request: pytest.FixtureRequest) -> list[Doc]:
+    """The render of each ci/*.yaml value set."""
+    return render(values_of(request.param))
+
+
+@pytest.fixture
+def rendered() -> Callable[[dict[str, Any] | None], list[Doc]]:
+    return render

@@ -1,0 +1,1 @@
+"""Project tools run from the checkout (not shipped in the images)."""
