@@ -10,10 +10,11 @@ privacy (their greeting offers only TLS before tuning): every endpoint tunes TLS
 authenticates with SASL SCRAM-SHA-256 under its full identity. It prints what arrives
 and the reports that come back; barney then subscribes to fred's presence (RFC 3343) and
 sees fred leave and attach again; a pubsub topic gets two subscribers and a
-publication; finally fred sends to dino, not attached, with hold4Endpoint and dataTiming (RFC 3342): dino attaches and
-gets it, fred gets the final hop report. It then prints the dashboard's address and
-the line that points apexctl at this mesh (its context file, apexctl.yaml in the
-workdir), and keeps the mesh running until interrupted (or exits with --exit-after-demo).
+publication; finally fred sends to dino, not attached, with hold4Endpoint and
+dataTiming (RFC 3342): dino attaches and gets it, fred gets the final hop report. It
+then prints the dashboard's address and the line that points apexctl at this mesh (its
+context file, apexctl.yaml in the workdir), and keeps the mesh running until interrupted
+(or exits with --exit-after-demo).
 """
 
 from __future__ import annotations
