@@ -402,7 +402,7 @@ async def test_the_auth_failure_hook_sees_server_side_failures_and_can_hold_the_
         seen.append((event.mechanism, event.code, event.text))
         peer.hold_reading(0.3)
 
-    listener.on_auth_failure = failed
+    listener.on_auth_failed = failed
     exchange = SaslClientExchange(
         "SCRAM-SHA-256", authcid="fred", password="wrong", host="localhost"
     )

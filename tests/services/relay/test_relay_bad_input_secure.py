@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,47 +127,50 @@ def msg0(payload: bytes) -> bytes:
     return encode_frame("MSG", 0, 1, False, len(GREETING), payload)
 
 
-class _Recording(set[BeepConnection]):
-    """The relay's registry of sessions, remembering every session ever added (one that
-    ends at once is gone from the registry before a test could look)."""
+async def ended_with(
+    send: Callable[[Callable[[object], None]], Awaitable[None]],
+) -> int:
+    """Run ``send`` (which tells the local address of the connection it opens) and return
+    the code the relay ended that session with: its ``SessionTerminated``, which the
+    relay's adapter logs as ``BEEP session with PEER terminated: CODE REASON``."""
+    records: list[logging.LogRecord] = []
+    ours: list[object] = []
 
-    def __init__(self, current: set[BeepConnection]) -> None:
-        super().__init__(current)
-        self.added: list[BeepConnection] = []
-        self.arrived = asyncio.Event()
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
 
-    def add(self, conn: BeepConnection) -> None:
-        self.added.append(conn)
-        self.arrived.set()
-        super().add(conn)
-
-
-async def ended_with(pod: SecureRelay, send: Callable[[], Awaitable[None]]) -> int:
-    """Run ``send`` on a new session and return the code the relay ended that session
-    with (SessionTerminated), waiting for the end."""
-    recording = _Recording(pod.relay._connections)
-    pod.relay._connections = recording
-    task = asyncio.ensure_future(send())
-    async with asyncio.timeout(10):
-        await recording.arrived.wait()
-        [conn] = recording.added
-        event = await conn.closed
-        await task
-    assert isinstance(event, ev.SessionTerminated), event
-    return event.code
+    handler = Collect(logging.INFO)
+    adapter = logging.getLogger("apexmesh.aio.connection")
+    level = adapter.level
+    adapter.addHandler(handler)
+    adapter.setLevel(logging.INFO)
+    try:
+        await send(ours.append)
+        async with asyncio.timeout(10):
+            while True:
+                for record in records:
+                    args = record.args if isinstance(record.args, tuple) else ()
+                    if "terminated" in str(record.msg) and args and args[0] in ours:
+                        return int(args[1])
+                await asyncio.sleep(0.01)  # poll interval: the relay logs the end
+    finally:
+        adapter.removeHandler(handler)
+        adapter.setLevel(level)
 
 
 def framing_case(raw: Callable[[], bytes], *, plain: bool = False) -> Callable[..., Awaitable[int]]:
     async def run(pod: SecureRelay) -> int:
-        async def send() -> None:
+        async def send(note: Callable[[object], None]) -> None:
             reader, writer = await (plain_session(pod) if plain else tls_session(pod))
+            note(writer.get_extra_info("sockname"))
             writer.write(raw())
             with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError, TimeoutError):
                 await writer.drain()
                 await asyncio.wait_for(reader.read(), 10)  # the relay closes, unanswered
             writer.close()
 
-        return await ended_with(pod, send)
+        return await ended_with(send)
 
     return run
 

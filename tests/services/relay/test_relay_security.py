@@ -101,7 +101,7 @@ async def test_sasl_failures_are_throttled_logged_counted_then_closed_with_421(
     codes: list[int] = []
     waits: list[float] = []
     loop = asyncio.get_running_loop()
-    with caplog.at_level("WARNING", logger="services.relay.app"):
+    with caplog.at_level("WARNING", logger="apexmesh.audit"):
         for _ in range(2):
             exchange = SaslClientExchange(
                 "SCRAM-SHA-256", authcid="fred@example.com", password="guess", host=HOST
@@ -127,8 +127,11 @@ async def test_sasl_failures_are_throttled_logged_counted_then_closed_with_421(
     lines = [r.getMessage() for r in caplog.records if "authentication failed" in r.getMessage()]
     assert len(lines) == 3
     assert all("SCRAM-SHA-256" in line and "127.0.0.1" in line for line in lines)
+    assert "reply code 535" in lines[0]
+    assert "session held" in lines[0]
+    assert "session closed" in lines[2]
     metrics = generate_latest(pod.relay.registry).decode()
-    assert 'apexmesh_relay_auth_failures_total{mechanism="SCRAM-SHA-256"} 3.0' in metrics
+    assert 'apexmesh_auth_failures_total{mechanism="SCRAM-SHA-256",service="relay"} 3.0' in metrics
 
 
 async def test_a_new_session_from_a_guessing_address_is_closed_at_its_first_failure(
