@@ -10,10 +10,7 @@ the full parser.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,22 +21,11 @@ from apexmesh.apex.data import data_from, known_data
 from apexmesh.apex.elements import parse_apex
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import XmlError, parse_xml
+from tests.support.fuzzing import load_target
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _load_target() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_apex", ROOT / "tests/fuzz/fuzz_apex.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-target = _load_target()
+target = load_target("fuzz_apex")
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,16 +42,6 @@ TO_BARNEY = (
     "<data content='cid:1@example.com'><originator identity='{who}' />"
     "<recipient identity='barney@example.com' />{extra}</data>"
 )
-
-
-@pytest.fixture(scope="module")
-def locked_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis-bad-input"), password="s3cret-redis")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @dataclass

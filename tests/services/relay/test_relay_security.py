@@ -6,7 +6,7 @@ relay answers to, and the SDK's errors carrying the relay's code and reason."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +23,6 @@ from tests.support.secure import HOST, PASSWORDS, SecureRelay, secure_relay
 pytestmark = pytest.mark.integration
 
 APEX = "http://iana.org/beep/APEX"
-
-
-@pytest.fixture(scope="module")
-def locked_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis-locked"), password="s3cret-redis")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

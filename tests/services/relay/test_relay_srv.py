@@ -1,25 +1,20 @@
 """Relay-relay discovery by DNS SRV (RFC 3340 section 3.1) against a real DNS server.
 
-A tiny authoritative DNS responder (dnspython's message codec over a real UDP socket on
-loopback) answers ``_apex-mesh._tcp.DOMAIN`` SRV queries; the relay's mesh pool resolves
-through it, prefers the lowest priority and the highest weight, and reports 550 for a
-domain no relay serves.
+A tiny authoritative DNS server (tests/support/dns_server.py) answers
+``_apex-mesh._tcp.DOMAIN`` SRV queries; the relay's mesh pool resolves through it, orders
+the targets as RFC 2782 says (lowest priority first, weighted within one), and reports
+550 for a domain no relay serves.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from typing import cast
 
 import dns.asyncresolver
-import dns.message
-import dns.rcode
-import dns.rdatatype
-import dns.rrset
 import pytest
 
 from services.relay.mesh import MeshError, MeshPool
+from tests.support.dns_server import dns_server
 
 pytestmark = pytest.mark.integration
 
@@ -32,34 +27,10 @@ RECORDS = {
 }
 
 
-class _Responder(asyncio.DatagramProtocol):
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.DatagramTransport, transport)
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        query = dns.message.from_wire(data)
-        response = dns.message.make_response(query)
-        question = query.question[0]
-        answers = RECORDS.get(question.name.to_text())
-        if answers is None or question.rdtype != dns.rdatatype.SRV:
-            response.set_rcode(dns.rcode.NXDOMAIN)
-        else:
-            response.answer.append(
-                dns.rrset.from_text_list(question.name, 60, "IN", "SRV", answers)
-            )
-        self.transport.sendto(response.to_wire(), addr)
-
-
 @pytest.fixture
 async def resolver() -> AsyncIterator[dns.asyncresolver.Resolver]:
-    loop = asyncio.get_running_loop()
-    transport, _ = await loop.create_datagram_endpoint(_Responder, local_addr=("127.0.0.1", 0))
-    port = transport.get_extra_info("sockname")[1]
-    resolver = dns.asyncresolver.Resolver(configure=False)
-    resolver.port = port  # before nameservers: dnspython binds the port when they are set
-    resolver.nameservers = ["127.0.0.1"]
-    yield resolver
-    transport.close()
+    async with dns_server(RECORDS) as answering:
+        yield answering
 
 
 async def test_srv_record_locates_the_preferred_relay(resolver: dns.asyncresolver.Resolver) -> None:
