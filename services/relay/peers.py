@@ -29,6 +29,7 @@ import grpc
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.ops.logs import correlation_id
 from apexmesh.rpc.channels import internal_channel
 from services.relay.grouping import Group
 from services.relay.outcomes import DELIVERED, POD_UNAVAILABLE, Outcome, outcome_of, resolver
@@ -132,7 +133,11 @@ class _Stream:
             self._custody[request_id] = taken
         self._room(len(payload))
         self._batch.requests.add(
-            recipient=recipient, originator=originator, payload=payload, id=request_id
+            recipient=recipient,
+            originator=originator,
+            payload=payload,
+            id=request_id,
+            correlation_id=correlation_id.get(),
         )
         self._wake.set()
 
@@ -152,6 +157,7 @@ class _Stream:
             group_elements=group.elements,
             head=group.head,
             tail=group.tail,
+            correlation_id=correlation_id.get(),
         )
         self._wake.set()
 
