@@ -31,6 +31,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.rpc.channels import internal_channel
 from services.relay.grouping import Group
 from services.relay.outcomes import DELIVERED, Outcome, resolver
 
@@ -70,7 +71,7 @@ class _Stream:
 
     def __init__(self, address: str, options: list[tuple[str, int]]) -> None:
         self.address = address
-        self.channel = grpc.aio.insecure_channel(address, options=options)
+        self.channel = internal_channel(address, options=options)
         self._stub = relay_pb2_grpc.RelayServiceStub(self.channel)
         #: Batches cut and not yet handed to gRPC, then the batch being filled.
         self._ready: deque[relay_pb2.DeliverBatch] = deque()
@@ -252,7 +253,7 @@ class PeerDelivery:
     async def terminate(self, address: str, endpoint: Endpoint, code: int, text: str) -> bool:
         """Ask the pod at ``address`` to terminate its attachment of ``endpoint``
         (gRPC ``TerminateAttachment``); False when it does not hold it or cannot be asked."""
-        channel = grpc.aio.insecure_channel(address)
+        channel = internal_channel(address)
         try:
             stub = relay_pb2_grpc.RelayServiceStub(channel)
             response = await stub.TerminateAttachment(
