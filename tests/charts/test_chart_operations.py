@@ -1,34 +1,39 @@
 """The chart's operations pieces (issue #22): the dashboard's Deployment, Service,
 NetworkPolicy, budget and context file, NOTES on reaching it, and the relay's preStop
 drain with the grace arithmetic it needs. Rendered with Helm's engine and asserted; the
-context file is loaded by the dashboard's own settings and the preStop hook is run
-against a real relay pod."""
+context file is loaded by the dashboard's own settings (test_chart_drain_hook.py runs
+the hook against a real relay pod)."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import re
-import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import helm_python as helm
-import httpx
 import pytest
 import yaml
 
 from apexmesh.ops.targets import context_from
-from apexmesh.store.keys import Keys
 from services.dashboard.settings import DashboardSettings
-from tests.charts.conftest import CHART, Doc, named, of_kind, pod_spec, render
-from tests.support.mesh import ADMIN_TOKEN, Mesh, endpoint_client, running_mesh
-from tests.support.redis_server import RedisServer
+from tests.charts.conftest import (
+    CHART,
+    Doc,
+    container,
+    drain_hook,
+    named,
+    of_kind,
+    pod_spec,
+    render,
+)
 from tools.helm import notes
 
-pytestmark = pytest.mark.chart
+# Rendered and checked in memory (Helm's engine is a library in this process); the
+# hook is run against a real relay in test_chart_drain_hook.py.
+pytestmark = [pytest.mark.chart, pytest.mark.unit]
 
 Render = Callable[[dict[str, Any] | None], list[Doc]]
 
@@ -40,11 +45,6 @@ READ: dict[str, str] = {
     "report": "apex-mesh-report",
     "presence": "apex-mesh-presence",
 }
-
-
-def container(docs: list[Doc], name: str) -> Doc:
-    (only,) = pod_spec(named(docs, "Deployment", name))["containers"]
-    return only  # type: ignore[no-any-return]
 
 
 def env_of(docs: list[Doc], name: str) -> dict[str, Doc]:
@@ -267,11 +267,6 @@ def test_notes_tell_how_to_open_the_dashboard() -> None:
 # --------------------------------------------------------------------------- relay drain
 
 
-def drain_hook(docs: list[Doc]) -> list[str]:
-    hook = container(docs, "apex-mesh-relay")["lifecycle"]["preStop"]
-    return hook["exec"]["command"]  # type: ignore[no-any-return]
-
-
 def test_the_relay_drains_before_sigterm_within_its_grace(rendered: Render) -> None:
     docs = rendered(None)
     command = drain_hook(docs)
@@ -320,60 +315,3 @@ def test_the_drain_can_be_switched_off(rendered: Render) -> None:
     assert "lifecycle" not in container(docs, "apex-mesh-relay")
     for name in ("access", "pubsub", "report", "presence", "dashboard"):
         assert "lifecycle" not in container(docs, f"apex-mesh-{name}"), name
-
-
-# --------------------------------------------------------------------------- the hook, run
-
-
-@pytest.fixture
-async def relay_mesh(redis_server: RedisServer, keys: Keys, tmp_path: Path) -> AsyncIterator[Mesh]:
-    async with running_mesh(redis_server, keys, tmp_path) as running:
-        yield running
-
-
-async def run_hook(script: str, port: int, token: str = ADMIN_TOKEN) -> asyncio.subprocess.Process:
-    """The rendered hook as the kubelet runs it in the relay's container: the relay's
-    own variables (its address, its port, the admin token) in the environment."""
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        script,
-        env={
-            "APEXMESH_RELAY_HTTP_HOST": "127.0.0.1",
-            "APEXMESH_RELAY_HTTP_PORT": str(port),
-            "APEXMESH_ADMIN_TOKEN": token,
-        },
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
-@pytest.mark.integration
-async def test_the_hook_drains_a_real_relay_and_waits_for_its_sessions(
-    relay_mesh: Mesh,
-) -> None:
-    values = {"relay": {"drain": {"graceSeconds": 60}, "terminationGracePeriodSeconds": 75}}
-    (script,) = drain_hook(render(values))[2:]
-    port = relay_mesh.b.http_port
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-        refused = await run_hook(script, port, token="not-the-admin-token-0123456")
-        _, stderr = await asyncio.wait_for(refused.communicate(), 30)
-        assert refused.returncode != 0
-        assert b"drain refused" in stderr
-        assert (await http.get("/readyz")).status_code == 200
-        async with endpoint_client(relay_mesh.b.edge_port) as client:
-            await client.attach("barney@example.com")
-            hook = await run_hook(script, port)
-            for _ in range(200):
-                if (await http.get("/readyz")).status_code == 503:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                pytest.fail("the hook did not drain the relay")
-            assert "draining" in (await http.get("/readyz")).json()["reason"]
-            # A session is still open: the hook is waiting for it, within its grace.
-            await asyncio.sleep(1.5)
-            assert hook.returncode is None
-        # The session ended: the hook returns well before its 60 s.
-        _, stderr = await asyncio.wait_for(hook.communicate(), 30)
-        assert hook.returncode == 0, stderr

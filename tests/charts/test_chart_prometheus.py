@@ -45,6 +45,7 @@ def promtool() -> str:
     return path
 
 
+@pytest.mark.integration  # runs promtool
 def test_promtool_checks_and_tests_every_alert(tmp_path: Path) -> None:
     groups = rule_groups()
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}), encoding="utf-8")
@@ -86,6 +87,7 @@ def test_promtool_checks_and_tests_every_alert(tmp_path: Path) -> None:
     } <= alerts
 
 
+@pytest.mark.integration  # runs promtool
 def test_promtool_catches_a_broken_rule(tmp_path: Path) -> None:
     """The check above can fail: promtool refuses an expression that does not parse."""
     broken = {"groups": [{"name": "x", "rules": [{"alert": "X", "expr": "sum(up"}]}]}
@@ -224,6 +226,7 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+@pytest.mark.unit
 def test_the_parser_finds_names_and_only_names() -> None:
     expr = (
         'histogram_quantile(0.99, sum by (le) (rate(a_seconds_bucket{x="b c", y=~"d.*"}[5m])))'
@@ -254,6 +257,7 @@ def dashboard_expressions() -> Iterator[tuple[str, str]]:
             yield path.name, expr
 
 
+@pytest.mark.unit
 def test_every_promql_expression_names_an_exported_metric() -> None:
     exported = exported_series()
     library = library_series()
@@ -284,6 +288,7 @@ def test_every_promql_expression_names_an_exported_metric() -> None:
         assert any(name.startswith(f"apexmesh_{service}_") for name in used), service
 
 
+@pytest.mark.unit
 def test_the_dashboard_uses_a_datasource_variable_and_a_stable_uid() -> None:
     board = json.loads((CHART / "files" / "dashboards" / "apex-mesh.json").read_text())
     assert board["uid"] == "apex-mesh-overview"
@@ -294,6 +299,7 @@ def test_the_dashboard_uses_a_datasource_variable_and_a_stable_uid() -> None:
     assert "$namespace" in text
 
 
+@pytest.mark.unit
 def test_the_dashboard_has_the_operations_panels() -> None:
     """Auth failures, gRPC errors and latency, topics and subscriptions per domain,
     selector matching and memory: each panel's query, by what it is grouped."""

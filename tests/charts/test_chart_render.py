@@ -30,7 +30,8 @@ from tests.charts.conftest import (
 )
 from tools.helm import notes
 
-pytestmark = pytest.mark.chart
+# Rendered and checked in memory (Helm's engine is a library in this process).
+pytestmark = [pytest.mark.chart, pytest.mark.unit]
 
 Render = Callable[[dict[str, Any] | None], list[Doc]]
 

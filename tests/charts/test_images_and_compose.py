@@ -14,7 +14,8 @@ import yaml
 
 from tests.charts.conftest import CHART, ROOT
 
-pytestmark = pytest.mark.chart
+# Rendered and checked in memory (Helm's engine is a library in this process).
+pytestmark = [pytest.mark.chart, pytest.mark.unit]
 
 DOCKER: Final = ROOT / "docker"
 SERVICES: Final = ("relay", "access", "pubsub", "report", "presence")
