@@ -43,8 +43,7 @@ class ContainerMesh(LocalMesh):
     """LocalMesh whose processes are containers (see the module docstring)."""
 
     def __init__(self, workdir: Path, *, tag: str, run_id: str) -> None:
-        # No dashboard container: there is no dashboard image yet (issue #22's chart step).
-        super().__init__(workdir, dashboard=False)
+        super().__init__(workdir)
         self.tag = tag
         self.run_id = run_id
 
@@ -58,6 +57,11 @@ class ContainerMesh(LocalMesh):
             if path.is_file():
                 os.chown(path, APEX_UID, APEX_UID)
         return files
+
+    def _write_context(self, redis_url: str) -> None:
+        super()._write_context(redis_url)
+        # Written after _write_files: the dashboard's container reads it as that user.
+        os.chown(self.context_file, APEX_UID, APEX_UID)
 
     def command(self, child: Child) -> list[str]:
         image = f"apex-mesh/{child.module.removeprefix('services.')}:{self.tag}"

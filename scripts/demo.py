@@ -1,17 +1,20 @@
 """The README's run command: the whole mesh on this machine, and a short demo.
 
-Starts redis-server, two relay pods for example.com, one for rubble.com, and an access
-a report and a presence service per domain, each its own process (apexmesh.ops.localmesh), waits
-until all are ready, then: fred@example.com (on relay pod 1) sends to barney@example.com
-(attached to pod 2) and to wilma@rubble.com (across domains), each with statusRequest,
-and to dino@example.com, who is not attached. Every endpoint tunes TLS and
-authenticates with SASL SCRAM-SHA-256. It prints what arrives and the reports that come
-back; barney then subscribes to fred's presence (RFC 3343) and sees fred leave and
-attach again; a pubsub topic gets two subscribers and a publication; finally fred sends
-to dino, not attached, with hold4Endpoint and dataTiming (RFC 3342): dino attaches and
-gets it, fred gets the final hop report. It then prints the dashboard's address and
-the line that points apexctl at this mesh (its context file, apexctl.yaml in the
-workdir), and keeps the mesh running until interrupted (or exits with --exit-after-demo).
+Starts redis-server (with a password), two relay pods for example.com, one for
+rubble.com, an access, a report and a presence service per domain and a pubsub pod behind
+each relay pod, each its own process (apexmesh.ops.localmesh), none in development mode,
+waits until all are ready, then: fred@example.com (on relay pod 1) sends to
+barney@example.com (attached to pod 2) and to wilma@rubble.com (across domains), each
+with statusRequest, and to dino@example.com, who is not attached. The relays require
+privacy (their greeting offers only TLS before tuning): every endpoint tunes TLS, then
+authenticates with SASL SCRAM-SHA-256 under its full identity. It prints what arrives
+and the reports that come back; barney then subscribes to fred's presence (RFC 3343) and
+sees fred leave and attach again; a pubsub topic gets two subscribers and a
+publication; finally fred sends to dino, not attached, with hold4Endpoint and
+dataTiming (RFC 3342): dino attaches and gets it, fred gets the final hop report. It
+then prints the dashboard's address and the line that points apexctl at this mesh (its
+context file, apexctl.yaml in the workdir), and keeps the mesh running until interrupted
+(or exits with --exit-after-demo).
 """
 
 from __future__ import annotations

@@ -18,14 +18,24 @@ from tests.support.demo_mesh import DemoMesh, start_demo
 from tests.support.redis_server import RedisServer
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
+def _running(server: RedisServer) -> Iterator[RedisServer]:
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    yield from _running(RedisServer(tmp_path_factory.mktemp("redis")))
+
+
+@pytest.fixture(scope="session")
+def locked_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A redis-server with a password, as services outside development runs need it
+    (tests/support/secure.py)."""
+    yield from _running(RedisServer(tmp_path_factory.mktemp("redis-locked"), password="s3cret"))
 
 
 @pytest.fixture
@@ -52,3 +62,16 @@ def demo_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoMesh]:
         yield mesh
     finally:
         mesh.stop()
+
+
+#: Every test says which kind it is (pyproject's markers; ``scripts/test -m unit`` runs
+#: only the in-memory ones, so an unmarked test would silently fall out of every kind).
+KINDS = ("unit", "integration", "system")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(k) for k in KINDS)]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests without a unit, integration or system marker:\n  " + "\n  ".join(unmarked)
+        )

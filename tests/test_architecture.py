@@ -1,8 +1,12 @@
 """Layering rules that keep the protocol cores sans-I/O and the services independent.
 
-The cores (``apexmesh/beep``, ``apexmesh/apex``) import no I/O library; lxml is imported
-only by the one hardened parser module; services never import one another (they talk
-gRPC). Checked on the AST, so a function-level import cannot slip through.
+The cores (``apexmesh/beep``, ``apexmesh/apex``, ``apexmesh/pubsub``) import no I/O
+library and draw no randomness (a caller passes it in; the SASL mechanisms alone need
+fresh nonces and salts from the OS, RFC 2831 and RFC 5802, and take fixed ones in
+tests); the BEEP core knows nothing of APEX; lxml is imported only by the one hardened
+parser module; services never import one another (they talk gRPC) and open internal
+gRPC channels only through ``apexmesh/rpc/channels.py``; nothing uses relative imports.
+Checked on the AST, so a function-level import cannot slip through.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-CORES = ("apexmesh/beep", "apexmesh/apex", "apexmesh/common")
+CORES = ("apexmesh/beep", "apexmesh/apex", "apexmesh/common", "apexmesh/pubsub")
 FORBIDDEN_IN_CORES = {
     "asyncio",
     "socket",
@@ -29,6 +33,10 @@ FORBIDDEN_IN_CORES = {
     "time",
 }
 XML_MODULE = "apexmesh/beep/xml.py"
+RANDOMNESS = {"random", "secrets", "uuid"}
+#: Where randomness is drawn on purpose: SASL nonces and salts (see the docstring).
+RANDOMNESS_ALLOWED = ("apexmesh/beep/sasl/",)
+CHANNELS_MODULE = "apexmesh/rpc/channels.py"
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -43,7 +51,11 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def python_files(folder: str) -> list[Path]:
-    return sorted((ROOT / folder).rglob("*.py"))
+    return sorted(p for p in (ROOT / folder).rglob("*.py") if "contracts" not in p.parts)
+
+
+def relative(path: Path) -> str:
+    return str(path.relative_to(ROOT))
 
 
 def test_cores_exist() -> None:
@@ -98,4 +110,55 @@ def test_the_library_never_imports_services() -> None:
         for name in imported_modules(path)
         if name.split(".")[0] == "services"
     ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_cores_draw_no_randomness(core: str) -> None:
+    offenders = [
+        f"{relative(path)} imports {name}"
+        for path in python_files(core)
+        for name in imported_modules(path)
+        if name.split(".")[0] in RANDOMNESS and not relative(path).startswith(RANDOMNESS_ALLOWED)
+    ]
+    assert offenders == []
+
+
+def test_the_beep_core_knows_nothing_of_apex() -> None:
+    offenders = [
+        f"{relative(path)} imports {name}"
+        for path in python_files("apexmesh/beep")
+        for name in imported_modules(path)
+        if name.startswith("apexmesh.") and not name.startswith("apexmesh.beep")
+    ]
+    assert offenders == []
+
+
+def test_no_relative_imports() -> None:
+    offenders = []
+    for folder in ("apexmesh", "services", "tests", "bench", "scripts"):
+        for path in python_files(folder):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            offenders += [
+                f"{relative(path)}:{node.lineno}"
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.level > 0
+            ]
+    assert offenders == []
+
+
+def test_internal_grpc_channels_come_from_one_place() -> None:
+    """Every channel between services gets the same reconnect policy (a restarted peer
+    is reached again within a second)."""
+    offenders = []
+    for path in python_files("apexmesh") + python_files("services"):
+        if relative(path) == CHANNELS_MODULE:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        offenders += [
+            f"{relative(path)}:{node.lineno}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and node.attr in ("insecure_channel", "secure_channel")
+        ]
     assert offenders == []

@@ -157,11 +157,17 @@ class Channel:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AcceptChannel:
-    """Accept a start request with one profile; ``serve`` then runs with the channel."""
+    """Accept a start request with one profile; ``serve`` then runs with the channel.
+
+    ``abandon`` runs instead of ``serve`` when the channel cannot be accepted after all
+    (the session ended while the start was being decided): whatever the decision set up
+    for the channel (an attachment claimed for a piggybacked attach) is undone there.
+    """
 
     profile: str
     content: str | None = None
     serve: Callable[[Channel], Awaitable[None]] | None = None
+    abandon: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +220,7 @@ class BeepConnection(asyncio.Protocol):
         self._reading_paused = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._end: ConnectionClosedError | None = None
+        self._held: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------- asyncio.Protocol
 
@@ -241,6 +248,9 @@ class BeepConnection(asyncio.Protocol):
         self._fail_all(self._end or ConnectionClosedError("connection lost"))
         if self._timer is not None:
             self._timer.cancel()
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
         self.transport = None
 
     def pause_writing(self) -> None:
@@ -339,8 +349,23 @@ class BeepConnection(asyncio.Protocol):
         self._queued_messages -= 1
         if self._reading_paused and self._queued_messages <= LOW_WATER_MESSAGES:
             self._reading_paused = False
-            if self.transport is not None:
+            if self.transport is not None and self._held is None:
                 self.transport.resume_reading()
+
+    def hold_reading(self, seconds: float) -> None:
+        """Read nothing more from the peer for ``seconds`` (a delay after a failed
+        authentication, RFC 4422 section 6.2); a later hold extends it."""
+        if self.transport is None or seconds <= 0:
+            return
+        if self._held is not None:
+            self._held.cancel()
+        self.transport.pause_reading()
+        self._held = self.loop.call_later(seconds, self._end_hold)
+
+    def _end_hold(self) -> None:
+        self._held = None
+        if self.transport is not None and not self._reading_paused:
+            self.transport.resume_reading()
 
     # ------------------------------------------------------------- internals
 
@@ -401,13 +426,32 @@ class BeepConnection(asyncio.Protocol):
         handler = self.on_start
 
         async def decide() -> None:
-            decision = await handler(self, event)
+            try:
+                decision = await handler(self, event)
+            except Exception:
+                # RFC 3080 section 2.3.1.2: a start is answered, with an error element
+                # when the listener cannot start the channel (a local error here).
+                logger.exception("deciding the start of channel %d failed", event.channel)
+                decision = RejectChannel(
+                    code=ReplyCode.ACTION_ABORTED, text="local error starting the channel"
+                )
             if isinstance(decision, RejectChannel):
-                self.call(lambda s: s.reject_channel(event.channel, decision.code, decision.text))
+                with contextlib.suppress(BeepError):  # the session ended meanwhile
+                    self.call(
+                        lambda s: s.reject_channel(event.channel, decision.code, decision.text)
+                    )
                 return
             channel = Channel(self, event.channel, decision.profile)
             self._channels[event.channel] = channel
-            self.call(lambda s: s.accept_channel(event.channel, decision.profile, decision.content))
+            try:
+                self.call(
+                    lambda s: s.accept_channel(event.channel, decision.profile, decision.content)
+                )
+            except BeepError:  # the session ended while the start was being decided
+                self._channels.pop(event.channel, None)
+                if decision.abandon is not None:
+                    await decision.abandon()
+                return
             if decision.serve is not None:
                 await decision.serve(channel)
 
@@ -515,8 +559,10 @@ class BeepConnection(asyncio.Protocol):
                 server_hostname=None if event.server_side else self.server_hostname,
             )
         except (OSError, ssl.SSLError) as exc:
-            logger.warning("TLS negotiation failed: %s", exc)
-            self._tls_done.set_exception(ConnectionClosedError(f"TLS negotiation failed: {exc}"))
+            reason = _describe(exc)
+            logger.warning("TLS negotiation failed: %s (peer %s)", reason, self.peer_address)
+            self._tls_done.set_exception(ConnectionClosedError(f"TLS negotiation failed: {reason}"))
+            self._tls_done.exception()  # the listener's side has nobody awaiting it
             self.abort()
             return
         self.transport = cast("asyncio.Transport", new_transport)
@@ -537,11 +583,16 @@ class BeepConnection(asyncio.Protocol):
             self._auth.set_result(event)
 
     def _on_auth_failed(self, event: ev.AuthenticationFailed) -> None:
-        if event.server_side and self.on_auth_failed is not None:
-            self.on_auth_failed(self, event)
-        if not event.server_side and self._auth is not None and not self._auth.done():
+        if event.server_side:
+            if self.on_auth_failed is not None:
+                self.on_auth_failed(self, event)
+            return
+        if self._auth is not None and not self._auth.done():
+            reason = f"{event.code} {event.text}".rstrip()
             self._auth.set_exception(
-                AuthenticationError(f"SASL {event.mechanism} failed", code=_code(event.code))
+                AuthenticationError(
+                    f"SASL {event.mechanism} failed: {reason}", code=_code(event.code)
+                )
             )
 
     def _on_session_closed(self, event: ev.SessionClosed) -> None:
@@ -598,6 +649,15 @@ def _call_back(callback: ReplyCallback, outcome: Reply | ConnectionClosedError) 
         callback(outcome)
     except Exception:
         logger.exception("reply callback failed")
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception's reason for a log line, never empty: a peer that resets the
+    connection mid-handshake raises errors whose text is ""."""
+    text = str(exc).strip()
+    if isinstance(exc, ssl.SSLError) and getattr(exc, "reason", None) and not text:
+        text = str(exc.reason)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _code(value: int) -> ReplyCode | None:

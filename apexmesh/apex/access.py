@@ -739,18 +739,37 @@ def is_valid_owner(endpoint: Endpoint) -> bool:
     return endpoint.address[len(SERVICE_PREFIX) :] in REGISTERED_SERVICES
 
 
+def known_addresses(known: Iterable[Endpoint]) -> Callable[[Endpoint], bool]:
+    """RFC 3341 step 2 for a domain that knows its endpoints: an owner is a valid
+    address when it is a registered service (or a subaddress of one, a topic), or when
+    its endpoint without subaddress is one of ``known`` (or a subaddress of one)."""
+    bases = frozenset(endpoint.base for endpoint in known)
+
+    def valid(owner: Endpoint) -> bool:
+        if owner.is_service:
+            return is_valid_owner(owner)
+        return owner.base in bases
+
+    return valid
+
+
 @dataclass(frozen=True, slots=True)
 class Domains:
     """The administrative domains this service answers for (RFC 3341 step 1)."""
 
     names: frozenset[str]
     #: Whether an address in these domains exists (RFC 3341 step 2). The default accepts
-    #: every endpoint except an ``apex=`` service that is not registered.
+    #: every endpoint except an ``apex=`` service that is not registered; with a
+    #: directory of the domain's endpoints (:func:`known_addresses`) other endpoints
+    #: must be in it.
     valid: Callable[[Endpoint], bool] = field(default=is_valid_owner)
 
     @classmethod
-    def of(cls, *names: str) -> Domains:
-        return cls(frozenset(normalize_domain(name) for name in names))
+    def of(cls, *names: str, known: Iterable[Endpoint] | None = None) -> Domains:
+        domains = frozenset(normalize_domain(name) for name in names)
+        if known is None:
+            return cls(domains)
+        return cls(domains, known_addresses(known))
 
 
 def check_subject(owner: str, domains: Domains) -> Endpoint:

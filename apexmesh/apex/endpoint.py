@@ -26,6 +26,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Final
+from urllib.parse import quote, unquote
 
 from apexmesh.apex.codes import ApexReplyCode
 
@@ -43,6 +44,13 @@ SERVICE_PREFIX: Final = "apex="
 APPLICATION_PREFIX: Final = "appl="
 
 _LABEL: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+#: The URI scheme of an endpoint used as a URI (RFC 3343's tuple destinations).
+URI_SCHEME: Final = "apex"
+#: A ``%`` that does not start a two-hex-digit escape.
+_BAD_ESCAPE: Final = re.compile(r"%(?![0-9A-Fa-f]{2})")
+#: Characters an ``apex:`` URI carries as they are (RFC 3986 pchar without ``%``).
+_URI_SAFE: Final = "/@=+-._~!$&'()*,;:"
 
 
 class EndpointError(ValueError):
@@ -129,6 +137,26 @@ class Endpoint:
             raise EndpointError(f"invalid subaddress in {text!r}")
         return cls(address, subaddress if slash else None, normalize_domain(domain))
 
+    @classmethod
+    def from_uri(cls, uri: str) -> Endpoint:
+        """The endpoint an ``apex:`` URI names, with its URL encoding reversed first
+        (RFC 3340 section 2.2.1: ``apex:f%72ed@example.com`` is ``fred@example.com``).
+        Raises :class:`EndpointError` for another scheme or a malformed escape."""
+        scheme, colon, rest = uri.partition(":")
+        if not colon or scheme.lower() != URI_SCHEME or not rest:
+            raise EndpointError(f"{uri!r} is not an apex: URI")
+        if _BAD_ESCAPE.search(rest):
+            raise EndpointError(f"malformed %-escape in {uri!r}")
+        try:
+            text = unquote(rest, errors="strict")
+        except UnicodeDecodeError:
+            raise EndpointError(f"%-escapes in {uri!r} are not UTF-8") from None
+        return _parse_endpoint(text)
+
+    def to_uri(self) -> str:
+        """This endpoint as an ``apex:`` URI (URL-encoded where a URI needs it)."""
+        return f"{URI_SCHEME}:{quote(str(self), safe=_URI_SAFE)}"
+
     @property
     def local(self) -> str:
         """The local part, ``address`` or ``address/subaddress``."""
@@ -194,6 +222,7 @@ def well_known(service: str, domain: str) -> Endpoint:
 
 __all__ = [
     "APPLICATION_PREFIX",
+    "URI_SCHEME",
     "MAX_ENDPOINT_OCTETS",
     "SERVICE_PREFIX",
     "Endpoint",

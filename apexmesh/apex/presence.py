@@ -47,8 +47,10 @@ PUBLISH_TOKEN: Final = "presence:publish"  # noqa: S105
 #: Largest SECONDS value accepted (2**31-1, the UNIQID bound: about 68 years).
 MAX_SECONDS: Final = 2_147_483_647
 
-#: Tuples per presence entry: bounds the work one publish can cause (fan-out to every
-#: subscriber carries the whole entry). Larger entries are a policy refusal (554).
+#: Tuples per presence entry an application may publish: bounds the work one publish can
+#: cause (fan-out to every subscriber carries the whole entry). Larger entries are a
+#: policy refusal (554). The mesh's own tuples (a pubsub service's topics) are not
+#: bounded by it (docs/presence.md).
 MAX_TUPLES: Final = 256
 
 #: Capabilities per tuple, for the same reason.
@@ -212,8 +214,6 @@ class Presence:
         _uri(self.publisher_info, "presence publisherInfo", absolute=False, empty=True)
         if not self.tuples:
             _dtd.fail("presence: at least one tuple is required")
-        if len(self.tuples) > MAX_TUPLES:
-            _dtd.fail(f"presence: more than {MAX_TUPLES} tuples", ApexReplyCode.TRANSACTION_FAILED)
 
     def to_xml(self) -> bytes:
         head = _dtd.attr("publisher", str(self.publisher)) + _dtd.attr(
@@ -339,14 +339,15 @@ def tuple_from(element: Element) -> PresenceTuple:
     )
 
 
-def presence_from(element: Element) -> Presence:
+def presence_from(element: Element, *, max_tuples: int | None = None) -> Presence:
+    """``presence``; ``max_tuples`` bounds what an application may publish (554)."""
     attrs = _dtd.attributes(
         element,
         allowed=("publisher", "lastUpdate", "publisherInfo"),
         required=("publisher", "lastUpdate"),
     )
     children = _dtd.element_children(element)
-    if len(children) > MAX_TUPLES:
+    if max_tuples is not None and len(children) > max_tuples:
         _dtd.fail(f"presence: more than {MAX_TUPLES} tuples", ApexReplyCode.TRANSACTION_FAILED)
     for child in children:
         if _dtd.tag_of(child) != "tuple":
@@ -359,7 +360,9 @@ def presence_from(element: Element) -> Presence:
     )
 
 
-def publish_from(element: Element) -> Publish:
+def publish_from(element: Element, *, max_tuples: int | None = MAX_TUPLES) -> Publish:
+    """``publish``: from an application (bounded by ``max_tuples``) or, with None, from
+    the service (whose entries carry the mesh's tuples too)."""
     attrs = _dtd.attributes(
         element,
         allowed=("publisher", "transID", "timeStamp"),
@@ -374,7 +377,7 @@ def publish_from(element: Element) -> Publish:
             publisher=_dtd.endpoint(attrs["publisher"], "publish"),
             trans_id=trans_id,
             time_stamp=attrs["timeStamp"],
-            presence=presence_from(children[0]),
+            presence=presence_from(children[0], max_tuples=max_tuples),
         )
     except ApexError as exc:
         exc.trans_id = trans_id
@@ -433,7 +436,7 @@ def parse_watch(body: bytes | str) -> Watch:
 
 
 def parse_publish(body: bytes | str) -> Publish:
-    return publish_from(_expect(body, "publish"))
+    return publish_from(_expect(body, "publish"), max_tuples=None)
 
 
 def parse_presence(body: bytes | str) -> Presence:
@@ -451,12 +454,16 @@ def parse_service_message(body: bytes | str) -> Publish | Notify | Terminate | N
     root = _dtd.parse_root(body)
     tag = _dtd.tag_of(root)
     if tag == "publish":
-        return publish_from(root)
+        return publish_from(root, max_tuples=None)
     if tag == "notify":
         return notify_from(root)
     if tag == "terminate":
         return terminate_from(root)
     return None
+
+
+def parse_tuple(body: bytes | str) -> PresenceTuple:
+    return tuple_from(_expect(body, "tuple"))
 
 
 def tuples_by_destination(tuples: Iterable[PresenceTuple]) -> dict[str, PresenceTuple]:
@@ -489,6 +496,7 @@ __all__ = [
     "parse_publish",
     "parse_service_message",
     "parse_subscribe",
+    "parse_tuple",
     "parse_watch",
     "presence_from",
     "same_instant",

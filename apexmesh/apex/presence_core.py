@@ -13,17 +13,27 @@ between :meth:`check_subject` and the operation itself. The caller persists what
 entry and subscription it acknowledged (section 4: "must maintain information about
 both presence entries and in-progress operations in persistent storage").
 
-Decisions the RFC leaves open, written down here and in docs/presence.md:
+Readings of the RFC, written down here and in docs/presence.md:
 
-- A subject without a presence entry: ``subscribe`` is answered ``reply`` 250 (the
-  synopsis allows "publish or reply") since a ``presence`` needs ``tuple+``; the
-  subscriber is sent a ``publish`` once an entry exists. Its first ``publish`` is
-  accepted whatever its ``lastUpdate`` (there is nothing to be identical to).
-- ``terminate`` for an unknown transID is answered ``reply`` 550 carrying the transID
-  (section 4.5 says "error"; a reply names the transaction, as section 4.7 describes).
-- Removing the last tuple removes the entry; subscribers are then sent nothing (a
-  ``presence`` needs ``tuple+``). The mesh's own tuples are never removed this way: a
-  detached endpoint keeps its tuple with ``availableUntil`` set to the detach time.
+- Section 3: every endpoint of a domain has an entry, "regardless of whether those
+  endpoints are currently attached". An endpoint nobody published for has the default
+  entry (:func:`default_entry`): one tuple, its ``apex:`` destination, available until
+  (and last updated at) :data:`NEVER`. A ``subscribe`` is therefore always answered with
+  a ``publish`` (section 4.2 step 6.1).
+- Section 4.4 step 5: the ``lastUpdate`` of a ``publish`` must be semantically identical
+  to the entry's (the default entry's is :data:`NEVER`); an application retrieves the
+  entry first (section 2.2: "usually ... subscribing with a zero-valued duration").
+- Section 4.5 step 1: a ``terminate`` for an unknown transID is answered with an
+  ``error`` element (RFC 3340's DTD: code and text, no transID), as the text says;
+  every other refusal is a ``reply`` with the transID (section 4.7).
+- Removing the last tuple removes the entry (the subject falls back to the default);
+  subscribers are then sent nothing. The mesh's own tuples are never removed this way:
+  a detached endpoint keeps its tuple with ``availableUntil`` set to the detach time.
+- The 256-tuple bound of :data:`~apexmesh.apex.presence.MAX_TUPLES` applies to what an
+  application publishes; the mesh's own tuples (one per topic of a pubsub service) are
+  not bounded by it, and are kept and stored one by one.
+- Tuple destinations that are ``apex:`` URIs are compared with their URL encoding
+  reversed (RFC 3340 section 2.2.1): :func:`destination_key`.
 """
 
 from __future__ import annotations
@@ -37,8 +47,8 @@ from typing import Final, Literal
 from apexmesh.apex import _dtd
 from apexmesh.apex.access import is_valid_owner
 from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.apex.elements import Reply, Terminate
-from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.elements import Error, Reply, Terminate
+from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.presence import (
     Notify,
@@ -62,6 +72,10 @@ FOREVER: Final = "9999-12-31T23:59:59Z"
 
 #: The destination URI the mesh publishes for an attached endpoint.
 ATTACH_SCHEME: Final = "apex:"
+
+#: ``lastUpdate`` (and ``availableUntil``) of the default entry of an endpoint nobody has
+#: published for (section 3: every endpoint has an entry).
+NEVER: Final = "1970-01-01T00:00:00Z"
 
 Kind = Literal["subscribe", "watch"]
 
@@ -91,36 +105,52 @@ class InProgress:
         return (self.originator, self.trans_id)
 
 
-@dataclass(frozen=True, slots=True)
-class EntryMeta:
-    """Who wrote what in one presence entry."""
-
-    #: The lastUpdate the service gave the last publish by an application; None when no
-    #: application has published (section 4.4 step 5 then has nothing to compare with).
-    app_version: str | None = None
-    #: Destinations of the tuples the mesh keeps (attachments, services' tuples): a
-    #: publish by the application leaves them in place.
-    mesh: frozenset[str] = frozenset()
+class UnknownTransactionError(ApexError):
+    """Section 4.5 step 1: answered with an ``error`` element, not a ``reply``."""
 
 
 @dataclass(slots=True)
 class Changes:
     """What changed since the last :meth:`PresenceCore.take_changes`."""
 
-    #: Subjects whose entry was written or removed (look it up in ``entries``).
+    #: Subjects whose entry head (lastUpdate, publisherInfo, the application's tuples)
+    #: was written or whose entry was removed (look it up in ``entries``).
     entries: set[Endpoint] = field(default_factory=set)
+    #: The mesh's tuples written or removed, by (subject, destination key): stored one
+    #: by one, so a pubsub service with 10,000 topics writes one tuple per change.
+    tuples: set[tuple[Endpoint, str]] = field(default_factory=set)
     #: Operations added or removed, by (originator, transID).
     operations: set[tuple[Endpoint, int]] = field(default_factory=set)
     #: Endpoints added to or removed from the mesh-attached set.
     attached: set[Endpoint] = field(default_factory=set)
 
     def __bool__(self) -> bool:
-        return bool(self.entries or self.operations or self.attached)
+        return bool(self.entries or self.tuples or self.operations or self.attached)
 
 
 def attach_destination(endpoint: Endpoint) -> str:
     """The tuple destination the mesh publishes for an attached endpoint."""
-    return f"{ATTACH_SCHEME}{endpoint}"
+    return endpoint.to_uri()
+
+
+def destination_key(destination: str) -> str:
+    """The destination as tuples are compared: an ``apex:`` URI with its URL encoding
+    reversed (RFC 3340 section 2.2.1), any other URI as it is."""
+    if destination[:5].lower() != ATTACH_SCHEME:
+        return destination
+    try:
+        return Endpoint.from_uri(destination).to_uri()
+    except EndpointError:
+        return destination
+
+
+def default_entry(subject: Endpoint) -> Presence:
+    """The entry of an endpoint nobody has published for (section 3)."""
+    return Presence(
+        publisher=subject,
+        last_update=NEVER,
+        tuples=(PresenceTuple(destination=attach_destination(subject), available_until=NEVER),),
+    )
 
 
 class PresenceCore:
@@ -131,13 +161,18 @@ class PresenceCore:
         domains: Iterable[str],
         *,
         entries: Iterable[Presence] = (),
-        meta: dict[Endpoint, EntryMeta] | None = None,
+        mesh: dict[Endpoint, set[str]] | None = None,
         operations: Iterable[InProgress] = (),
         attached: Iterable[Endpoint] = (),
     ) -> None:
         self.domains = frozenset(domains)
         self.entries: dict[Endpoint, Presence] = {p.publisher: p for p in entries}
-        self.meta: dict[Endpoint, EntryMeta] = dict(meta or {})
+        #: Destination keys of the tuples the mesh keeps in each entry (attachments,
+        #: services' tuples): an application's publish leaves them in place.
+        self.mesh: dict[Endpoint, set[str]] = {s: set(d) for s, d in (mesh or {}).items()}
+        #: Each entry's tuples by destination key, made on first use and kept current
+        #: by set_tuples: a service's entry with 10,000 tuples changes in O(1) lookups.
+        self._maps: dict[Endpoint, dict[str, PresenceTuple]] = {}
         self.operations: dict[tuple[Endpoint, int], InProgress] = {op.key: op for op in operations}
         #: Endpoints the mesh shows attached (relay reports; checked for lapsed leases).
         self.attached: set[Endpoint] = set(attached)
@@ -159,14 +194,58 @@ class PresenceCore:
             self._changes.operations.add(key)
         return op
 
-    def _set_entry(self, subject: Endpoint, entry: Presence | None, meta: EntryMeta) -> None:
+    def _set_entry(
+        self,
+        subject: Endpoint,
+        entry: Presence | None,
+        by_key: dict[str, PresenceTuple] | None = None,
+    ) -> None:
+        """Replace (or with None remove) ``subject``'s entry; ``by_key``: its tuples by
+        destination key when the caller has them at hand."""
         if entry is None:
             self.entries.pop(subject, None)
-            self.meta.pop(subject, None)
+            self._maps.pop(subject, None)
+            for key in self.mesh.pop(subject, ()):
+                self._changes.tuples.add((subject, key))
         else:
             self.entries[subject] = entry
-            self.meta[subject] = meta
+            if by_key is None:
+                self._maps.pop(subject, None)
+            else:
+                self._maps[subject] = by_key
         self._changes.entries.add(subject)
+
+    def _map(self, subject: Endpoint) -> dict[str, PresenceTuple]:
+        by_key = self._maps.get(subject)
+        if by_key is None:
+            entry = self.entries.get(subject)
+            tuples = () if entry is None else entry.tuples
+            by_key = self._maps[subject] = {destination_key(t.destination): t for t in tuples}
+        return by_key
+
+    def tuple_of(self, subject: Endpoint, key: str) -> PresenceTuple | None:
+        """The tuple of ``subject``'s entry for a destination key, if any."""
+        return self._map(subject).get(key) if subject in self.entries else None
+
+    def application_tuples(self, subject: Endpoint) -> list[PresenceTuple]:
+        """The tuples of ``subject``'s entry that applications published."""
+        by_key = self._map(subject)
+        keys = self.mesh.get(subject, set())
+        if len(keys) == len(by_key):  # the mesh's keys are always among the entry's
+            return []
+        return [t for key, t in by_key.items() if key not in keys]
+
+    def entry_of(self, subject: Endpoint) -> Presence:
+        """The subject's entry, or its default entry (section 3)."""
+        return self.entries.get(subject) or default_entry(subject)
+
+    def mesh_tuples(self, subject: Endpoint) -> list[PresenceTuple]:
+        """The tuples of ``subject``'s entry that the mesh keeps."""
+        keys = self.mesh.get(subject)
+        if not keys or subject not in self.entries:
+            return []
+        by_key = self._map(subject)
+        return [by_key[key] for key in keys if key in by_key]
 
     def of_kind(self, kind: Kind, subject: Endpoint) -> list[InProgress]:
         return [op for op in self.operations.values() if op.kind == kind and op.subject == subject]
@@ -240,12 +319,8 @@ class PresenceCore:
             if previous.originator == originator:
                 self._remove(previous.key)  # step 4: silently terminated
         self._check_trans_id(originator, op.trans_id)  # step 5
-        entry = self.entries.get(op.publisher)
-        out = [
-            self._publish_to(op.trans_id, originator, entry, now)
-            if entry is not None
-            else Outbound(originator, Reply(code=250, trans_id=op.trans_id).to_xml())
-        ]
+        # step 6.1: the entry, the default one when nobody has published (section 3)
+        out = [self._publish_to(op.trans_id, originator, self.entry_of(op.publisher), now)]
         out += self._notify_watchers(op.publisher, originator, op.duration, "subscribe")
         if op.duration:
             self._add(
@@ -315,30 +390,26 @@ class PresenceCore:
     def publish(self, originator: Endpoint, op: Publish, now: datetime) -> list[Outbound]:
         """Steps 5-6 of section 4.4 (the caller did steps 1-4).
 
-        Step 5 compares ``lastUpdate`` with the entry subscribers were last sent, or with
-        the one the application's own last publish got (the mesh may have updated its
-        tuples since); before any application publish there is nothing to compare.
-        The mesh's tuples stay in the entry (docs/presence.md).
+        Step 5: ``lastUpdate`` must be semantically identical to the entry's (the default
+        entry's :data:`NEVER` when there is none). The mesh's tuples stay in the entry; a
+        published tuple for a destination the mesh keeps is the mesh's (docs/presence.md).
         """
-        current = self.entries.get(op.publisher)
-        meta = self.meta.get(op.publisher, EntryMeta())
-        wanted = op.presence.last_update
-        if (
-            current is not None
-            and meta.app_version is not None
-            and not same_instant(current.last_update, wanted)
-            and not same_instant(meta.app_version, wanted)
-        ):
+        current = self.entry_of(op.publisher)
+        if not same_instant(current.last_update, op.presence.last_update):
             _dtd.fail(
                 "lastUpdate differs from the entry's: retrieve the entry first",
                 ApexReplyCode.TRANSACTION_IN_PROGRESS,
                 trans_id=op.trans_id,
             )
-        kept = [] if current is None else [t for t in current.tuples if t.destination in meta.mesh]
-        own = [t for t in op.presence.tuples if t.destination not in meta.mesh]
+        keys = self.mesh.get(op.publisher, set())
+        own = [t for t in op.presence.tuples if destination_key(t.destination) not in keys]
         stamp = self._stamp(op.publisher, now)
-        entry = dataclasses.replace(op.presence, last_update=stamp, tuples=(*own, *kept))
-        self._set_entry(op.publisher, entry, dataclasses.replace(meta, app_version=stamp))
+        tuples = (*own, *self.mesh_tuples(op.publisher))
+        if not tuples:  # nothing of the application's, nothing of the mesh's
+            self._set_entry(op.publisher, None)
+        else:
+            entry = dataclasses.replace(op.presence, last_update=stamp, tuples=tuples)
+            self._set_entry(op.publisher, entry)
         out = [Outbound(originator, Reply(code=250, trans_id=op.trans_id).to_xml())]
         return out + self._changed(op.publisher, now)
 
@@ -346,9 +417,9 @@ class PresenceCore:
         """Section 4.5 (and the watchers' notice of section 4.3 step 6.3)."""
         found = self._remove((originator, op.trans_id))
         if found is None:
-            _dtd.fail(
-                f"transID {op.trans_id} is no subscribe or watch of yours",
+            raise UnknownTransactionError(
                 ApexReplyCode.ACTION_NOT_TAKEN,
+                f"transID {op.trans_id} is no subscribe or watch of yours",
                 trans_id=op.trans_id or None,
             )
         out = [Outbound(originator, Reply(code=250, trans_id=op.trans_id).to_xml())]
@@ -378,17 +449,19 @@ class PresenceCore:
     ) -> list[Outbound]:
         """Add or replace the mesh's tuples (by destination); subscribers get the entry."""
         self.check_subject(publisher)
-        new = {item.destination: item for item in tuples}
+        new = {destination_key(item.destination): item for item in tuples}
         current = self.entries.get(publisher)
-        meta = self.meta.get(publisher, EntryMeta())
-        kept = [] if current is None else [t for t in current.tuples if t.destination not in new]
+        by_key = self._map(publisher)
+        by_key.update(new)
         entry = Presence(
             publisher=publisher,
             last_update=self._stamp(publisher, now),
             publisher_info="" if current is None else current.publisher_info,
-            tuples=(*kept, *new.values()),
+            tuples=tuple(by_key.values()),
         )
-        self._set_entry(publisher, entry, dataclasses.replace(meta, mesh=meta.mesh | set(new)))
+        self._set_entry(publisher, entry, by_key)
+        self.mesh.setdefault(publisher, set()).update(new)
+        self._changes.tuples.update((publisher, key) for key in new)
         return self._changed(publisher, now)
 
     def remove_tuples(
@@ -397,17 +470,20 @@ class PresenceCore:
         """Remove tuples by destination; the entry goes when its last tuple does."""
         self.check_subject(publisher)
         current = self.entries.get(publisher)
-        gone = set(destinations)
-        if current is None or not any(t.destination in gone for t in current.tuples):
+        gone = {destination_key(d) for d in destinations}
+        if current is None or not any(
+            destination_key(t.destination) in gone for t in current.tuples
+        ):
             return []
-        meta = self.meta.get(publisher, EntryMeta())
-        meta = dataclasses.replace(meta, mesh=meta.mesh - gone)
-        kept = tuple(t for t in current.tuples if t.destination not in gone)
+        keys = self.mesh.get(publisher, set())
+        self._changes.tuples.update((publisher, key) for key in gone & keys)
+        keys -= gone
+        kept = tuple(t for t in current.tuples if destination_key(t.destination) not in gone)
         if not kept:
-            self._set_entry(publisher, None, meta)
+            self._set_entry(publisher, None)
             return []
         entry = dataclasses.replace(current, tuples=kept, last_update=self._stamp(publisher, now))
-        self._set_entry(publisher, entry, meta)
+        self._set_entry(publisher, entry)
         return self._changed(publisher, now)
 
     def endpoint_attached(self, endpoint: Endpoint, now: datetime) -> list[Outbound]:
@@ -438,16 +514,28 @@ def error_reply(exc: ApexError) -> Reply:
     return Reply(code=int(exc.code), trans_id=exc.trans_id, text=text[:200])
 
 
+def refusal(exc: ApexError) -> bytes:
+    """What answers a refused operation: an ``error`` element for an unknown transID of
+    ``terminate`` (section 4.5 step 1), a ``reply`` with the transID otherwise."""
+    if isinstance(exc, UnknownTransactionError):
+        return Error(code=int(exc.code), text="unknown transaction-identifier").to_xml()
+    return error_reply(exc).to_xml()
+
+
 __all__ = [
     "ATTACH_SCHEME",
     "FOREVER",
     "PUBLISHER_MISMATCH",
+    "NEVER",
     "Changes",
-    "EntryMeta",
     "InProgress",
     "Kind",
     "Outbound",
     "PresenceCore",
+    "UnknownTransactionError",
     "attach_destination",
+    "default_entry",
+    "destination_key",
     "error_reply",
+    "refusal",
 ]

@@ -197,6 +197,9 @@ class AuthenticationFailed(Event):
     code: int
     #: True when this peer was the SASL server.
     server_side: bool
+    #: The diagnostic: the server's error text on the client side, the reason the
+    #: exchange failed on the server side (for its log; the client is told less).
+    text: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

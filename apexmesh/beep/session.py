@@ -204,6 +204,14 @@ class SessionConfig:
     #: When set, a listener refuses the session with this (code, text) instead of a
     #: greeting (section 2.4).
     unavailable: tuple[int, str] | None = None
+    #: Refuse to proceed without privacy (section 9, 2.1): until TLS protects the
+    #: session its greeting offers the TLS profile only (section 3's first example), and
+    #: every other start is refused (538 for SASL, 550 for the rest). Needs TLS.
+    require_privacy: bool = False
+    #: Interop with Vortex 1.1, which by default ends one-to-many replies with a NUL
+    #: frame whose payload is an empty MIME header (CRLF). Section 2.2.1.1 makes that a
+    #: poorly-formed frame; with this set, exactly that payload is accepted as the NUL.
+    accept_nul_mime_header: bool = False
 
 
 class Session:
@@ -215,6 +223,8 @@ class Session:
         window = self.config.receive_window_octets
         if not DEFAULT_WINDOW_OCTETS <= window <= MAX_WINDOW_OCTETS:
             raise LocalProtocolError("receive window must be 4096 .. 1 MiB octets")
+        if self.config.require_privacy and not self.config.tls_available:
+            raise LocalProtocolError("privacy is required but TLS is not available")
         self.state = State.GREETING
         #: True once TLS protects the session.
         self.tls_active = False
@@ -513,6 +523,8 @@ class Session:
             profiles.append(TLS_PROFILE)
         if self.config.sasl_server is not None and not self.authenticated:
             profiles.extend(sasl_profile(m) for m in self.config.sasl_mechanisms)
+        if self._privacy_missing():
+            profiles = [TLS_PROFILE]
         greeting = Greeting(
             profiles=tuple(profiles), features=self.config.features, localize=self.config.localize
         )
@@ -520,6 +532,10 @@ class Session:
         self._flush()
 
     # ------------------------------------------------------------------ internals: state
+
+    def _privacy_missing(self) -> bool:
+        """True while a listener that requires privacy has no TLS yet."""
+        return self.config.require_privacy and self.role is Role.LISTENER and not self.tls_active
 
     def _transition(self, event: Input) -> None:
         try:
@@ -712,7 +728,7 @@ class Session:
             ch.reply_size -= len(payload)
             self._deliver_answer(ch, msgno, frame.ansno, payload)
         else:  # NUL
-            if frame.more or size:
+            if frame.more or (size and not self._vortex_nul(frame.payload)):
                 raise FramingError("NUL frame must be final and empty")
             if previous not in (None, ANS):
                 raise FramingError(f"NUL frame ends a {previous} reply")
@@ -721,6 +737,10 @@ class Session:
             self._finish_reply(ch)
             if ch.number != 0:
                 self._events.append(ev.AnswersCompleted(channel=ch.number, msgno=msgno))
+
+    def _vortex_nul(self, payload: bytes) -> bool:
+        """The interop exception of :attr:`SessionConfig.accept_nul_mime_header`."""
+        return self.config.accept_nul_mime_header and payload == b"\r\n"
 
     def _grow_reply(self, ch: Channel, size: int) -> None:
         ch.reply_size += size
@@ -809,6 +829,18 @@ class Session:
             self._start_server_names[number] = start.server_name
         else:
             self._start_server_names.pop(number, None)
+        if self._privacy_missing() and not any(p.uri == TLS_PROFILE for p in start.profiles):
+            self._start_server_names.pop(number, None)
+            sasl = any(sasl_mechanism(p.uri) is not None for p in start.profiles)
+            self._reply_mgmt(
+                msgno,
+                ERR,
+                error_xml(
+                    ReplyCode.AUTH_REQUIRES_ENCRYPTION if sasl else ReplyCode.ACTION_NOT_TAKEN,
+                    "privacy required: tune the session with TLS first",
+                ),
+            )
+            return
         for offer in start.profiles:
             if offer.uri == TLS_PROFILE and self.config.tls_available:
                 self._on_tls_start(msgno, number, offer)
@@ -919,6 +951,7 @@ class Session:
                     mechanism=mechanism,
                     code=exchange.failure_code or ReplyCode.AUTH_FAILURE,
                     server_side=True,
+                    text=exchange.failure_text,
                 )
             )
 
@@ -953,6 +986,7 @@ class Session:
                     mechanism=mechanism,
                     code=exchange.failure_code or ReplyCode.AUTH_FAILURE,
                     server_side=False,
+                    text=exchange.failure_text,
                 )
             )
 
@@ -1052,7 +1086,9 @@ class Session:
                 self._events.append(ev.TlsStartFailed(code=code, text=text))
             elif kind == "sasl" and isinstance(extra, tuple):
                 self._events.append(
-                    ev.AuthenticationFailed(mechanism=str(extra[0]), code=code, server_side=False)
+                    ev.AuthenticationFailed(
+                        mechanism=str(extra[0]), code=code, server_side=False, text=text
+                    )
                 )
             self._start_server_names.pop(number, None)
             self._events.append(ev.ChannelStartFailed(channel=number, code=code, text=text))

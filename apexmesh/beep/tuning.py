@@ -84,6 +84,10 @@ class SaslServer(Protocol):
     def authorization_identity(self) -> str | None: ...
     @property
     def failure_code(self) -> int | None: ...
+    @property
+    def failure_text(self) -> str:
+        """Why the exchange failed (for the log), "" when it did not."""
+        ...
 
     def handle_start(self, piggyback: str | None) -> str:
         """Content for the positive reply's profile element (blob or error)."""
@@ -103,6 +107,10 @@ class SaslClient(Protocol):
     def succeeded(self) -> bool: ...
     @property
     def failure_code(self) -> int | None: ...
+    @property
+    def failure_text(self) -> str:
+        """The server's diagnostic (or the local reason) of a failure, "" otherwise."""
+        ...
 
     def start_piggyback(self) -> str | None:
         """Content of the start's profile element (initial response blob), if any."""

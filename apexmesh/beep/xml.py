@@ -60,6 +60,10 @@ def _make_parser() -> etree.XMLParser:
 
 _PARSER: Final = _make_parser()
 
+#: libxml2's XML_ERR_RESOURCE_LIMIT: the document nests deeper than 256 elements (or a
+#: single node is huge), which ``huge_tree=False`` refuses.
+_RESOURCE_LIMIT: Final = int(etree.ErrorTypes.ERR_RESOURCE_LIMIT)
+
 #: The element type returned by :func:`parse_xml`; other modules name it through here so
 #: that lxml is imported in this module only.
 Element = etree._Element
@@ -87,6 +91,10 @@ def parse_xml(text: bytes | str, *, max_octets: int = MAX_XML_OCTETS) -> etree._
     try:
         root = etree.fromstring(data, _PARSER)
     except etree.XMLSyntaxError as exc:
+        if _hit_limit(exc):
+            # libxml2 stops at 256 levels (or a huge text node) before MAX_XML_DEPTH's
+            # own walk could: a limit of the media type here, so 501 like the walk's.
+            raise XmlError(f"XML exceeds a parser limit: {exc}", invalid=True) from None
         raise XmlError(f"poorly-formed XML: {exc}") from None
     if root is None:
         raise XmlError("empty XML document")
@@ -98,6 +106,11 @@ def parse_xml(text: bytes | str, *, max_octets: int = MAX_XML_OCTETS) -> etree._
     else:
         _check_tree(root)
     return root
+
+
+def _hit_limit(exc: etree.XMLSyntaxError) -> bool:
+    """True when libxml2 refused the document for a resource limit, not its syntax."""
+    return getattr(exc, "code", None) == _RESOURCE_LIMIT  # lxml-stubs lack ``code``
 
 
 def _check_tree(root: etree._Element) -> None:

@@ -14,6 +14,7 @@ import typer
 from apexmesh.cli import contexts
 from apexmesh.cli.kube import reached
 from apexmesh.cli.output import Format, emit, err
+from apexmesh.client.errors import ApexClientError
 from apexmesh.ops.adminclient import AdminClient, AdminError
 from apexmesh.ops.targets import Context, ContextError
 
@@ -78,7 +79,8 @@ def mesh(ctx: typer.Context) -> Iterator[Context]:
 
 
 def run(coroutine: Awaitable[_T]) -> _T:
-    """Run one command's coroutine; admin errors become a message and exit code 1."""
+    """Run one command's coroutine; admin errors and APEX refusals (their reply code)
+    become a message and exit code 1."""
 
     async def wrapped() -> _T:
         return await coroutine
@@ -87,6 +89,8 @@ def run(coroutine: Awaitable[_T]) -> _T:
         return asyncio.run(wrapped())
     except AdminError as exc:
         raise fail(str(exc)) from None
+    except ApexClientError as exc:  # a refused attach, publish ...: the relay's code
+        raise fail(f"refused: {exc}") from None
     except ContextError as exc:
         raise fail(str(exc), 2) from None
 

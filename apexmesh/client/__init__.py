@@ -21,10 +21,12 @@ from __future__ import annotations
 from apexmesh.apex.timing import DataTiming
 from apexmesh.client.attachment import DEFAULT_QUEUE_LIMIT, Attachment, AttachmentState
 from apexmesh.client.client import APEX_PROFILE, ApexClient, connect_endpoint
+from apexmesh.client.discovery import connect_domain, locate_relays
 from apexmesh.client.errors import (
     ApexClientError,
     ApexRequestError,
     AttachmentTerminatedError,
+    PubsubError,
     SessionClosedError,
 )
 from apexmesh.client.outgoing import CONTENT_NAME, Content, RecipientLike, XmlContent, encode_data
@@ -45,12 +47,15 @@ __all__ = [
     "Content",
     "DataTiming",
     "PubsubClient",
+    "PubsubError",
     "ReceivedData",
     "RecipientLike",
     "SendResult",
     "SessionClosedError",
     "XmlContent",
+    "connect_domain",
     "connect_endpoint",
     "decode_data",
     "encode_data",
+    "locate_relays",
 ]

@@ -55,6 +55,25 @@ class SessionClosedError(ApexClientError):
         super().__init__(SESSION_ENDED_CODE, text)
 
 
+class PubsubError(ApexRequestError):
+    """A pubsub operation or publication was refused (draft-schwartz-apex-pubsub-02):
+    ``code`` is the service's reply code (537 not authorized, 550 no such topic for a
+    publication, 553 no such topic or one that exists, 555 ...), ``text`` its
+    diagnostic, ``trans_id`` the operation's transID (None for a publication) and
+    ``topic`` the topic it was about, when there was one."""
+
+    def __init__(
+        self,
+        code: int,
+        text: str = "",
+        *,
+        trans_id: int | None = None,
+        topic: str | None = None,
+    ) -> None:
+        super().__init__(code, text, trans_id=trans_id)
+        self.topic = topic
+
+
 class AttachmentTerminatedError(ApexClientError):
     """The attachment is over; ``code``/``text`` come from the terminate that ended it
     (250 for our own, the relay's code for a relay-initiated one, 421 when the session
@@ -66,5 +85,6 @@ __all__ = [
     "ApexClientError",
     "ApexRequestError",
     "AttachmentTerminatedError",
+    "PubsubError",
     "SessionClosedError",
 ]

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 from apexmesh.apex import _dtd
-from apexmesh.apex.elements import Reply, Terminate, reply_from
+from apexmesh.apex.elements import Error, Reply, Terminate, error_from, reply_from
 from apexmesh.apex.endpoint import Endpoint, well_known
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.presence import (
@@ -36,7 +36,9 @@ from apexmesh.client.attachment import Attachment
 from apexmesh.client.outgoing import XmlContent
 from apexmesh.client.received import ReceivedData
 
-PresenceMessage = Publish | Notify | Terminate | Reply
+#: What the service sends: ``publish``, ``notify``, ``terminate``, ``reply``, and the
+#: ``error`` that answers a terminate of an unknown transID (RFC 3343 section 4.5).
+PresenceMessage = Publish | Notify | Terminate | Reply | Error
 
 
 def presence_message(received: ReceivedData) -> PresenceMessage | None:
@@ -49,8 +51,11 @@ def presence_message(received: ReceivedData) -> PresenceMessage | None:
     if message is not None:
         return message
     root = _dtd.parse_root(received.content)
-    if _dtd.tag_of(root) == "reply":
+    tag = _dtd.tag_of(root)
+    if tag == "reply":
         return reply_from(root, require_trans_id=False)
+    if tag == "error":
+        return error_from(root)
     return None
 
 

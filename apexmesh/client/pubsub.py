@@ -3,11 +3,18 @@
 ::
 
     pubsub = PubsubClient(fred)                       # fred: an attached Attachment
-    await pubsub.request(pubsub.create_topic_op("music.jazz"))   # -> Reply 250
+    await pubsub.create_topic("music.jazz")           # Reply 250, or PubsubError(code)
     lease = pubsub.keep_subscribed("music.jazz", duration=60)    # renewed at half-life
-    await pubsub.publish("music.jazz", b"hello")
+    await pubsub.publish("music.jazz", b"hello")      # confirmed: PubsubError on 537/550
     topic, received = await pubsub.next_publication()
-    await pubsub.request(pubsub.cancel_op("music.jazz")); lease.cancel()
+    await pubsub.cancel("music.jazz"); lease.cancel()
+
+The operation helpers (``create_topic``, ``delete_topic``, ``subscribe``, ``cancel``,
+``list_topics``) return the service's answer when it succeeded and raise
+:class:`~apexmesh.client.errors.PubsubError` carrying its code otherwise; ``request``
+returns whatever the service answered. ``publish`` asks for a statusRequest report from
+the topic endpoint by default and raises PubsubError unless it is 250 (section 4.7.1:
+550 no such topic, 537 no ``core:data``); ``confirm=False`` sends and returns at once.
 
 Operations travel inline to ``apex=pubsub@DOMAIN`` (section 4.1). Everything the
 attachment receives is sorted by a reader task: elements from ``apex=pubsub@D``
@@ -28,7 +35,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option
 from apexmesh.client.attachment import Attachment
-from apexmesh.client.errors import ApexClientError
+from apexmesh.client.errors import ApexClientError, PubsubError
 from apexmesh.client.outgoing import Content, XmlContent, as_endpoint
 from apexmesh.client.received import ReceivedData
 from apexmesh.client.reports import SendResult
@@ -182,31 +189,47 @@ class PubsubClient:
         finally:
             self._waiting.pop(trans_id, None)
 
-    async def create_topic(self, topic: str) -> Reply | TopicList | Cancel:
-        return await self.request(self.create_topic_op(topic))
+    async def _confirmed(self, op: Operation, topic: str | None) -> Reply:
+        """``request`` for an operation answered with a ``reply``: the reply when it says
+        250, PubsubError with its code otherwise."""
+        answer = await self.request(op)
+        if isinstance(answer, Reply) and answer.code == 250:
+            return answer
+        if isinstance(answer, Reply):
+            raise PubsubError(answer.code, answer.text, trans_id=answer.trans_id, topic=topic)
+        raise PubsubError(
+            550, f"unexpected {type(answer).__name__.lower()}", trans_id=op.trans_id, topic=topic
+        )
 
-    async def delete_topic(self, topic: str) -> Reply | TopicList | Cancel:
-        return await self.request(self.delete_topic_op(topic))
+    async def create_topic(self, topic: str) -> Reply:
+        """Section 4.2: the 250 reply; PubsubError (537, 553 ...) when refused."""
+        return await self._confirmed(self.create_topic_op(topic), topic)
+
+    async def delete_topic(self, topic: str) -> Reply:
+        """Section 4.3: the 250 reply; PubsubError (537, 553 ...) when refused."""
+        return await self._confirmed(self.delete_topic_op(topic), topic)
 
     async def list_topics(self) -> tuple[str, ...]:
-        """The domain's topics; ApexClientError carrying the reply when refused."""
-        answer = await self.request(self.list_topics_op())
+        """Section 4.4: the domain's topics; PubsubError carrying the code when refused."""
+        op = self.list_topics_op()
+        answer = await self.request(op)
         if isinstance(answer, TopicList):
             return answer.topics
         code = answer.code if isinstance(answer, Reply) else 550
-        raise ApexClientError(code, "listtopics refused")
+        text = answer.text if isinstance(answer, Reply) else "listtopics refused"
+        raise PubsubError(code, text, trans_id=op.trans_id)
 
     async def subscribe(
         self, topic: str, *, duration: int, subscriber: Endpoint | str | None = None
-    ) -> Reply | TopicList | Cancel:
-        return await self.request(
-            self.subscribe_op(topic, duration=duration, subscriber=subscriber)
+    ) -> Reply:
+        """Section 4.5: the 250 reply; PubsubError (537, 553 ...) when refused."""
+        return await self._confirmed(
+            self.subscribe_op(topic, duration=duration, subscriber=subscriber), topic
         )
 
-    async def cancel(
-        self, topic: str, *, subscriber: Endpoint | str | None = None
-    ) -> Reply | TopicList | Cancel:
-        return await self.request(self.cancel_op(topic, subscriber=subscriber))
+    async def cancel(self, topic: str, *, subscriber: Endpoint | str | None = None) -> Reply:
+        """Section 4.6: the 250 reply; PubsubError (537, 553 ...) when refused."""
+        return await self._confirmed(self.cancel_op(topic, subscriber=subscriber), topic)
 
     def keep_subscribed(
         self, topic: str, *, duration: int, subscriber: Endpoint | str | None = None
@@ -231,16 +254,35 @@ class PubsubClient:
         *,
         content_type: str = "application/octet-stream",
         options: Iterable[Option] = (),
+        confirm: bool = True,
         status_request: bool = False,
+        timeout: float = DEFAULT_ANSWER_SECONDS,  # noqa: ASYNC109
     ) -> SendResult:
-        """Send ``content`` to ``apex=pubsub/TOPIC@domain`` (section 3)."""
-        return await self.attachment.send(
-            topic_endpoint(topic, self.domain),
+        """Send ``content`` to ``apex=pubsub/TOPIC@domain`` (section 3).
+
+        With ``confirm`` (the default) the data carries a statusRequest and this waits for
+        the report of the topic endpoint (section 4.7.1's answer to the relay): 250
+        returns, anything else raises PubsubError with its code (550 no such topic, 537
+        not allowed to publish, 421 service unavailable); TimeoutError when no report
+        comes within ``timeout`` seconds. With ``confirm=False`` the data is sent and the
+        call returns once the relay took it (fire-and-forget; ``status_request`` still
+        asks for a report the caller may await on the result)."""
+        endpoint = topic_endpoint(topic, self.domain)
+        result = await self.attachment.send(
+            endpoint,
             content,
             content_type=content_type,
             options=options,
-            status_request=status_request,
+            status_request=status_request or confirm,
         )
+        if not confirm:
+            return result
+        report = (await result.reports(1, timeout=timeout))[0]
+        for destination in report.destinations:
+            if destination.identity == endpoint and destination.reply.code != 250:
+                reply = destination.reply
+                raise PubsubError(reply.code, reply.text or "publication refused", topic=topic)
+        return result
 
     async def aclose(self) -> None:
         """Stop renewing and reading."""

@@ -7,13 +7,17 @@ Kubernetes probes liveness on ``/healthz`` (the process answers) and readiness o
 several services in one process without the global default registry.
 
 :class:`HttpServer` runs the app with uvicorn on a socket bound here (port 0 allowed) and
-leaves signal handling to the service's ``__main__``.
+leaves signal handling to the service's ``__main__``. A service bound to its pod's address
+is also bound to 127.0.0.1 on the same port: ``kubectl port-forward`` (and apexctl's
+Kubernetes contexts, which use the same API) connects to the pod's loopback, never to its
+address, and a loopback listener is reachable from inside the pod only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import Callable, Generator, Sequence
 
@@ -24,6 +28,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from apexmesh.ops.admin import ADMIN_PREFIX, AdminSpec, ReadinessProbe, create_admin_app
+from apexmesh.ops.settings import WILDCARD_HOSTS
+
+_log = logging.getLogger(__name__)
+
+#: Where ``kubectl port-forward`` arrives inside a pod (the CRI dials localhost, IPv4).
+PORT_FORWARD_HOST = "127.0.0.1"
 
 
 def redis_ready(
@@ -83,6 +93,26 @@ def create_ops_app(
 SHUTDOWN_SECONDS = 2
 
 
+def _listening(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def also_loopback(host: str) -> bool:
+    """Whether a server bound to ``host`` also needs :data:`PORT_FORWARD_HOST`: yes for
+    a specific address other than it (a pod's), no for it, ``localhost`` or a wildcard."""
+    return host.strip().lower() not in {PORT_FORWARD_HOST, "localhost", *WILDCARD_HOSTS}
+
+
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -106,28 +136,30 @@ class HttpServer:
             )
         )
         self._task: asyncio.Task[None] | None = None
-        self._socket: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
 
     async def start(self, host: str, port: int) -> int:
-        """Bind ``host:port`` (0 = any free port), start serving, return the port."""
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-        sock.setblocking(False)
-        self._socket = sock
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="ops-http")
-        return int(sock.getsockname()[1])
+        """Bind ``host:port`` (0 = any free port), and 127.0.0.1 on the same port when
+        :func:`also_loopback`; start serving, return the port."""
+        sockets = [_listening(host, port)]
+        bound = int(sockets[0].getsockname()[1])
+        if also_loopback(host):
+            try:
+                sockets.append(_listening(PORT_FORWARD_HOST, bound))
+            except OSError as exc:  # the service still answers on its own address
+                _log.warning("admin HTTP not on %s:%s: %s", PORT_FORWARD_HOST, bound, exc)
+        self._sockets = sockets
+        self._task = asyncio.create_task(self._server.serve(sockets=sockets), name="ops-http")
+        return bound
 
     async def stop(self) -> None:
         self._server.should_exit = True
         task, self._task = self._task, None
         if task is not None:
             await task
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
+        for sock in self._sockets:
+            sock.close()
+        self._sockets = []
 
 
-__all__ = ["HttpServer", "ReadinessProbe", "create_ops_app"]
+__all__ = ["HttpServer", "ReadinessProbe", "also_loopback", "create_ops_app"]

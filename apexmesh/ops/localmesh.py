@@ -96,8 +96,9 @@ DEMO_TOPIC: Final = "demo.news"
 
 def pubsub_access_entries(domain: str, topics: Sequence[str] = ()) -> str:
     """Access entries of draft-schwartz-apex-pubsub section 7 for the local mesh: the
-    domain's own endpoints manage topics; anyone may subscribe to, cancel and publish to
-    the demo topic; anyone may subscribe and publish to ``topics`` (a benchmark's)."""
+    domain's own endpoints manage topics (each owns the topics it creates: it may
+    subscribe, publish and grant access on them); anyone may subscribe to, cancel and
+    publish to the demo topic, and subscribe and publish to ``topics`` (a benchmark's)."""
     manage = (
         f"<access owner='apex=pubsub@{domain}' actor='*@{domain}' "
         "actions='pubsub:createtopic pubsub:deletetopic pubsub:listtopics' />"
@@ -191,11 +192,18 @@ class LocalMesh:
             entries += pubsub_access_entries(domain, self.topics)
             seed.write_text(f"<access-entries>{entries}</access-entries>", encoding="utf-8")
             seeds[domain] = seed
+            # The domain's endpoints (RFC 3341 step 2: an owner must be a valid address).
+            directory = self.workdir / f"endpoints-{domain}"
+            directory.write_text(
+                "".join(f"{e}\n" for e in ENDPOINTS if e.endswith("@" + domain)),
+                encoding="utf-8",
+            )
+            seeds[f"endpoints:{domain}"] = directory
         return {
             "cert": cert_file,
             "key": key_file,
             "credentials": credentials,
-            **{f"seed:{d}": p for d, p in seeds.items()},
+            **{(k if ":" in k else f"seed:{k}"): p for k, p in seeds.items()},
         }
 
     def _plan(self, files: dict[str, Path]) -> None:
@@ -245,6 +253,7 @@ class LocalMesh:
                         "APEXMESH_ACCESS_GRPC_PORT": str(access_grpc),
                         "APEXMESH_ACCESS_HTTP_PORT": str(free_port()),
                         "APEXMESH_ACCESS_SEED_FILE": str(files[f"seed:{domain}"]),
+                        "APEXMESH_ACCESS_ENDPOINTS_FILE": str(files[f"endpoints:{domain}"]),
                     },
                 )
             )

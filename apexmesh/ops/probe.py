@@ -24,6 +24,7 @@ DEFAULT_HTTP_PORTS: Final = {
     "report": 8412,
     "presence": 8413,
     "pubsub": 8414,
+    "dashboard": 8420,
 }
 
 #: Seconds the probe waits for an answer (the image's HEALTHCHECK timeout is longer).

@@ -143,6 +143,36 @@ class DataRevoked:
     subscriber: Endpoint
 
 
+#: What a topic's creator may do on it (draft sections 5.1 and 7: the tokens of the
+#: topic endpoint, and managing its access entries through apex=access).
+OWNER_TOKENS: Final = (
+    "pubsub:subscribe",
+    "pubsub:cancel",
+    "core:data",
+    "access:query",
+    "access:get",
+    "access:set",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerGranted:
+    """The creator owns the topic: an access entry on ``apex=pubsub/TOPIC@D`` for
+    exactly the creator, with :data:`OWNER_TOKENS`, so it may subscribe, publish and
+    grant access on its own topic without an operator adding entries."""
+
+    topic: str
+    owner: Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRevoked:
+    """The topic is deleted: its creator's entry goes with it."""
+
+    topic: str
+    owner: Endpoint
+
+
 Change = (
     TopicCreated
     | TopicDeleted
@@ -152,6 +182,8 @@ Change = (
     | TupleRemoved
     | DataGranted
     | DataRevoked
+    | OwnerGranted
+    | OwnerRevoked
 )
 
 
@@ -230,7 +262,11 @@ def create_topic(
     return Outcome(
         code=done.code,
         step=done.step,
-        changes=(TopicCreated(op.topic, originator), TupleAdded(op.topic)),
+        changes=(
+            TopicCreated(op.topic, originator),
+            TupleAdded(op.topic),
+            OwnerGranted(op.topic, originator),
+        ),
         sends=done.sends,
     )
 
@@ -242,9 +278,10 @@ def delete_topic(
     allowed: bool,
     exists: bool,
     subscriptions: Iterable[Subscription] = (),
+    creator: Endpoint | None = None,
 ) -> Outcome:
-    """Section 4.3; the topic's subscriptions end with a cancel to each originator. A
-    well-known topic cannot be deleted (553)."""
+    """Section 4.3; the topic's subscriptions end with a cancel to each originator, and
+    its creator's access entry is removed. A well-known topic cannot be deleted (553)."""
     if not allowed:
         return _denied("4.3", originator, op.trans_id)
     if op.topic in WELL_KNOWN_TOPICS:
@@ -254,6 +291,8 @@ def delete_topic(
     if not exists:
         return _no_topic("4.3", 2, originator, op.trans_id, op.topic)
     changes: list[Change] = [TopicDeleted(op.topic, originator), TupleRemoved(op.topic)]
+    if creator is not None:
+        changes.append(OwnerRevoked(op.topic, creator))
     sends = [Send(originator, Reply(code=250, trans_id=op.trans_id).to_xml())]
     for sub in subscriptions:
         changes.append(Unsubscribed(op.topic, sub.subscriber, "topic-deleted", originator))
@@ -576,6 +615,9 @@ __all__ = [
     "FORWARDED",
     "Change",
     "DataGranted",
+    "OWNER_TOKENS",
+    "OwnerGranted",
+    "OwnerRevoked",
     "DataRevoked",
     "FanoutChunk",
     "Outcome",

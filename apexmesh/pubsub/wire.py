@@ -9,7 +9,7 @@ read) without one.
 
 from __future__ import annotations
 
-import secrets
+import hashlib
 from collections.abc import Sequence
 
 from apexmesh.apex import _dtd
@@ -40,13 +40,18 @@ def forward_payload(data: Data, parts: Sequence[MimePart]) -> bytes:
     """The payload of forwarded data: inline content as is, MIME parts copied."""
     if not data.content.startswith("cid:") or not parts:
         return beep_xml(data.to_xml())
-    while True:
+    # The boundary is derived from the parts (the core draws no randomness): a digest of
+    # what it must not occur in, and a counter for the vanishingly rare case it does.
+    digest = hashlib.blake2b(digest_size=12)
+    for part in parts:
+        digest.update(part.body)
+    for attempt in range(1_000):
         try:
-            return build_payload(data, parts, boundary=f"apexmesh-{secrets.token_hex(12)}")
+            return build_payload(data, parts, boundary=f"apexmesh-{digest.hexdigest()}-{attempt}")
         except ApexError:
             if any(part.content_id is None for part in parts):
                 raise
-            # The boundary occurred in a part (vanishingly rare): draw another.
+    raise ApexError(ApexReplyCode.ACTION_ABORTED, "no MIME boundary fits these parts")
 
 
 def access_set(

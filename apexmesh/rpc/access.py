@@ -73,6 +73,7 @@ class AccessClient:
         response = await self._stub.Check(
             access_pb2.CheckRequest(owner=owner, actor=actor, token=token),
             timeout=self._timeout,
+            wait_for_ready=True,  # a reconnecting channel is waited for, within timeout
         )
         return decision_from_proto(response.decision), int(response.version)
 
@@ -88,6 +89,7 @@ class AccessClient:
                 ]
             ),
             timeout=self._timeout,
+            wait_for_ready=True,
         )
         return [decision_from_proto(item) for item in response.decisions], int(response.version)
 

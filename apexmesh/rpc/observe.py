@@ -28,6 +28,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from apexmesh.ops.logs import correlation_id
+from apexmesh.rpc.channels import internal_channel
 
 #: The metadata key carrying the correlation id.
 CID_KEY: Final = "apexmesh-cid"
@@ -208,8 +209,9 @@ class _CidClient(
 
 
 def observed_channel(target: str, **kwargs: Any) -> grpc.aio.Channel:
-    """``grpc.aio.insecure_channel`` whose calls carry the correlation id."""
-    return grpc.aio.insecure_channel(target, interceptors=[_CidClient()], **kwargs)
+    """An internal channel (:func:`apexmesh.rpc.channels.internal_channel`: it reconnects
+    within a second of a restarted peer) whose calls carry the correlation id."""
+    return internal_channel(target, interceptors=[_CidClient()], **kwargs)
 
 
 __all__ = ["CID_KEY", "ServerObserver", "observed_channel"]

@@ -58,7 +58,7 @@ class DecisionSource(Protocol):
 
 
 #: Seconds closing the change subscription may take before it is abandoned.
-PUBSUB_CLOSE_SECONDS: Final = 1.0
+PUBSUB_CLOSE_SECONDS: Final = 5.0
 
 
 class CachedAccessChecker:
@@ -102,9 +102,12 @@ class CachedAccessChecker:
     async def aclose(self) -> None:
         task, self._task = self._task, None
         if task is not None:
+            # Not bounded again here: the listener's own close of its subscription is
+            # (PUBSUB_CLOSE_SECONDS), and cancelling that close midway leaves the
+            # subscription's connection open (a socket leaked until garbage collection).
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(task, PUBSUB_CLOSE_SECONDS)
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         self._invalidate_all()
         self._synced = False
 

@@ -68,13 +68,23 @@ class Keys:
 
     def presence_entries(self) -> str:
         """HASH of presence entries (RFC 3343 section 3). Field: the publisher endpoint;
-        value: its ``presence`` element as XML text. Written only by
-        ``apexmesh.store.presence`` (one MULTI per operation, with the operations)."""
+        value: JSON with the entry's lastUpdate, publisherInfo and the tuples applications
+        published (XML). The mesh's own tuples are in :meth:`presence_tuples`. Written
+        only by ``apexmesh.store.presence`` (one MULTI per operation, with the
+        operations). Entries written before that split are the ``presence`` XML itself,
+        read once and rewritten."""
         return f"{self.prefix}:presence:entries"
 
+    def presence_tuples(self, publisher: str) -> str:
+        """HASH of the tuples the mesh keeps in ``publisher``'s entry (attachments, a
+        pubsub service's topics). Field: the destination (``apex:`` URIs decoded); value:
+        the ``tuple`` element as XML. One field per tuple, so a service with 10,000
+        topics writes one field per change."""
+        return f"{self.prefix}:presence:tuples:{publisher}"
+
     def presence_meta(self) -> str:
-        """HASH beside :meth:`presence_entries`: per publisher, JSON with the lastUpdate of
-        the application's last publish and the destinations of the mesh's own tuples."""
+        """HASH of the older layout (per publisher, JSON with the mesh's destinations),
+        read once beside old entries and then deleted."""
         return f"{self.prefix}:presence:meta"
 
     def presence_operations(self) -> str:

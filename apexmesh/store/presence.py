@@ -5,6 +5,11 @@ start into a :class:`~apexmesh.apex.presence_core.PresenceCore` and written back
 every change, all of one change in one MULTI/EXEC, before the service sends anything:
 what a subscriber was told is never lost by a restart. Keys are named in
 :mod:`apexmesh.store.keys`.
+
+An entry is stored in two parts: its head (lastUpdate, publisherInfo and the tuples an
+application published, at most 256) and the mesh's own tuples, one hash field each. A
+pubsub service's entry holds a tuple per topic; storing it whole on every change would
+write the whole entry for each topic created (quadratic in topics).
 """
 
 from __future__ import annotations
@@ -12,14 +17,21 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
-from apexmesh.apex.presence import check_timestamp, format_time, parse_presence
-from apexmesh.apex.presence_core import Changes, EntryMeta, InProgress, PresenceCore
+from apexmesh.apex.presence import (
+    Presence,
+    PresenceTuple,
+    check_timestamp,
+    format_time,
+    parse_presence,
+    parse_tuple,
+)
+from apexmesh.apex.presence_core import Changes, InProgress, PresenceCore, destination_key
 from apexmesh.store.keys import Keys
 
 _log = logging.getLogger(__name__)
@@ -60,6 +72,16 @@ def _decode(field: str, value: str) -> InProgress:
     )
 
 
+def _head(core: PresenceCore, entry: Presence) -> str:
+    return json.dumps(
+        {
+            "last_update": entry.last_update,
+            "publisher_info": entry.publisher_info,
+            "tuples": [t.to_xml().decode() for t in core.application_tuples(entry.publisher)],
+        }
+    )
+
+
 class PresenceStore:
     """Loads and saves the presence state of one deployment."""
 
@@ -73,24 +95,25 @@ class PresenceStore:
         raw_entries = await self._redis.hgetall(self._keys.presence_entries())
         raw_ops = await self._redis.hgetall(self._keys.presence_operations())
         raw_attached = await self._redis.smembers(self._keys.presence_attached())
-        raw_meta = await self._redis.hgetall(self._keys.presence_meta())
-        meta: dict[Endpoint, EntryMeta] = {}
-        for field, value in raw_meta.items():
-            try:
-                data = json.loads(_text(value))
-                version = data.get("app_version")
-                meta[Endpoint.parse(_text(field))] = EntryMeta(
-                    app_version=None if version is None else str(version),
-                    mesh=frozenset(str(d) for d in data.get("mesh", [])),
-                )
-            except (ValueError, AttributeError) as exc:
-                _log.warning("skipping stored presence meta: %s", exc)
-        entries = []
+        legacy_meta = await self._redis.hgetall(self._keys.presence_meta())
+        entries: list[Presence] = []
+        mesh: dict[Endpoint, set[str]] = {}
+        legacy: list[Endpoint] = []
         for field, value in raw_entries.items():
             try:
-                entries.append(parse_presence(value))
-            except ApexError as exc:
+                subject = Endpoint.parse(_text(field))
+                entry: Presence | None
+                if _text(value).lstrip().startswith("<"):
+                    entry, keys = self._legacy(value, legacy_meta.get(field))
+                    legacy.append(subject)
+                else:
+                    entry, keys = await self._entry(subject, json.loads(_text(value)))
+            except (ApexError, ValueError, KeyError, TypeError) as exc:
                 _log.warning("skipping stored presence entry %r: %s", field[:128], exc)
+                continue
+            if entry is not None:
+                entries.append(entry)
+                mesh[subject] = keys
         operations = []
         for field, value in raw_ops.items():
             try:
@@ -103,9 +126,52 @@ class PresenceStore:
                 attached.append(Endpoint.parse(_text(member)))
             except ValueError as exc:
                 _log.warning("skipping stored attached endpoint: %s", exc)
-        return PresenceCore(
-            domains, entries=entries, meta=meta, operations=operations, attached=attached
+        core = PresenceCore(
+            domains, entries=entries, mesh=mesh, operations=operations, attached=attached
         )
+        if legacy or legacy_meta:
+            await self._rewrite(core, legacy)
+        return core
+
+    async def _entry(
+        self, subject: Endpoint, head: dict[str, Any]
+    ) -> tuple[Presence | None, set[str]]:
+        raw = await self._redis.hgetall(self._keys.presence_tuples(str(subject)))
+        own = [parse_tuple(str(text)) for text in head["tuples"]]
+        kept: list[PresenceTuple] = []
+        keys: set[str] = set()
+        for key, value in raw.items():
+            try:
+                kept.append(parse_tuple(_text(value)))
+            except ApexError as exc:
+                _log.warning("skipping a stored tuple of %s: %s", subject, exc)
+                continue
+            keys.add(_text(key))
+        if not own and not kept:
+            return None, keys
+        entry = Presence(
+            publisher=subject,
+            last_update=str(head["last_update"]),
+            publisher_info=str(head.get("publisher_info", "")),
+            tuples=(*own, *kept),
+        )
+        return entry, keys
+
+    @staticmethod
+    def _legacy(value: bytes | str, meta: bytes | str | None) -> tuple[Presence, set[str]]:
+        entry = parse_presence(value)
+        data = json.loads(_text(meta)) if meta is not None else {}
+        return entry, {destination_key(str(d)) for d in data.get("mesh", [])}
+
+    async def _rewrite(self, core: PresenceCore, subjects: list[Endpoint]) -> None:
+        """Entries of the older layout are written in the present one, once."""
+        changes = Changes(
+            entries=set(subjects),
+            tuples={(s, key) for s in subjects for key in core.mesh.get(s, ())},
+        )
+        await self.save(core, changes)
+        await self._redis.delete(self._keys.presence_meta())
+        _log.info("rewrote %d presence entries in the present layout", len(subjects))
 
     async def save(self, core: PresenceCore, changes: Changes) -> None:
         """Write what ``changes`` names, as the core now has it, in one transaction."""
@@ -115,14 +181,17 @@ class PresenceStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             for subject in changes.entries:
                 entry = core.entries.get(subject)
-                meta = core.meta.get(subject)
-                if entry is None or meta is None:
+                if entry is None:
                     pipe.hdel(keys.presence_entries(), str(subject))
-                    pipe.hdel(keys.presence_meta(), str(subject))
+                    pipe.delete(keys.presence_tuples(str(subject)))
                 else:
-                    pipe.hset(keys.presence_entries(), str(subject), entry.to_xml())
-                    record = {"app_version": meta.app_version, "mesh": sorted(meta.mesh)}
-                    pipe.hset(keys.presence_meta(), str(subject), json.dumps(record))
+                    pipe.hset(keys.presence_entries(), str(subject), _head(core, entry))
+            for subject, key in changes.tuples:
+                found = core.tuple_of(subject, key) if key in core.mesh.get(subject, ()) else None
+                if found is None:
+                    pipe.hdel(keys.presence_tuples(str(subject)), key)
+                else:
+                    pipe.hset(keys.presence_tuples(str(subject)), key, found.to_xml())
             for originator, trans_id in changes.operations:
                 op = core.operations.get((originator, trans_id))
                 name = _field(originator, trans_id)

@@ -39,6 +39,8 @@ from apexmesh.pubsub.core import (
     Change,
     DataGranted,
     DataRevoked,
+    OwnerGranted,
+    OwnerRevoked,
     Subscribed,
     Subscription,
     TopicCreated,
@@ -216,6 +218,8 @@ class TopicView:
     exists: bool
     version: int
     subscriptions: dict[Endpoint, Subscription]
+    #: Who created the topic (its owner), when known.
+    creator: Endpoint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +235,16 @@ class TopicSummary:
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _creator(record: object) -> Endpoint | None:
+    """The creator named by a topic's record (None when absent or unreadable)."""
+    if record is None:
+        return None
+    try:
+        return Endpoint.parse(str(json.loads(_text(record))["creator"]))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _subscriptions(topic: str, pairs: Sequence[object]) -> dict[Endpoint, Subscription]:
@@ -286,14 +300,15 @@ class PubsubStore:
         cost more the more subscribers a topic had)."""
         key = self._keys.pubsub_subscriptions(domain, topic)
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hexists(self._keys.pubsub_topics(), self.topic_field(domain, topic))
+            pipe.hget(self._keys.pubsub_topics(), self.topic_field(domain, topic))
             pipe.get(self._keys.pubsub_version(domain, topic))
             if subscribers is None:
                 pipe.hgetall(key)
             elif subscribers:
                 pipe.hmget(key, [str(subscriber) for subscriber in subscribers])
             found = await pipe.execute()
-        exists, version = found[0], found[1]
+        record, version = found[0], found[1]
+        exists = record is not None
         pairs: list[object] = []
         if subscribers is None:
             for field, value in dict(found[2]).items():
@@ -302,7 +317,7 @@ class PubsubStore:
             for subscriber, value in zip(subscribers, found[2], strict=True):
                 if value is not None:
                     pairs += [str(subscriber), value]
-        return TopicView(bool(exists), int(version or 0), _subscriptions(topic, pairs))
+        return TopicView(exists, int(version or 0), _subscriptions(topic, pairs), _creator(record))
 
     async def next_expiry(self, domain: str) -> int | None:
         """The earliest lease end (ms) in ``domain``, None when no lease runs."""
@@ -438,6 +453,15 @@ class PubsubStore:
         if isinstance(change, (TupleAdded, TupleRemoved)):
             action = "add" if isinstance(change, TupleAdded) else "remove"
             entry = new_entry("presence", domain=domain, topic=change.topic, action=action)
+            effects.append(entry)
+            return [
+                ["hset", keys.pubsub_journal(domain), entry.id, entry.encode(self.pod_id, now_ms)]
+            ]
+        if isinstance(change, (OwnerGranted, OwnerRevoked)):
+            action = "grant" if isinstance(change, OwnerGranted) else "revoke"
+            entry = new_entry(
+                "owner", domain=domain, topic=change.topic, owner=str(change.owner), action=action
+            )
             effects.append(entry)
             return [
                 ["hset", keys.pubsub_journal(domain), entry.id, entry.encode(self.pod_id, now_ms)]

@@ -51,7 +51,7 @@ class AccessApp:
         self.metrics = AccessMetrics.create(self.registry)
         self.operations = AccessOperations(
             self.store,
-            Domains.of(*settings.domains),
+            Domains.of(*settings.domains, known=settings.endpoints),
             self.tokens,
             operators=settings.operators,
             clock=_now,

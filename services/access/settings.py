@@ -9,6 +9,11 @@
 - ``APEXMESH_ACCESS_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8411``): admin HTTP.
 - ``APEXMESH_ACCESS_SEED_FILE``: access entries created at start when absent.
 - ``APEXMESH_ACCESS_OPERATORS``: endpoints allowed every ``access:*`` operation.
+- ``APEXMESH_ACCESS_ENDPOINTS_FILE``: the endpoints of the served domains, one identity
+  per line (``#`` comments). With it, an owner that is neither a registered service nor
+  one of these endpoints (or a subaddress of one) is not a valid address (RFC 3341
+  sections 4.2-4.4 step 2: 550). Without it every endpoint of the domains is taken to
+  exist.
 - ``APEXMESH_ACCESS_EXTRA_TOKENS``: extra ``service:operation`` tokens to accept.
 - ``APEXMESH_ACCESS_RESYNC_SECONDS`` (``1.0``): cache version check interval.
 - ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``): seconds in-flight calls get on SIGTERM.
@@ -53,6 +58,8 @@ class AccessSettings:
     http_port: int
     seed_file: Path | None
     operators: tuple[Endpoint, ...]
+    #: The served domains' endpoints (RFC 3341 step 2), None: every endpoint exists.
+    endpoints: tuple[Endpoint, ...] | None
     extra_tokens: tuple[str, ...]
     resync_seconds: float
     shutdown_grace: float
@@ -77,6 +84,8 @@ class AccessSettings:
         except AccessError as exc:
             raise SettingsError(f"APEXMESH_ACCESS_EXTRA_TOKENS: {exc}") from None
         seed = env.get("APEXMESH_ACCESS_SEED_FILE") or None
+        listed = env.get("APEXMESH_ACCESS_ENDPOINTS_FILE") or None
+        endpoints = None if listed is None else _read_endpoints(Path(listed), domains)
         return cls(
             domains=domains,
             redis_url=check_redis_url(
@@ -90,9 +99,31 @@ class AccessSettings:
             http_port=env_int(env, "APEXMESH_ACCESS_HTTP_PORT", 8411),
             seed_file=None if seed is None else Path(seed),
             operators=operators,
+            endpoints=endpoints,
             extra_tokens=extra,
             resync_seconds=env_float(env, "APEXMESH_ACCESS_RESYNC_SECONDS", 1.0),
             shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
             dev=dev,
             admin=admin_tokens(env, dev=dev),
         )
+
+
+def _read_endpoints(path: Path, domains: tuple[str, ...]) -> tuple[Endpoint, ...]:
+    """The endpoint directory: one identity per line, each in a served domain."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SettingsError(f"APEXMESH_ACCESS_ENDPOINTS_FILE: {exc}") from None
+    endpoints: list[Endpoint] = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            endpoint = Endpoint.parse(text)
+        except EndpointError as exc:
+            raise SettingsError(f"{path}:{number}: {exc}") from None
+        if endpoint.domain not in domains:
+            raise SettingsError(f"{path}:{number}: {endpoint} is not in {', '.join(domains)}")
+        endpoints.append(endpoint)
+    return tuple(endpoints)

@@ -2,10 +2,12 @@
 
 - ``APEXMESH_DASHBOARD_CONTEXT`` (required): the context file naming the services and
   their admin API (apexmesh/ops/targets.py; ``scripts/run`` writes it). In a cluster
-  the chart mounts one listing the Services of the release.
+  the chart mounts one listing the Services of the release, without tokens.
 - ``APEXMESH_DASHBOARD_TOKEN`` (or ``_FILE``): the token a browser presents once
   (``/login?token=...``) to get its session cookie. Outside development it is required
-  and at least 22 characters long.
+  and at least 22 characters long. It is the admin APIs' read token, so a context without
+  tokens (the chart's) reads the services with it: the token then lives in one Secret
+  only, and the dashboard follows when it is rotated.
 - ``APEXMESH_DASHBOARD_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8420``).
 - ``APEXMESH_DASHBOARD_POLL_SECONDS`` (``1.0``): how often services are read.
 - ``APEXMESH_DEV`` (``0``): ``1`` allows a short or missing token.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from apexmesh.ops.settings import (
@@ -62,6 +64,8 @@ class DashboardSettings:
                 f"APEXMESH_DASHBOARD_TOKEN must be at least {MIN_ADMIN_TOKEN_CHARS} "
                 f"characters; set {DEV_FLAG}=1 for development"
             )
+        if token and not (context.read_token or context.admin_token):
+            context = replace(context, read_token=token)
         poll = env_float(env, "APEXMESH_DASHBOARD_POLL_SECONDS", 1.0)
         return cls(
             context=context,

@@ -43,7 +43,7 @@ from apexmesh.apex.presence import (
     Watch,
     parse_operation,
 )
-from apexmesh.apex.presence_core import FOREVER, Outbound, PresenceCore, error_reply
+from apexmesh.apex.presence_core import FOREVER, Outbound, PresenceCore, refusal
 from apexmesh.beep.mime import beep_xml
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
@@ -175,7 +175,7 @@ class PresenceService:
                     raise
                 await self._commit_and_send(out)
         except ApexError as exc:
-            await self.send([Outbound(originator, error_reply(exc).to_xml())])
+            await self.send([Outbound(originator, refusal(exc))])
             self._metrics.operations.labels(name, str(int(exc.code))).inc()
             return int(exc.code)
         self._metrics.operations.labels(name, "250").inc()

@@ -83,6 +83,9 @@ from services.pubsub.settings import Upstream
 
 _log = logging.getLogger(__name__)
 
+#: RFC 3341's token to change an owner's entries: who holds it on a topic owns it.
+ACCESS_SET_TOKEN = "access:set"  # noqa: S105 - an access token name
+
 #: Milliseconds since the epoch (the core reads no clock).
 Clock = Callable[[], int]
 
@@ -208,6 +211,10 @@ class PubsubService:
                 )
             if entry.kind == "presence":
                 return await self._tuple(f["domain"], f["topic"], add=f["action"] == "add")
+            if entry.kind == "owner":
+                return await self._grant_owner(
+                    f["domain"], f["topic"], Endpoint.parse(f["owner"]), f["action"] == "grant"
+                )
             if entry.kind == "access":
                 return await self._grant_data(
                     f["domain"], f["topic"], Endpoint.parse(f["subscriber"]), f["action"] == "grant"
@@ -257,6 +264,39 @@ class PubsubService:
             _log.warning("presence refused %s: %d", destination, answer.status.code)
         return True
 
+    async def _grant_owner(self, domain: str, topic: str, owner: Endpoint, grant: bool) -> bool:
+        """Sections 5.1 and 7: the creator's entry on its topic (or its removal)."""
+        return await self._set_entry(
+            domain, topic, owner, list(core.OWNER_TOKENS) if grant else [], only_if_found=not grant
+        )
+
+    async def _set_entry(
+        self,
+        domain: str,
+        topic: str,
+        actor: Endpoint,
+        actions: list[str],
+        *,
+        only_if_found: bool = False,
+    ) -> bool:
+        """Write (or with no actions delete) the entry of ``actor`` on the topic, as the
+        service; False when the access service could not be reached (done again)."""
+        owner = topic_endpoint(topic, domain)
+        service = str(service_endpoint(domain))
+        try:
+            get = access_get(owner, actor, self._next_id())
+            found = last_update((await self._access.handle_operation(service, get)).reply.content)
+            if only_if_found and not found:
+                return True  # nothing to remove
+            content = access_set(owner, actor, actions, found, self._next_id())
+            result = await self._access.handle_operation(service, content)
+        except grpc.aio.AioRpcError as exc:
+            _log.warning("access service unreachable: %s", exc.code())
+            return False
+        if reply_code(result.reply.content) != ApexReplyCode.SUCCESS:
+            _log.warning("access refused %s for %s: %r", owner, actor, result.reply.content[:120])
+        return True
+
     async def _grant_data(self, domain: str, topic: str, subscriber: Endpoint, grant: bool) -> bool:
         """Section 7: core:data on the topic for a subscriber, or its removal.
 
@@ -264,32 +304,23 @@ class PubsubService:
         the wildcard entries that let it subscribe (RFC 3341 section 3.1): it therefore
         keeps the pubsub tokens the subscriber holds now, plus ``core:data``. Removal
         deletes that entry, so the subscriber falls back to the wildcard entries (an
-        explicit entry it had before the grant is not restored: docs/pubsub.md)."""
-        owner = topic_endpoint(topic, domain)
-        service = str(service_endpoint(domain))
-        actions: list[str] = []
+        explicit entry it had before the grant is not restored: docs/pubsub.md). The
+        topic's owner (who may set its entries) keeps its own entry either way."""
+        owner = str(topic_endpoint(topic, domain))
+        tokens = (SUBSCRIBE_TOKEN, CANCEL_TOKEN, ACCESS_SET_TOKEN)
         try:
-            get = access_get(owner, subscriber, self._next_id())
-            found = last_update((await self._access.handle_operation(service, get)).reply.content)
-            if grant:
-                tokens = (SUBSCRIBE_TOKEN, CANCEL_TOKEN)
-                decisions, _ = await self._access.check_many(
-                    [(str(owner), str(subscriber), token) for token in tokens]
-                )
-                actions = [t for t, d in zip(tokens, decisions, strict=True) if d.allowed]
-                actions.append(DATA_TOKEN)
-            elif not found:
-                return True  # nothing to remove
-            content = access_set(owner, subscriber, actions, found, self._next_id())
-            result = await self._access.handle_operation(service, content)
+            decisions, _ = await self._access.check_many(
+                [(owner, str(subscriber), token) for token in tokens]
+            )
         except grpc.aio.AioRpcError as exc:
             _log.warning("access service unreachable: %s", exc.code())
             return False
-        if reply_code(result.reply.content) != ApexReplyCode.SUCCESS:
-            _log.warning(
-                "access refused %s for %s: %r", owner, subscriber, result.reply.content[:120]
-            )
-        return True
+        if decisions[2].allowed:
+            return True  # the owner's entry already holds core:data, and stays
+        if not grant:
+            return await self._set_entry(domain, topic, subscriber, [], only_if_found=True)
+        actions = [t for t, d in zip(tokens[:2], decisions[:2], strict=True) if d.allowed]
+        return await self._set_entry(domain, topic, subscriber, [*actions, DATA_TOKEN])
 
     # ------------------------------------------------------------------ access
 
@@ -399,6 +430,7 @@ class PubsubService:
                     allowed=allowed,
                     exists=v.exists,
                     subscriptions=v.subscriptions.values(),
+                    creator=v.creator,
                 ),
                 subscription=False,
             )

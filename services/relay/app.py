@@ -14,16 +14,19 @@ import functools
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from typing import Final
 
 import grpc
 from redis.asyncio import Redis
 
-from apexmesh.aio import listen
+from apexmesh.aio import BeepConnection, Channel, listen
+from apexmesh.apex.associations import Binding
 from apexmesh.apex.holding import HOLD_FOR_ENDPOINT, TIMING_OPTIONS
 from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
 from apexmesh.apex.party import PARTY_OPTIONS
 from apexmesh.beep.sasl import SaslServerExchange, StaticCredentials
+from apexmesh.beep.sasl.throttle import FailureThrottle
 from apexmesh.beep.session import SessionConfig
 from apexmesh.beep.tuning import SaslServer
 from apexmesh.contracts.relay.v1 import relay_pb2_grpc
@@ -41,7 +44,7 @@ from apexmesh.store.held import HeldStore
 from apexmesh.store.hops import HopLog
 from apexmesh.store.keys import Keys
 from services.relay.admin import RelayView, relay_routers
-from services.relay.edge import APEX_PROFILE, Mode, start_handler
+from services.relay.edge import APEX_PROFILE, Mode, serve_link, start_handler
 from services.relay.holder import Holder
 from services.relay.http import create_http_app
 from services.relay.mesh import MeshPool
@@ -74,10 +77,14 @@ class RelayApp:
         self.registry = service_registry("relay")
         self.metrics = RelayMetrics.create(self.registry)
         self.failures = AuthFailures("relay", self.registry)
-        self.sessions = Sessions(self.failures, self.metrics.sessions.inc)
+        self.sessions = Sessions(
+            self.failures,
+            self.metrics.sessions.inc,
+            throttle=FailureThrottle(settings.sasl_throttle),
+        )
         self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
         self.keys = Keys(settings.redis_prefix)
-        self._access_channel = grpc.aio.insecure_channel(settings.access_address)
+        self._access_channel = observed_channel(settings.access_address)
         self.access = AccessClient(self._access_channel)
         self.checker = CachedAccessChecker(self.access, self.redis, self.keys)
         self.attachments = AttachmentRegistry(
@@ -147,6 +154,7 @@ class RelayApp:
             else PresenceHook(settings.presence_address, settings.pod_id)
         )
         self.router.presence = self.presence_hook
+        self.mesh.serve_link = self._serve_link
         self.hops = HopLog(self.redis, self.keys)
         self.tracer = HopTracer(self.hops, self.router, settings.pod_id) if settings.trace else None
         self.router.tracer = self.tracer
@@ -168,6 +176,7 @@ class RelayApp:
                 self.checker,
                 lambda: bool(self._listeners),
                 lambda: self.sessions.draining,
+                self.access,
                 AdminSpec(
                     guard=guard,
                     pod=settings.pod_id,
@@ -205,7 +214,7 @@ class RelayApp:
             tls_active=tls_active,
             allow_plaintext_without_tls=self.settings.dev,
             realm=self.settings.domains[0],
-            host=self.settings.domains[0],
+            host=self.settings.host_names or self.settings.domains,
         )
 
     def _session_config(self) -> SessionConfig:
@@ -217,6 +226,8 @@ class RelayApp:
             max_message_octets=self.settings.max_message,
             receive_window_octets=64 * 1024,
             idle_seconds=300.0,
+            require_privacy=self.settings.require_privacy,
+            accept_nul_mime_header=self.settings.interop_vortex_nul,
         )
 
     def _details(self) -> dict[str, object]:
@@ -249,6 +260,18 @@ class RelayApp:
         _log.info("draining: no new sessions; %d open", len(self.sessions))
         for server in self._listeners:
             server.close()
+
+    async def _serve_link(
+        self,
+        conn: BeepConnection,
+        channel: Channel,
+        binding: Binding,
+        peer_domain: str | None,
+        unbound: Callable[[], None],
+    ) -> None:
+        await serve_link(
+            self.router, conn, channel, binding, peer_domain=peer_domain, on_unbound=unbound
+        )
 
     # ------------------------------------------------------------ lifecycle
 

@@ -82,11 +82,21 @@ def error_payload(code: int, text: str) -> bytes:
 class ApexChannel:
     """One APEX channel of one BEEP session. See the module docstring."""
 
-    def __init__(self, router: Router, conn: BeepConnection, mode: Mode) -> None:
+    def __init__(
+        self,
+        router: Router,
+        conn: BeepConnection,
+        mode: Mode,
+        session: set[ApexChannel] | None = None,
+    ) -> None:
         self.router = router
         self.conn = conn
         self.mode = mode
         self.associations = Associations()
+        #: The APEX channels of the same BEEP session, this one included: ``terminate``
+        #: with transID 0 ends the associations of all of them (section 4.4.3 step 1).
+        self.session = session if session is not None else set()
+        self.session.add(self)
         self.channel: Channel | None = None
         self._ready = asyncio.Event()
         self._closed = False
@@ -95,6 +105,12 @@ class ApexChannel:
         #: Endpoint attached by the channel start's piggybacked attach: its held data is
         #: delivered once the channel serves.
         self._piggybacked: Endpoint | None = None
+        #: Domains whose originators the peer may relay for without binding: on a link
+        #: this relay initiated, the listening relay's own domain (section 4.5.2).
+        self.peer_domains: frozenset[str] = frozenset()
+        #: Called when the peer's terminate left no association on the channel (a link
+        #: this relay initiated is then given up).
+        self.on_unbound: Callable[[], None] | None = None
 
     # ---------------------------------------------------------------- channel start
 
@@ -167,8 +183,15 @@ class ApexChannel:
             return
         self._closed = True
         self.flow.close()
+        self.session.discard(self)
         for association in self.associations.terminate(0):
             await self.router.detached(self, association)
+
+    async def abandon(self) -> None:
+        """The channel was never accepted (the session ended while its start was being
+        decided): release what its piggybacked attach claimed."""
+        await self.release()
+        self.router.forget(self)
 
     # ---------------------------------------------------------------- incoming MSGs
 
@@ -211,6 +234,15 @@ class ApexChannel:
                 incoming.error(beep_xml(result))
             return
         if isinstance(element, Terminate):
+            if element.trans_id == 0:
+                # Step 1: every association of this application over the BEEP session,
+                # on whichever of its APEX channels it was made.
+                for channel in sorted(self.session, key=lambda c: c is not self):
+                    for association in channel.associations.terminate(0):
+                        await self.router.detached(channel, association)
+                incoming.reply(_OK)
+                self._check_unbound()
+                return
             try:
                 ended = self.associations.terminate(element.trans_id)
             except ApexError as exc:
@@ -219,6 +251,7 @@ class ApexChannel:
             for association in ended:
                 await self.router.detached(self, association)
             incoming.reply(_OK)
+            self._check_unbound()
             return
         incoming.error(
             error_payload(
@@ -255,6 +288,10 @@ class ApexChannel:
             return Error.from_exception(exc).to_xml()
         self.associations.complete(association)
         return Ok().to_xml()
+
+    def _check_unbound(self) -> None:
+        if self.on_unbound is not None and not len(self.associations):
+            self.on_unbound()
 
     def _require(self, mode: Mode, operation: str) -> None:
         if self.mode is not mode:
@@ -408,8 +445,45 @@ def element_is_ok(xml: bytes) -> bool:
     return xml.startswith(b"<ok")
 
 
+async def serve_link(
+    router: Router,
+    conn: BeepConnection,
+    channel: Channel,
+    binding: Binding,
+    *,
+    peer_domain: str | None,
+    on_unbound: Callable[[], None],
+) -> None:
+    """Serve the APEX channel of a relay-relay link this relay initiated (RFC 3340
+    section 2.1: in the relay-relay mode either relay may send data and terminate).
+
+    ``binding`` is this relay's own bind over the channel, so the peer can terminate it by
+    its transID (or all with 0), after which ``on_unbound`` runs. Data the peer sends is
+    processed like data from any relay (4.4.4.1): its originators must be of a domain the
+    peer may speak for, ``peer_domain`` when the link's peer is known to serve it (a
+    certificate checked for that domain, or an operator's static route), else a trusted
+    domain.
+    """
+    handler = ApexChannel(router, conn, Mode.MESH)
+    handler.associations.begin(binding.trans_id)
+    handler.associations.complete(binding)
+    if peer_domain is not None:
+        handler.peer_domains = frozenset({peer_domain})
+    handler.on_unbound = on_unbound
+    await handler.serve(channel)
+
+
 def start_handler(router: Router, mode: Mode):  # type: ignore[no-untyped-def]
     """The BEEP start policy of a relay listener: the APEX profile only."""
+    #: The APEX channels of each open BEEP session (see ApexChannel.session).
+    sessions: dict[BeepConnection, set[ApexChannel]] = {}
+
+    def channels_of(conn: BeepConnection) -> set[ApexChannel]:
+        channels = sessions.get(conn)
+        if channels is None:
+            channels = sessions[conn] = set()
+            conn.closed.add_done_callback(lambda _: sessions.pop(conn, None))
+        return channels
 
     async def on_start(
         conn: BeepConnection, request: ev.ChannelStartRequested
@@ -419,7 +493,6 @@ def start_handler(router: Router, mode: Mode):  # type: ignore[no-untyped-def]
             return RejectChannel(
                 code=ReplyCode.ACTION_NOT_TAKEN, text="all requested profiles are unsupported"
             )
-        handler = ApexChannel(router, conn, mode)
         try:
             data = offer.data
             content = None if data is None else data.decode("utf-8")
@@ -428,7 +501,16 @@ def start_handler(router: Router, mode: Mode):  # type: ignore[no-untyped-def]
                 code=ReplyCode.PARAMETER_SYNTAX_ERROR,
                 text="initialization message is not UTF-8 text",
             )
-        answer = await handler.on_start(content)
-        return AcceptChannel(profile=APEX_PROFILE, content=answer, serve=handler.serve)
+        handler = ApexChannel(router, conn, mode, channels_of(conn))
+        try:
+            answer = await handler.on_start(content)
+        except BaseException:
+            # A failure (Redis) or cancellation after the piggybacked attach claimed its
+            # endpoint: the claim is released before the start is answered with an error.
+            await asyncio.shield(handler.abandon())
+            raise
+        return AcceptChannel(
+            profile=APEX_PROFILE, content=answer, serve=handler.serve, abandon=handler.abandon
+        )
 
     return on_start

@@ -394,10 +394,8 @@ class Executor:
         groups: list[GroupDelivery],
     ) -> None:
         """Recipients attached over one channel of this pod: one data naming them all."""
-        group = self._group(job, members)
-        if group is None:  # no template: one data per recipient, as without grouping
-            for member in members:
-                outcomes[member.endpoint] = await self._deliver(job, member, custody)
+        group = await self._group_or_each(job, members, custody, outcomes)
+        if group is None:
             return
         self.metrics.count(self.metrics.deliveries, "local", len(members))
         one = await self._queue(channel, group.payload(range(len(members))), custody)
@@ -413,10 +411,8 @@ class Executor:
         groups: list[GroupDelivery],
     ) -> None:
         """Recipients attached to one other pod: one request that pod splits by channel."""
-        group = self._group(job, members)
+        group = await self._group_or_each(job, members, custody, outcomes)
         if group is None:
-            for member in members:
-                outcomes[member.endpoint] = await self._deliver(job, member, custody)
             return
         self.metrics.count(self.metrics.deliveries, "pod", len(members))
         room = self.peers.room(address)
@@ -429,9 +425,21 @@ class Executor:
         delivery.add_done_callback(functools.partial(group_ended, copy))
         groups.append((group.recipients, delivery))
 
-    def _group(self, job: Job, members: Sequence[Route[ApexChannel]]) -> Group | None:
+    async def _group_or_each(
+        self,
+        job: Job,
+        members: Sequence[Route[ApexChannel]],
+        custody: Custody,
+        outcomes: dict[Endpoint, asyncio.Future[Outcome]],
+    ) -> Group | None:
+        """The members as one :class:`Group`; None, once each was delivered on its own,
+        when the payload cannot be split around them (as without grouping)."""
         forwards = [member.plan.forward for member in members if member.plan.forward is not None]
-        return group_of(job, forwards)
+        group = group_of(job, forwards)
+        if group is None:
+            for member in members:
+                outcomes[member.endpoint] = await self._deliver(job, member, custody)
+        return group
 
     def _relocate(
         self,

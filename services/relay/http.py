@@ -1,20 +1,30 @@
 """HTTP app of the relay: /healthz, /readyz, /metrics and the admin API (/admin).
 
 Ready means: Redis answers PING (attachments and leases live there), the access decision
-cache is subscribed, the BEEP listeners are up, and the pod is not draining.
+cache is subscribed, the BEEP listeners are up, the pod is not draining, and the access
+service answers. The relay fails closed without access (attaches and data to uncached
+recipients get 421), so a pod that cannot reach it says so here and is taken out of its
+Service until it can.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from typing import Final
 
+import grpc
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from apexmesh.ops.admin import AdminSpec
 from apexmesh.ops.http import create_ops_app, redis_ready
+from apexmesh.rpc.access import AccessClient
 from apexmesh.store.access_cache import CachedAccessChecker
+
+#: Seconds the readiness probe waits for the access service.
+ACCESS_PROBE_SECONDS: Final = 1.0
 
 
 def create_http_app(
@@ -23,6 +33,7 @@ def create_http_app(
     checker: CachedAccessChecker,
     listening: Callable[[], bool],
     draining: Callable[[], bool],
+    access: AccessClient,
     admin: AdminSpec | None = None,
 ) -> FastAPI:
     def serving() -> str | None:
@@ -32,4 +43,17 @@ def create_http_app(
             return "BEEP listeners not started"
         return None if checker.synced else "access cache not subscribed"
 
-    return create_ops_app("relay", registry, redis_ready(redis, also=serving), admin)
+    local = redis_ready(redis, also=serving)
+
+    async def ready() -> str | None:
+        reason = await local()
+        if reason is not None:
+            return reason
+        try:
+            await asyncio.wait_for(access.version(), ACCESS_PROBE_SECONDS)
+        except (grpc.aio.AioRpcError, TimeoutError) as exc:
+            detail = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else "no answer"
+            return f"access service unreachable ({detail})"
+        return None
+
+    return create_ops_app("relay", registry, ready, admin)

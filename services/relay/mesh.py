@@ -13,10 +13,12 @@ bind's own error code (537 ...) when the bind is refused.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import random
 import secrets
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import dns.asyncresolver
@@ -24,7 +26,16 @@ import dns.exception
 import dns.resolver
 
 from apexmesh.aio import BeepConnection, Channel, ChannelStartError, ConnectionClosedError, connect
+from apexmesh.apex.associations import Binding
 from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.discovery import (
+    MESH_SERVICE,
+    REGISTERED_PORTS,
+    SrvTarget,
+    literal_address,
+    order_targets,
+    srv_name,
+)
 from apexmesh.apex.elements import Bind, Error, parse_message
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.errors import BeepError
@@ -45,6 +56,21 @@ MAX_IN_FLIGHT_PER_DOMAIN = 1024
 NEGATIVE_TTL_SECONDS = 60.0
 
 
+#: Serves the APEX channel of a new link: (connection, channel, this relay's binding,
+#: the peer's domain when the peer is known to serve it, what to call once unbound).
+LinkServer = Callable[
+    [BeepConnection, Channel, Binding, str | None, Callable[[], None]], Awaitable[None]
+]
+
+
+_random = random.SystemRandom()
+
+
+def _draw(limit: int) -> int:
+    """RFC 2782's uniform choice between 0 and ``limit``."""
+    return _random.randint(0, limit)
+
+
 class MeshError(Exception):
     """No link to a domain; ``outcome`` says what to report."""
 
@@ -57,6 +83,10 @@ class MeshError(Exception):
 class _Link:
     conn: BeepConnection
     channel: Channel
+    binding: Binding
+    #: The peer's domain, when a certificate checked for it or a static route says the
+    #: peer serves it (data from its originators is then accepted over the link).
+    peer_domain: str | None
 
 
 class MeshPool:
@@ -86,6 +116,10 @@ class MeshPool:
         #: Data in flight to each domain (sent, not answered): bounded, others wait.
         self._in_flight: dict[str, asyncio.Semaphore] = {}
         self.max_in_flight = max_in_flight
+        #: Reads what the peer relay sends back over each link (set by the relay once its
+        #: router exists; RFC 3340 section 2.1). Without it a link is one-way.
+        self.serve_link: LinkServer | None = None
+        self._serving: set[asyncio.Task[None]] = set()
 
     def send(
         self, domain: str, payload: bytes, taken: Callable[[], None] | None = None
@@ -132,27 +166,57 @@ class MeshPool:
             task = self._connecting[domain] = asyncio.ensure_future(self._open(domain))
             task.add_done_callback(lambda _t: self._connecting.pop(domain, None))
         link = await asyncio.shield(task)
-        self._links[domain] = link
+        if domain not in self._links or self._links[domain] is not link:
+            self._links[domain] = link
+            self._serve(domain, link)
         return link
 
+    def _serve(self, domain: str, link: _Link) -> None:
+        """Read the link's channel: the listening relay may send data and terminate."""
+        if self.serve_link is None:
+            return
+
+        def unbound() -> None:
+            _log.info("the relay of %s terminated our binding", domain)
+            if self._links.get(domain) is link:
+                del self._links[domain]
+            closing = asyncio.ensure_future(link.conn.close())
+            self._serving.add(closing)
+            closing.add_done_callback(self._serving.discard)
+
+        task = asyncio.ensure_future(
+            self.serve_link(link.conn, link.channel, link.binding, link.peer_domain, unbound)
+        )
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+
     async def _open(self, domain: str) -> _Link:
-        host, port = await self._locate(domain)
-        try:
-            conn = await connect(
-                host,
-                port,
-                ssl_context=self.ssl_context,
-                server_hostname=domain,
-                timeout=CONNECT_TIMEOUT_SECONDS,
-            )
-        except (OSError, TimeoutError, BeepError) as exc:
+        targets, static = await self._locate(domain)
+        failures: list[str] = []
+        for host, port in targets:  # RFC 2782: the next target when one cannot be reached
+            try:
+                conn = await connect(
+                    host,
+                    port,
+                    ssl_context=self.ssl_context,
+                    server_hostname=domain,
+                    timeout=CONNECT_TIMEOUT_SECONDS,
+                )
+            except (OSError, TimeoutError, BeepError) as exc:
+                failures.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                continue
+            break
+        else:
             raise MeshError(
                 Outcome(
-                    ApexReplyCode.SERVICE_NOT_AVAILABLE, f"cannot reach a relay of {domain}: {exc}"
+                    ApexReplyCode.SERVICE_NOT_AVAILABLE,
+                    f"cannot reach a relay of {domain}: {'; '.join(failures)}",
                 )
-            ) from None
+            )
         try:
-            return await asyncio.wait_for(self._bind(conn, domain), CONNECT_TIMEOUT_SECONDS)
+            return await asyncio.wait_for(
+                self._bind(conn, domain, static=static), CONNECT_TIMEOUT_SECONDS
+            )
         except (MeshError, BeepError, TimeoutError, OSError) as exc:
             await conn.close()
             if isinstance(exc, MeshError):
@@ -161,10 +225,12 @@ class MeshPool:
                 Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, f"relay of {domain} failed: {exc}")
             ) from None
 
-    async def _bind(self, conn: BeepConnection, domain: str) -> _Link:
+    async def _bind(self, conn: BeepConnection, domain: str, *, static: bool) -> _Link:
         offered = conn.greeting.result().profiles
+        verified = False
         if self.ssl_context is not None and TLS_PROFILE in offered:
-            await conn.start_tls()
+            await conn.start_tls()  # the certificate is checked for ``domain``
+            verified = self.ssl_context.verify_mode != ssl.CERT_NONE
             offered = conn.greeting.result().profiles
         password = self.credentials.get(self.domain)
         if password is not None:
@@ -191,27 +257,43 @@ class MeshPool:
         if isinstance(answer, Error):
             raise MeshError(Outcome(int(answer.code), answer.text or "bind refused"))
         _log.info("bound as %s to a relay of %s", self.domain, domain)
-        return _Link(conn, channel)
+        return _Link(
+            conn,
+            channel,
+            Binding(bind.trans_id, self.domain),
+            domain if verified or static else None,
+        )
 
-    async def _locate(self, domain: str) -> tuple[str, int]:
+    async def _locate(self, domain: str) -> tuple[list[tuple[str, int]], bool]:
+        """The relays of ``domain`` in the order to try them, and True when they come
+        from an operator's static route."""
         route = self.routes.get(domain)
         if route is not None:
             host, _, port = route.rpartition(":")
-            return host, int(port)
+            return [(host, int(port))], True
+        address = literal_address(domain)
+        if address is not None:  # section 3.1: the literal, on the registered port
+            return [(address, REGISTERED_PORTS[MESH_SERVICE])], False
         if self.use_dns:
             now = asyncio.get_running_loop().time()
             if self._no_relay.get(domain, 0.0) < now:
                 resolver = self.resolver or dns.asyncresolver.get_default_resolver()
                 try:
                     answer = await resolver.resolve(
-                        f"_apex-mesh._tcp.{domain}", "SRV", lifetime=3.0
+                        srv_name(MESH_SERVICE, domain), "SRV", lifetime=3.0
                     )
                 except (dns.exception.DNSException, OSError):
                     self._no_relay[domain] = now + NEGATIVE_TTL_SECONDS
                 else:
-                    records = sorted(answer, key=lambda r: (r.priority, -r.weight))
-                    best = records[0]
-                    return str(best.target).rstrip("."), int(best.port)
+                    records = [
+                        SrvTarget(
+                            int(r.priority), int(r.weight), int(r.port), str(r.target).rstrip(".")
+                        )
+                        for r in answer
+                    ]
+                    ordered = order_targets(records, _draw)
+                    if ordered:
+                        return [(r.target, r.port) for r in ordered], False
         raise MeshError(
             Outcome(ApexReplyCode.ACTION_NOT_TAKEN, f"no relay accepts data for {domain}")
         )
@@ -220,3 +302,7 @@ class MeshPool:
         links, self._links = self._links, {}
         for link in links.values():
             await link.conn.close()
+        for task in list(self._serving):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

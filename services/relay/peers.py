@@ -29,6 +29,8 @@ import grpc
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.ops.logs import correlation_id
+from apexmesh.rpc.channels import internal_channel
 from services.relay.grouping import Group
 from services.relay.outcomes import DELIVERED, POD_UNAVAILABLE, Outcome, outcome_of, resolver
 
@@ -74,7 +76,7 @@ class _Stream:
         self.max_in_flight = max_in_flight
         #: Senders waiting for room (see :meth:`room`).
         self._senders: deque[asyncio.Future[None]] = deque()
-        self.channel = grpc.aio.insecure_channel(address, options=options)
+        self.channel = internal_channel(address, options=options)
         self._stub = relay_pb2_grpc.RelayServiceStub(self.channel)
         #: Batches cut and not yet handed to gRPC, then the batch being filled.
         self._ready: deque[relay_pb2.DeliverBatch] = deque()
@@ -131,7 +133,11 @@ class _Stream:
             self._custody[request_id] = taken
         self._room(len(payload))
         self._batch.requests.add(
-            recipient=recipient, originator=originator, payload=payload, id=request_id
+            recipient=recipient,
+            originator=originator,
+            payload=payload,
+            id=request_id,
+            correlation_id=correlation_id.get(),
         )
         self._wake.set()
 
@@ -151,6 +157,7 @@ class _Stream:
             group_elements=group.elements,
             head=group.head,
             tail=group.tail,
+            correlation_id=correlation_id.get(),
         )
         self._wake.set()
 
@@ -333,7 +340,7 @@ class PeerDelivery:
     async def terminate(self, address: str, endpoint: Endpoint, code: int, text: str) -> bool:
         """Ask the pod at ``address`` to terminate its attachment of ``endpoint``
         (gRPC ``TerminateAttachment``); False when it does not hold it or cannot be asked."""
-        channel = grpc.aio.insecure_channel(address)
+        channel = internal_channel(address)
         try:
             stub = relay_pb2_grpc.RelayServiceStub(channel)
             response = await stub.TerminateAttachment(

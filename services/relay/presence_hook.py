@@ -17,6 +17,7 @@ import grpc
 
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
+from apexmesh.rpc.channels import internal_channel
 
 _log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ class PresenceHook:
     """Reports attachments of this pod to the presence service."""
 
     def __init__(self, address: str, pod_id: str, *, timeout: float = 2.0) -> None:
-        self._channel = grpc.aio.insecure_channel(address)
+        self._channel = internal_channel(address)
         self._stub = presence_pb2_grpc.PresenceServiceStub(self._channel)
         self._pod_id = pod_id
         self._timeout = timeout

@@ -277,8 +277,10 @@ class Router:
         if channel.mode is Mode.EDGE:
             allowed = channel.associations.attached(originator)
         else:
-            allowed = originator.domain in channel.associations.domains or (
-                originator.domain in self.trusted
+            allowed = (
+                originator.domain in channel.associations.domains
+                or originator.domain in channel.peer_domains
+                or originator.domain in self.trusted
             )
         if not allowed:
             self.metrics.count(self.metrics.data, "refused")

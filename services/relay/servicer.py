@@ -27,6 +27,7 @@ from apexmesh.apex.party import OVERRIDE_CODE
 from apexmesh.common.cache import BoundedCache
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.ops.logs import correlation_id
 from services.relay.flow import Taken
 from services.relay.grouping import Group, deliver_here
 from services.relay.outcomes import NOT_HERE, Outcome
@@ -217,6 +218,8 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
             try:
                 async for batch in request_iterator:
                     for request in batch.requests:
+                        # Its log lines here carry the sender's id (apexmesh/ops/logs.py).
+                        correlation_id.set(request.correlation_id)
                         self._answer(request, answers)
             finally:
                 answers.finish()

@@ -23,7 +23,21 @@
   that domain (RFC 3340 section 4.5.2 "trusted" intermediaries).
 - ``APEXMESH_RELAY_TLS_CERT`` / ``_KEY``: PEM files for TLS tuning; ``_TLS_CA``: CA
   bundle used to verify relays of other domains.
-- ``APEXMESH_RELAY_SASL_FILE``: ``identity:password`` lines for SASL (mount a Secret).
+- ``APEXMESH_RELAY_SASL_FILE``: ``identity:password`` lines for SASL (mount a Secret); an
+  endpoint's identity is its full name (``fred@example.com``), a peer relay's its domain.
+- ``APEXMESH_RELAY_REQUIRE_PRIVACY`` (``1`` outside development runs, else ``0``): until
+  TLS protects a session the greeting offers only the TLS profile and every other start
+  is refused (RFC 3080 sections 3 and 9), so SASL never runs over plaintext.
+- ``APEXMESH_RELAY_HOST_NAMES``: host names this relay answers to besides its domains
+  and the DNS names of its certificate (DIGEST-MD5 accepts ``beep/NAME`` for each).
+- ``APEXMESH_RELAY_SASL_MAX_FAILURES`` (``5``), ``_SASL_DELAY_MS`` (``500``),
+  ``_SASL_MAX_DELAY_MS`` (``8000``), ``_SASL_WINDOW_SECONDS`` (``600``): failed SASL
+  exchanges (RFC 4422 section 6.2) hold the session for a delay that doubles with each
+  failure; at the maximum, counted per session or per peer address within the window,
+  the session is closed with 421.
+- ``APEXMESH_RELAY_INTEROP_VORTEX_NUL`` (``0``): ``1`` accepts a NUL frame whose payload
+  is an empty MIME header, which Vortex 1.1 sends by default (RFC 3080 section 2.2.1.1
+  makes it poorly formed: without the setting the session is ended).
 - ``APEXMESH_RELAY_LEASE_MS`` (``10000``): attachment lease; renewed every third.
 - ``APEXMESH_RELAY_MAX_MESSAGE`` (``4194304``): largest BEEP message accepted.
 - ``APEXMESH_RELAY_SERVICE_TIMEOUT_MS`` (``30000``): how long a well-known service (pubsub,
@@ -69,9 +83,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cryptography import x509
+
 from apexmesh.apex.endpoint import EndpointError, normalize_domain
 from apexmesh.apex.holding import HoldLimits
 from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
+from apexmesh.beep.sasl.throttle import ThrottlePolicy
 from apexmesh.ops.settings import (
     DEV_FLAG,
     AdminTokens,
@@ -98,6 +115,29 @@ def _service_addresses(env: Mapping[str, str], name: str) -> dict[str, tuple[str
             raise SettingsError(f"{name}: {service} has no address")
         services[service] = pods
     return services
+
+
+def certificate_names(path: Path) -> tuple[str, ...]:
+    """The DNS names and IP addresses a PEM certificate is issued for (subjectAltName,
+    else its common name)."""
+    try:
+        certificate = x509.load_pem_x509_certificate(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise SettingsError(f"{path}: not a readable PEM certificate ({exc})") from None
+    try:
+        alternative = certificate.extensions.get_extension_for_class(
+            x509.SubjectAlternativeName
+        ).value
+    except x509.ExtensionNotFound:
+        return tuple(
+            str(attribute.value)
+            for attribute in certificate.subject.get_attributes_for_oid(
+                x509.oid.NameOID.COMMON_NAME
+            )
+        )
+    names = [*alternative.get_values_for_type(x509.DNSName)]
+    names += [str(address) for address in alternative.get_values_for_type(x509.IPAddress)]
+    return tuple(names)
 
 
 def _read_credentials(path: Path) -> dict[str, str]:
@@ -151,6 +191,13 @@ class RelaySettings:
     service_calls: int = 256
     domain_in_flight: int = 1024
     retry_services: tuple[str, ...] = ("pubsub",)
+    #: Offer only TLS until it is on (RFC 3080 section 9); the default outside dev runs.
+    require_privacy: bool = False
+    #: Every name this relay answers to (domains, host names, certificate names): the
+    #: hosts DIGEST-MD5's digest-uri may name.
+    host_names: tuple[str, ...] = ()
+    sasl_throttle: ThrottlePolicy = field(default_factory=ThrottlePolicy)
+    interop_vortex_nul: bool = False
     trace: bool = True
     admin: AdminTokens = field(default_factory=AdminTokens)
 
@@ -183,6 +230,13 @@ class RelaySettings:
             )
         grpc_host = env.get("APEXMESH_RELAY_GRPC_HOST", "127.0.0.1")
         ca = env.get("APEXMESH_RELAY_TLS_CA") or None
+        require_privacy = env_flag(env, "APEXMESH_RELAY_REQUIRE_PRIVACY", default=not dev)
+        if require_privacy and cert is None:
+            raise SettingsError("APEXMESH_RELAY_REQUIRE_PRIVACY needs APEXMESH_RELAY_TLS_CERT/_KEY")
+        names = [*domains, *env_list(env, "APEXMESH_RELAY_HOST_NAMES")]
+        if cert is not None:
+            names += certificate_names(Path(cert))
+        host_names = tuple(dict.fromkeys(name.lower() for name in names))
         return cls(
             domains=domains,
             pod_id=env.get("APEXMESH_RELAY_POD_ID") or f"{socket.gethostname()}-{os.getpid()}",
@@ -233,6 +287,10 @@ class RelaySettings:
                 env, "APEXMESH_RELAY_DOMAIN_IN_FLIGHT", 1024, low=1, high=1 << 20
             ),
             retry_services=env_list(env, "APEXMESH_RELAY_RETRY_SERVICES", ("pubsub",)),
+            require_privacy=require_privacy,
+            host_names=host_names,
+            sasl_throttle=_sasl_throttle(env),
+            interop_vortex_nul=env_flag(env, "APEXMESH_RELAY_INTEROP_VORTEX_NUL"),
             trace=env_flag(env, "APEXMESH_RELAY_TRACE", default=True),
             admin=admin_tokens(env, dev=dev),
         )
@@ -252,6 +310,22 @@ def _flow_limits(env: Mapping[str, str]) -> FlowLimits:
 
 
 _MAX_MILLISECS = 2_147_483_647
+
+
+def _sasl_throttle(env: Mapping[str, str]) -> ThrottlePolicy:
+    """RFC 4422 section 6.2: how failed authentications are slowed down."""
+    delay = env_int(env, "APEXMESH_RELAY_SASL_DELAY_MS", 500, low=0, high=60_000)
+    longest = env_int(env, "APEXMESH_RELAY_SASL_MAX_DELAY_MS", 8000, low=0, high=600_000)
+    if longest < delay:
+        raise SettingsError("APEXMESH_RELAY_SASL_MAX_DELAY_MS is below _SASL_DELAY_MS")
+    return ThrottlePolicy(
+        max_failures=env_int(env, "APEXMESH_RELAY_SASL_MAX_FAILURES", 5, low=1, high=1000),
+        base_delay_seconds=delay / 1000,
+        max_delay_seconds=longest / 1000,
+        window_seconds=float(
+            env_int(env, "APEXMESH_RELAY_SASL_WINDOW_SECONDS", 600, low=1, high=86_400)
+        ),
+    )
 
 
 def _hold_limits(env: Mapping[str, str]) -> HoldLimits | None:

@@ -65,6 +65,18 @@ def pod_labels(doc: Doc) -> dict[str, str]:
     return doc["spec"]["template"]["metadata"]["labels"]
 
 
+def container(docs: list[Doc], name: str) -> Doc:
+    """The one container of the Deployment ``name``."""
+    (only,) = pod_spec(named(docs, "Deployment", name))["containers"]
+    return only  # type: ignore[no-any-return]
+
+
+def drain_hook(docs: list[Doc]) -> list[str]:
+    """The command of the relay's preStop hook."""
+    hook = container(docs, "apex-mesh-relay")["lifecycle"]["preStop"]
+    return hook["exec"]["command"]  # type: ignore[no-any-return]
+
+
 def containers(docs: list[Doc]) -> Iterator[tuple[Doc, Doc]]:
     """(workload, container) for every container and init container rendered."""
     for doc in docs:

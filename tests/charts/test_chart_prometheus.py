@@ -1,7 +1,9 @@
 """The PrometheusRule and the Grafana dashboard: promtool checks and unit-tests every
 alert (tests/charts/prometheus/rules-test.yaml), and every PromQL expression names a
 metric the code exports, found by reading the code itself (so metrics added later are
-found too), or one of the few that Prometheus and kube-state-metrics export."""
+found too), or one that prometheus_client's own collectors export in every service's
+registry (read from a real registry), or one of the few that Prometheus and
+kube-state-metrics export."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any, Final
 import pytest
 import yaml
 
+from apexmesh.ops.registry import service_registry
 from tests.charts.conftest import CHART, ROOT, named, render
 
 pytestmark = pytest.mark.chart
@@ -42,6 +45,7 @@ def promtool() -> str:
     return path
 
 
+@pytest.mark.integration  # runs promtool
 def test_promtool_checks_and_tests_every_alert(tmp_path: Path) -> None:
     groups = rule_groups()
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}), encoding="utf-8")
@@ -78,9 +82,12 @@ def test_promtool_checks_and_tests_every_alert(tmp_path: Path) -> None:
         "ApexMeshHeldDataGrowing",
         "ApexMeshPubsubLeaseExpiryLag",
         "ApexMeshSnapshotTooOld",
+        "ApexMeshAuthFailureBurst",
+        "ApexMeshGrpcErrors",
     } <= alerts
 
 
+@pytest.mark.integration  # runs promtool
 def test_promtool_catches_a_broken_rule(tmp_path: Path) -> None:
     """The check above can fail: promtool refuses an expression that does not parse."""
     broken = {"groups": [{"name": "x", "rules": [{"alert": "X", "expr": "sum(up"}]}]}
@@ -111,29 +118,59 @@ _SUFFIXES: Final = {
 }
 
 
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level ``NAME = "text"`` (or ``NAME: Final = "text"``) of one file."""
+    found: dict[str, str] = {}
+    for node in tree.body:
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]  # type: ignore[union-attr]
+        found.update({t.id: value.value for t in targets if isinstance(t, ast.Name)})
+    return found
+
+
 def exported_series() -> dict[str, str]:
     """Series name -> the file defining it, for every metric constructed in the code:
     calls of the prometheus_client classes (and apexmesh.ops.counters.LoopCounter) whose
-    first argument is a string literal, in apexmesh/, services/ and spark/."""
+    first argument is a string literal, or a module-level string constant of the same
+    file (apexmesh/ops/audit.py's AUTH_FAILURES), in apexmesh/, services/ and spark/."""
     found: dict[str, str] = {}
     for top in ("apexmesh", "services", "spark"):
         for path in sorted((ROOT / top).rglob("*.py")) if (ROOT / top).is_dir() else ():
             tree = ast.parse(path.read_text(encoding="utf-8"))
+            constants = _string_constants(tree)
             for node in ast.walk(tree):
                 if not isinstance(node, ast.Call) or not node.args:
                     continue
                 func = node.func
                 kind = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
                 first = node.args[0]
-                if kind in _SUFFIXES and isinstance(first, ast.Constant):
-                    if not isinstance(first.value, str):
+                if kind in _SUFFIXES:
+                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                        name = first.value
+                    elif isinstance(first, ast.Name) and first.id in constants:
+                        name = constants[first.id]
+                    else:
                         continue
-                    name = first.value
                     if kind.startswith("Counter") and name.endswith("_total"):
                         name = name.removesuffix("_total")
                     for suffix in _SUFFIXES[kind]:
                         found[name + suffix] = str(path.relative_to(ROOT))
     return found
+
+
+def library_series() -> dict[str, str]:
+    """Series of the prometheus_client collectors that apexmesh/ops/registry.py registers
+    in every service's registry (ProcessCollector: ``process_*``; PlatformCollector:
+    ``python_info``; GCCollector: ``python_gc_*``), read from such a registry."""
+    registry = service_registry("chart-test")
+    return {
+        sample.name: "prometheus_client's collectors, registered by apexmesh/ops/registry.py"
+        for family in registry.collect()
+        for sample in family.samples
+        if not sample.name.startswith("apexmesh_")
+    }
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
@@ -189,6 +226,7 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+@pytest.mark.unit
 def test_the_parser_finds_names_and_only_names() -> None:
     expr = (
         'histogram_quantile(0.99, sum by (le) (rate(a_seconds_bucket{x="b c", y=~"d.*"}[5m])))'
@@ -219,21 +257,29 @@ def dashboard_expressions() -> Iterator[tuple[str, str]]:
             yield path.name, expr
 
 
+@pytest.mark.unit
 def test_every_promql_expression_names_an_exported_metric() -> None:
     exported = exported_series()
-    # The discovery itself works: names the relay defines today are among them.
+    library = library_series()
+    # The discovery itself works: names the relay defines today are among them, the
+    # gRPC server metrics (apexmesh/rpc/observe.py), the counter named by a constant,
+    # and the process collector's series.
     assert {
         "apexmesh_relay_sessions",
         "apexmesh_relay_data_operations_total",
         "apexmesh_access_check_duration_seconds_bucket",
+        "grpc_server_handled_total",
+        "grpc_server_handling_seconds_bucket",
+        "apexmesh_auth_failures_total",
     } <= set(exported)
+    assert {"process_resident_memory_bytes", "python_info"} <= set(library)
     expressions = [(f"rule {r['alert']}", r["expr"]) for g in rule_groups() for r in g["rules"]]
     expressions += list(dashboard_expressions())
     assert len(expressions) > 20
     used: set[str] = set()
     for where, expr in expressions:
         for name in metric_names(expr):
-            assert name in exported or name in EXTERNAL, (
+            assert name in exported or name in library or name in EXTERNAL, (
                 f"{where}: {name} is exported by no code (apexmesh/, services/, spark/) in: {expr}"
             )
             used.add(name)
@@ -242,6 +288,7 @@ def test_every_promql_expression_names_an_exported_metric() -> None:
         assert any(name.startswith(f"apexmesh_{service}_") for name in used), service
 
 
+@pytest.mark.unit
 def test_the_dashboard_uses_a_datasource_variable_and_a_stable_uid() -> None:
     board = json.loads((CHART / "files" / "dashboards" / "apex-mesh.json").read_text())
     assert board["uid"] == "apex-mesh-overview"
@@ -250,3 +297,47 @@ def test_the_dashboard_uses_a_datasource_variable_and_a_stable_uid() -> None:
     text = json.dumps(board["panels"])
     assert '"uid": "${datasource}"' in text
     assert "$namespace" in text
+
+
+@pytest.mark.unit
+def test_the_dashboard_has_the_operations_panels() -> None:
+    """Auth failures, gRPC errors and latency, topics and subscriptions per domain,
+    selector matching and memory: each panel's query, by what it is grouped."""
+    board = json.loads((CHART / "files" / "dashboards" / "apex-mesh.json").read_text())
+    exprs = {
+        panel["title"]: [target["expr"] for target in panel["targets"]]
+        for panel in board["panels"]
+        if panel["type"] != "row"
+    }
+
+    def one(title: str) -> str:
+        (expr,) = exprs[title]
+        return expr
+
+    auth = one("Authentication failures")
+    assert "sum by (service, mechanism) (rate(apexmesh_auth_failures_total{" in auth
+    errors = one("gRPC errors")
+    assert "sum by (grpc_service, grpc_code) (rate(grpc_server_handled_total{" in errors
+    assert 'grpc_code!="OK"' in errors
+    latency = one("gRPC latency p99 by method")
+    assert latency.startswith("histogram_quantile(0.99, sum by (le, grpc_service, grpc_method)")
+    assert "grpc_server_handling_seconds_bucket" in latency
+    topics, subscriptions = exprs["Topics and subscriptions"]
+    assert topics.startswith("max by (domain) (apexmesh_pubsub_topics{")
+    assert subscriptions.startswith("max by (domain) (apexmesh_pubsub_subscriptions{")
+    selector = one("Selector match p99")
+    assert selector.startswith("histogram_quantile(0.99, sum by (le)")
+    assert "apexmesh_pubsub_selector_match_seconds_bucket" in selector
+    memory = one("Resident memory per pod")
+    assert memory.startswith("max by (pod) (process_resident_memory_bytes{")
+    assert "apexmesh_build_info" in memory  # only apex-mesh's processes
+    ids = [panel["id"] for panel in board["panels"]]
+    assert len(ids) == len(set(ids))
+    # No two panels overlap on the grid.
+    cells = set()
+    for panel in board["panels"]:
+        grid = panel["gridPos"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, panel["title"]
+                cells.add((x, y))

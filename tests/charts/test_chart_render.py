@@ -30,7 +30,8 @@ from tests.charts.conftest import (
 )
 from tools.helm import notes
 
-pytestmark = pytest.mark.chart
+# Rendered and checked in memory (Helm's engine is a library in this process).
+pytestmark = [pytest.mark.chart, pytest.mark.unit]
 
 Render = Callable[[dict[str, Any] | None], list[Doc]]
 
@@ -82,7 +83,7 @@ def test_latest_is_refused_by_the_schema() -> None:
 def test_the_default_release_runs_every_service(rendered: Render) -> None:
     docs = rendered(None)
     deployments = {d["metadata"]["name"] for d in of_kind(docs, "Deployment")}
-    assert deployments == {f"apex-mesh-{name}" for name in SERVICES}
+    assert deployments == {f"apex-mesh-{name}" for name in (*SERVICES, "dashboard")}
     assert named(docs, "StatefulSet", "apex-mesh-redis")
     assert named(docs, "CronJob", "apex-mesh-snapshot")
 
@@ -414,6 +415,8 @@ def test_the_helm_test_exchanges_data_with_the_relay(rendered: Render) -> None:
         ({"redis": {"enabled": False}}, "externalRedis.host"),
         ({"pubsub": {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}}, "minReplicas"),
         ({"relay": {"sasl": {"existingSecret": "s"}}}, "tests.existingSecret"),
+        ({"relay": {"drain": {"graceSeconds": 50}}}, "relay.drain.graceSeconds (50)"),
+        ({"dashboard": {"terminationGracePeriodSeconds": 5}}, "dashboard.terminationGrace"),
     ],
 )
 def test_impossible_combinations_fail_with_a_message(values: dict[str, Any], message: str) -> None:

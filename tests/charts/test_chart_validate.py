@@ -18,7 +18,8 @@ import yaml
 from tests.charts.conftest import CHART, CI_VALUES, VALUES_DIR, render, values_of
 from tools import helm as tool
 
-pytestmark = pytest.mark.chart
+# Rendered and checked in memory (Helm's engine is a library in this process).
+pytestmark = [pytest.mark.chart, pytest.mark.unit]
 
 SCHEMA = yaml.safe_load((CHART / "values.schema.json").read_text(encoding="utf-8"))
 GOOD = sorted((VALUES_DIR / "good").glob("*.yaml"))

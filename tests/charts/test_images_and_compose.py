@@ -14,7 +14,8 @@ import yaml
 
 from tests.charts.conftest import CHART, ROOT
 
-pytestmark = pytest.mark.chart
+# Rendered and checked in memory (Helm's engine is a library in this process).
+pytestmark = [pytest.mark.chart, pytest.mark.unit]
 
 DOCKER: Final = ROOT / "docker"
 SERVICES: Final = ("relay", "access", "pubsub", "report", "presence")
@@ -22,7 +23,7 @@ COMPOSE: Final = yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding
 DEFAULTS: Final = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", [*SERVICES, "dashboard"])
 def test_each_service_image_is_the_base_plus_its_entrypoint(service: str) -> None:
     text = (DOCKER / f"{service}.Dockerfile").read_text(encoding="utf-8")
     assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.MULTILINE)
@@ -31,6 +32,23 @@ def test_each_service_image_is_the_base_plus_its_entrypoint(service: str) -> Non
     assert f'"apexmesh.ops.probe", "{service}", "/readyz"' in text
     exposed = {int(p) for p in re.search(r"^EXPOSE (.+)$", text, re.MULTILINE)[1].split()}  # type: ignore[index]
     assert exposed == set(DEFAULTS[service]["ports"].values())
+
+
+def test_scripts_containers_builds_and_runs_every_image() -> None:
+    """Every Dockerfile is built by scripts/containers, every service image is checked
+    there, and the container mesh runs the dashboard too."""
+    script = (ROOT / "scripts" / "containers").read_text(encoding="utf-8")
+    lines = re.MULTILINE
+    built = {m[1] for m in re.finditer(r"^build (\w+) docker/\w+\.Dockerfile", script, lines)}
+    looped = re.search(r"^for service in ([\w ]+); do\n    build \"\$service\"", script, lines)
+    assert looped is not None
+    built |= set(looped[1].split())
+    assert built == {path.name.removesuffix(".Dockerfile") for path in DOCKER.glob("*.Dockerfile")}
+    checked = re.search(r"^for service in ([\w ]+); do\n    image=", script, lines)
+    assert checked is not None
+    assert {*SERVICES, "dashboard"} <= set(checked[1].split())
+    mesh = (ROOT / "scripts" / "container_mesh.py").read_text(encoding="utf-8")
+    assert "dashboard=False" not in mesh
 
 
 def test_the_base_runs_as_a_named_non_root_user_without_build_tools() -> None:

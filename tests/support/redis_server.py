@@ -33,10 +33,14 @@ def redis_binary() -> str:
     return found
 
 
-def ping(port: int, timeout: float = 0.5) -> bool:
+def ping(port: int, timeout: float = 0.5, password: str | None = None) -> bool:
     """True when a Redis server on ``port`` answers PING with PONG."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            if password is not None:
+                sock.sendall(f"AUTH {password}\r\n".encode())
+                if not sock.recv(64).startswith(b"+OK"):
+                    return False
             sock.sendall(b"PING\r\n")
             return sock.recv(64).startswith(b"+PONG")
     except OSError:
@@ -46,14 +50,19 @@ def ping(port: int, timeout: float = 0.5) -> bool:
 class RedisServer:
     """One redis-server child process with its own data directory."""
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, password: str | None = None):
         self.data_dir = data_dir
         self.port = port or free_port()
+        #: With a password (``requirepass``), as production runs it: services started
+        #: outside development mode refuse an open Redis.
+        self.password = password
         self.log_path = data_dir / "redis.log"
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
+        if self.password is not None:
+            return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
@@ -78,13 +87,14 @@ class RedisServer:
                     "no",
                     "--logfile",
                     "",
+                    *(["--requirepass", self.password] if self.password is not None else []),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
         deadline = time.monotonic() + timeout
-        while not ping(self.port):
+        while not ping(self.port, password=self.password):
             if self._process.poll() is not None:
                 raise RuntimeError(
                     f"redis-server exited with {self._process.returncode}:\n{self.output()}"

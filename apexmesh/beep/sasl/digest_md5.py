@@ -21,6 +21,7 @@ import functools
 import hashlib
 import hmac
 import secrets
+from collections.abc import Sequence
 from typing import Final
 
 from apexmesh.beep.codes import ReplyCode
@@ -196,20 +197,29 @@ def _make_nonce() -> str:
 
 
 class DigestMd5Server:
-    """Server side of DIGEST-MD5: challenge, verify, answer with rspauth."""
+    """Server side of DIGEST-MD5: challenge, verify, answer with rspauth.
+
+    ``host`` is every name the server answers to (its domain, its host names, the names
+    in its certificate): a client builds digest-uri from the name it dialled (RFC 2831
+    section 2.1.2), so ``beep/relay1.example.com`` and ``beep/example.com`` both name a
+    relay of example.com that runs on relay1.
+    """
 
     def __init__(
         self,
         credentials: CredentialStore,
         *,
         realm: str,
-        host: str,
+        host: str | Sequence[str],
         service: str = "beep",
         nonce: str | None = None,
     ) -> None:
         self._credentials = credentials
         self._realm = realm
-        self._digest_uri = f"{service}/{host}"
+        hosts = (host,) if isinstance(host, str) else tuple(host)
+        if not hosts:
+            raise ValueError("DIGEST-MD5 needs at least one host name")
+        self._digest_uris = frozenset(f"{service}/{name}".lower() for name in hosts)
         self._nonce = nonce if nonce is not None else _make_nonce()
         self._challenged = False
 
@@ -254,8 +264,8 @@ class DigestMd5Server:
             raise _fail("nonce-count must be 00000001")
         if qop != "auth":
             raise _fail("only qop=auth was offered")
-        if digest_uri.lower() != self._digest_uri.lower():
-            raise _fail("digest-uri does not name this service and host")
+        if digest_uri.lower() not in self._digest_uris:
+            raise _fail(f"digest-uri {digest_uri!r} does not name this service and host")
         password = self._credentials.lookup(username)
         known = password is not None
         digest = functools.partial(

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from apexmesh.beep.codes import ReplyCode
@@ -107,7 +107,7 @@ class SaslServerExchange:
         tls_active: bool,
         allow_plaintext_without_tls: bool = False,
         realm: str,
-        host: str,
+        host: str | Sequence[str],
         service: str = "beep",
         authorize: Authorizer | None = None,
         nonce: str | None = None,
@@ -115,7 +115,8 @@ class SaslServerExchange:
         """Raises ValueError when ``mechanism_name`` is not in :data:`SUPPORTED_MECHANISMS`.
 
         ``nonce`` fixes the server nonce (DIGEST-MD5, SCRAM) for reproducible tests;
-        ``service`` and ``host`` make DIGEST-MD5's digest-uri ``service/host``.
+        ``service`` and ``host`` make DIGEST-MD5's digest-uri ``service/host``, accepted
+        for each name in ``host`` when it is several (every name the server answers to).
         """
         self._mechanism: ServerMechanism
         if mechanism_name == anonymous.NAME:
@@ -140,6 +141,7 @@ class SaslServerExchange:
         self._authcid: str | None = None
         self._authzid: str | None = None
         self._failure_code: int | None = None
+        self._failure_text = ""
 
     @property
     def done(self) -> bool:
@@ -165,6 +167,11 @@ class SaslServerExchange:
     def failure_code(self) -> int | None:
         """The reply code the exchange failed with, else None."""
         return self._failure_code
+
+    @property
+    def failure_text(self) -> str:
+        """Why the exchange failed, for the server's log (the client is told less)."""
+        return self._failure_text
 
     def handle_start(self, piggyback: str | None) -> str:
         """Handle the channel ``start``; return the content for the RPY's ``profile``.
@@ -235,6 +242,7 @@ class SaslServerExchange:
     def _fail(self, code: int, text: str) -> str:
         self._state = _State.DONE
         self._failure_code = code
+        self._failure_text = text
         # Diagnostics for 535 stay generic: they must not tell which part was wrong.
         return encode_error(code, "authentication failure" if code == 535 else text)
 
@@ -294,6 +302,7 @@ class SaslClientExchange:
         self._done = False
         self._succeeded = False
         self._failure_code: int | None = None
+        self._failure_text = ""
 
     @property
     def done(self) -> bool:
@@ -309,6 +318,11 @@ class SaslClientExchange:
     def failure_code(self) -> int | None:
         """The server's error code, or the local one (e.g. 535 for a bad server proof)."""
         return self._failure_code
+
+    @property
+    def failure_text(self) -> str:
+        """The server's diagnostic text, or why this side gave up; "" on success."""
+        return self._failure_text
 
     def start_piggyback(self) -> str | None:
         """The ``blob`` to piggyback in the channel ``start``, or None (server-first)."""
@@ -339,26 +353,27 @@ class SaslClientExchange:
         try:
             element = parse_element(text)
         except SaslError as exc:
-            return self._abort(exc.code)
+            return self._abort(exc.code, exc.message)
         if isinstance(element, ErrorElement):
             if expect_error is False:
-                return self._abort(ReplyCode.PARAMETER_SYNTAX_ERROR)
-            self._finish(element.code)
+                return self._abort(ReplyCode.PARAMETER_SYNTAX_ERROR, "error element in a RPY")
+            self._finish(element.code, element.text)
             return None
         if expect_error is True:
-            self._finish(ReplyCode.GENERAL_SYNTAX_ERROR)
+            self._finish(ReplyCode.GENERAL_SYNTAX_ERROR, "ERR without an error element")
             return None
         if element.status is BlobStatus.ABORT:
-            self._finish(ReplyCode.PARAMETER_SYNTAX_ERROR)
+            self._finish(ReplyCode.PARAMETER_SYNTAX_ERROR, "the server aborted")
             return None
         if element.status is BlobStatus.COMPLETE:
             if self._initial is not None and not self._initial_sent:
-                self._finish(ReplyCode.AUTH_FAILURE)  # success before we said anything
+                # success before we said anything
+                self._finish(ReplyCode.AUTH_FAILURE, "success before the initial response")
                 return None
             try:
                 self._mechanism.verify_success(element.data or None)
             except SaslError as exc:
-                self._finish(exc.code)
+                self._finish(exc.code, exc.message)
                 return None
             self._done = True
             self._succeeded = True
@@ -368,7 +383,7 @@ class SaslClientExchange:
         try:
             response = self._mechanism.step(element.data)
         except SaslError as exc:
-            return self._abort(exc.code)
+            return self._abort(exc.code, exc.message)
         return encode_blob(response).encode()
 
     def _send_initial_or(self, fallback: bytes) -> bytes:
@@ -377,13 +392,14 @@ class SaslClientExchange:
             return encode_blob(self._initial).encode()
         return encode_blob(fallback).encode()
 
-    def _finish(self, code: int) -> None:
+    def _finish(self, code: int, text: str = "") -> None:
         self._done = True
         self._failure_code = code
+        self._failure_text = text
 
-    def _abort(self, code: int) -> bytes:
+    def _abort(self, code: int, text: str) -> bytes:
         # The server may be waiting for our next blob: tell it we give up (RFC 3080 4.1.3).
-        self._finish(code)
+        self._finish(code, text)
         return encode_blob(None, BlobStatus.ABORT).encode()
 
 

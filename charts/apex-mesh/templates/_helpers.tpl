@@ -191,6 +191,43 @@ imagePullSecrets:
 {{- toYaml (uniq $names) -}}
 {{- end -}}
 
+{{/*
+The relay's preStop hook: POST /admin/v1/drain on the relay's own admin address (the
+pod's, from its APEXMESH_RELAY_HTTP_* variables) with the admin token, so it accepts no
+new session and its readiness goes false, then wait until its sessions have ended or
+relay.drain.graceSeconds have passed (GET /admin/v1/drain, as apexctl drain --wait).
+SIGTERM follows, with shutdownGraceSeconds for the rest. A relay that does not answer
+the drain fails the hook at once (an event on the pod) and goes straight to SIGTERM.
+*/}}
+{{- define "apex-mesh.relay.drainHook" -}}
+preStop:
+  exec:
+    command:
+      - python
+      - -c
+      - |
+        import json, os, sys, time, urllib.request
+        grace = {{ int .Values.relay.drain.graceSeconds }}
+        host, port = os.environ["APEXMESH_RELAY_HTTP_HOST"], os.environ["APEXMESH_RELAY_HTTP_PORT"]
+        url = "http://%s:%s/admin/v1/drain" % ("[%s]" % host if ":" in host else host, port)
+        auth = {"Authorization": "Bearer " + os.environ["APEXMESH_ADMIN_TOKEN"]}
+        def call(method):
+            request = urllib.request.Request(url, method=method, headers=auth)
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return json.load(answer)["sessions"]
+        try:
+            sessions = call("POST")
+        except Exception as exc:
+            sys.exit("drain refused: %s" % exc)
+        deadline = time.monotonic() + grace
+        while sessions and time.monotonic() < deadline:
+            time.sleep(1)
+            try:
+                sessions = call("GET")
+            except Exception:
+                break
+{{- end -}}
+
 {{/* ------------------------------------------------------------------ pubsub */}}
 
 {{/*
@@ -208,10 +245,55 @@ lease_name (prefix-pubsub-domain, lower case, runs of other characters made one 
 {{- toYaml $names -}}
 {{- end -}}
 
+{{/* ------------------------------------------------------------------ dashboard */}}
+
+{{- define "apex-mesh.dashboard.contextSecretName" -}}
+{{- default (printf "%s-context" (include "apex-mesh.componentName" (dict "root" . "component" "dashboard"))) .Values.dashboard.existingContextSecret -}}
+{{- end -}}
+
+{{/*
+What the dashboard reads: one entry per Service of a deployed component, its admin API
+on the Service's http port (the relays' is relay-internal: the edge Service carries
+BEEP only), in apexmesh/ops/targets.py's form. Every pod serves every domain, so each
+entry names the first, as apexctl's Kubernetes contexts do.
+*/}}
+{{- define "apex-mesh.dashboard.targets" -}}
+{{- $targets := list -}}
+{{- range $component := list "relay" "access" "pubsub" "report" "presence" -}}
+{{- $v := index $.Values $component -}}
+{{- if or (not (hasKey $v "enabled")) $v.enabled -}}
+{{- $service := ternary "relay-internal" $component (eq $component "relay") -}}
+{{- $address := include "apex-mesh.address" (dict "root" $ "component" $service "port" $v.ports.http) -}}
+{{- $targets = append $targets (dict
+  "name" (include "apex-mesh.componentName" (dict "root" $ "component" $service))
+  "service" $component
+  "domain" (first $.Values.domains)
+  "admin_url" (printf "http://%s" $address)) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $targets -}}
+{{- end -}}
+
+{{/*
+The dashboard's context file (apexctl.yaml): the release's Services and no token; the
+dashboard reads them with its own token, the admin Secret's read-token
+(services/dashboard/settings.py), so nothing here needs a lookup or goes stale when the
+tokens are rotated.
+*/}}
+{{- define "apex-mesh.dashboard.context" -}}
+apiVersion: apexctl/v1
+kind: local
+name: {{ printf "%s/%s" (include "apex-mesh.namespace" .) .Release.Name | quote }}
+services:
+  {{- include "apex-mesh.dashboard.targets" . | nindent 2 }}
+{{- end -}}
+
 {{/* ------------------------------------------------------------------ pods */}}
 
-{{/* Environment every service pod gets (its own address, name, namespace). */}}
+{{/* Environment every service pod gets (its own address, name, namespace) and, unless
+(dict "root" $ "adminTokens" false), the admin API's tokens. */}}
 {{- define "apex-mesh.podEnv" -}}
+{{- $root := .root -}}
 - name: POD_IP
   valueFrom:
     fieldRef:
@@ -225,19 +307,21 @@ lease_name (prefix-pubsub-domain, lower case, runs of other characters made one 
     fieldRef:
       fieldPath: metadata.namespace
 - name: APEXMESH_SHUTDOWN_GRACE
-  value: {{ .Values.shutdownGraceSeconds | quote }}
+  value: {{ $root.Values.shutdownGraceSeconds | quote }}
 - name: APEXMESH_LOG_LEVEL
-  value: {{ .Values.logLevel | quote }}
+  value: {{ $root.Values.logLevel | quote }}
+{{- if .adminTokens }}
 - name: APEXMESH_ADMIN_TOKEN
   valueFrom:
     secretKeyRef:
-      name: {{ include "apex-mesh.adminSecretName" . }}
+      name: {{ include "apex-mesh.adminSecretName" $root }}
       key: admin-token
 - name: APEXMESH_ADMIN_READ_TOKEN
   valueFrom:
     secretKeyRef:
-      name: {{ include "apex-mesh.adminSecretName" . }}
+      name: {{ include "apex-mesh.adminSecretName" $root }}
       key: read-token
+{{- end }}
 {{- end -}}
 
 {{/* The Secret holding the admin API's tokens (admin-secret.yaml, or the user's). */}}
@@ -275,8 +359,11 @@ One apex-mesh service as a Deployment: the named template every gRPC service use
 Call with a dict:
   root          $
   component     relay | access | pubsub | report | presence | ...
-  values        the component's values (replicaCount, image, ports, resources, ...)
+  values        the component's values (replicaCount, image, ports, resources, ...);
+                ports.grpc may be absent (the dashboard serves HTTP only)
   env           extra container env (a YAML list string)
+  adminTokens   false: the admin API's tokens stay out of the pod (default: in)
+  lifecycle     the container's lifecycle hooks (a YAML mapping string)
   volumes       extra volumes (YAML list string), volumeMounts likewise
   redisClient   true when the pods talk to Redis (env, label for the NetworkPolicy)
   serviceAccount  a ServiceAccount name; its token is mounted only then
@@ -368,9 +455,11 @@ spec:
           securityContext:
             {{- toYaml $root.Values.containerSecurityContext | nindent 12 }}
           ports:
+            {{- if $v.ports.grpc }}
             - name: grpc
               containerPort: {{ $v.ports.grpc }}
               protocol: TCP
+            {{- end }}
             - name: http
               containerPort: {{ $v.ports.http }}
               protocol: TCP
@@ -378,7 +467,7 @@ spec:
             {{- . | nindent 12 }}
             {{- end }}
           env:
-            {{- include "apex-mesh.podEnv" $root | nindent 12 }}
+            {{- include "apex-mesh.podEnv" (dict "root" $root "adminTokens" (or (not (hasKey . "adminTokens")) .adminTokens)) | nindent 12 }}
             {{- if .redisClient }}
             {{- include "apex-mesh.redis.env" $root | nindent 12 }}
             {{- end }}
@@ -389,6 +478,10 @@ spec:
             {{- toYaml . | nindent 12 }}
             {{- end }}
           {{- include "apex-mesh.probes" $root | nindent 10 }}
+          {{- with .lifecycle }}
+          lifecycle:
+            {{- . | nindent 12 }}
+          {{- end }}
           resources:
             {{- toYaml $v.resources | nindent 12 }}
           volumeMounts:

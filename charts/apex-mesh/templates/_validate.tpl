@@ -28,11 +28,16 @@ Value combinations that cannot work fail the render with a message saying what t
 {{- $errors = append $errors (printf "%s.autoscaling: enabled without any metric" $name) -}}
 {{- end -}}
 {{- end -}}
-{{- range $name := list "relay" "access" "pubsub" "report" "presence" -}}
+{{- range $name := list "relay" "access" "pubsub" "report" "presence" "dashboard" -}}
 {{- $v := index $.Values $name -}}
 {{- if le (int $v.terminationGracePeriodSeconds) (int $.Values.shutdownGraceSeconds) -}}
 {{- $errors = append $errors (printf "%s.terminationGracePeriodSeconds (%v) must be longer than shutdownGraceSeconds (%v)" $name $v.terminationGracePeriodSeconds $.Values.shutdownGraceSeconds) -}}
 {{- end -}}
+{{- end -}}
+{{- $drain := .Values.relay.drain -}}
+{{- $needed := add (int $drain.graceSeconds) (int .Values.shutdownGraceSeconds) 10 -}}
+{{- if and $drain.enabled (lt (int .Values.relay.terminationGracePeriodSeconds) (int $needed)) -}}
+{{- $errors = append $errors (printf "relay.terminationGracePeriodSeconds (%v) must be at least relay.drain.graceSeconds (%v) + shutdownGraceSeconds (%v) + 10 = %v: the preStop drain and the shutdown count against it" .Values.relay.terminationGracePeriodSeconds $drain.graceSeconds .Values.shutdownGraceSeconds $needed) -}}
 {{- end -}}
 {{- if and .Values.tests.enabled .Values.relay.sasl.existingSecret (not .Values.tests.existingSecret) -}}
 {{- $errors = append $errors "tests.existingSecret: with relay.sasl.existingSecret, name a Secret with the test endpoint's identity and password (or set tests.enabled=false)" -}}

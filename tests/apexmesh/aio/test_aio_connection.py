@@ -4,6 +4,7 @@ MSG/RPY/ERR/ANS exchanges, large messages both ways, and malformed peers."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import ssl
 from collections.abc import AsyncIterator, Callable
 
@@ -349,3 +350,69 @@ async def test_idle_timeout_counts_from_the_last_activity() -> None:
             served.abort()
         srv.close()
         await srv.wait_closed()
+
+
+async def test_authentication_error_carries_code_and_the_servers_reason(
+    server: tuple[int, list[BeepConnection]],
+) -> None:
+    port, _ = server
+    conn = await connect("127.0.0.1", port)
+    exchange = SaslClientExchange(
+        "SCRAM-SHA-256", authcid="fred", password="wrong", host="localhost"
+    )
+    with pytest.raises(AuthenticationError) as info:
+        await conn.authenticate("SCRAM-SHA-256", exchange)
+    assert info.value.code == 535
+    assert "535" in str(info.value)
+    assert "authentication failure" in str(info.value)
+    await conn.close()
+
+
+async def test_a_tls_failure_is_logged_once_with_its_reason_on_both_sides(
+    server: tuple[int, list[BeepConnection]], caplog: pytest.LogCaptureFixture
+) -> None:
+    port, conns = server
+    stranger = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    trustme.CA().configure_trust(stranger)  # does not trust the listener's CA
+    conn = await connect("127.0.0.1", port, ssl_context=stranger, server_hostname="localhost")
+    with caplog.at_level("WARNING", logger="apexmesh.aio.connection"):
+        with pytest.raises(ConnectionClosedError, match=r"TLS negotiation failed: .+"):
+            await conn.start_tls()
+        async with asyncio.timeout(5):
+            await conns[-1].closed
+        await asyncio.sleep(0)  # the listener's handshake task finishes its logging
+        gc.collect()  # a future whose exception nobody retrieved would be reported now
+    failures = [r for r in caplog.records if "TLS negotiation failed" in r.getMessage()]
+    assert len(failures) == 2, [r.getMessage() for r in caplog.records]
+    for record in failures:
+        reason = record.getMessage().partition("TLS negotiation failed")[2]
+        assert reason.strip(" :-"), record.getMessage()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+async def test_the_auth_failure_hook_sees_server_side_failures_and_can_hold_the_session(
+    server: tuple[int, list[BeepConnection]],
+) -> None:
+    port, conns = server
+    seen: list[tuple[str, int, str]] = []
+    conn = await connect("127.0.0.1", port)
+    listener = conns[-1]
+
+    def failed(peer: BeepConnection, event: ev.AuthenticationFailed) -> None:
+        seen.append((event.mechanism, event.code, event.text))
+        peer.hold_reading(0.3)
+
+    listener.on_auth_failed = failed
+    exchange = SaslClientExchange(
+        "SCRAM-SHA-256", authcid="fred", password="wrong", host="localhost"
+    )
+    with pytest.raises(AuthenticationError):
+        await conn.authenticate("SCRAM-SHA-256", exchange)
+    assert [(m, c) for m, c, _ in seen] == [("SCRAM-SHA-256", 535)]
+    assert seen[0][2]  # the real reason, for the listener's log
+    # The listener reads nothing more from this session until the hold is over.
+    started = asyncio.get_running_loop().time()
+    channel = await conn.open_channel(ECHO)
+    assert asyncio.get_running_loop().time() - started >= 0.25
+    assert (await channel.request(build_entity(b"after the hold"))).kind == "RPY"
+    await conn.close()

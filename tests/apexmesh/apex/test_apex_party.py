@@ -22,6 +22,8 @@ from apexmesh.apex.party import (
     overrides,
 )
 
+pytestmark = pytest.mark.unit
+
 REGISTRY = OptionRegistry(internal=frozenset({STATUS_REQUEST, *PARTY_OPTIONS}))
 
 #: RFC 3342 section 4, the data relay #1 receives.

@@ -27,10 +27,12 @@ from apexmesh.apex.presence import (
 )
 from apexmesh.apex.presence_core import (
     FOREVER,
+    NEVER,
     PUBLISHER_MISMATCH,
     Outbound,
     PresenceCore,
     attach_destination,
+    default_entry,
 )
 
 pytestmark = pytest.mark.unit
@@ -199,15 +201,19 @@ def test_steps_1_and_2() -> None:
 
 def test_subscribe_publish_notify_terminate_and_expiry() -> None:
     core = PresenceCore(["example.com"])
-    # No entry: the subscribe is answered with a reply (the synopsis: "publish or reply").
+    # No entry: the subscribe is answered with a publish of the default entry (RFC 3343
+    # section 3: every endpoint has one; section 4.2 step 6.1).
     out = core.subscribe(WILMA, Subscribe(publisher=FRED, trans_id=100, duration=60), T0)
-    assert [item.content for item in out] == [Reply(code=250, trans_id=100).to_xml()]
+    [first] = out
+    assert parse_publish(first.content).presence == default_entry(FRED)
     # A watch reports the current subscriber.
     out = core.watch(FRED, Watch(publisher=FRED, trans_id=2, duration=30), T0)
     assert contents(out)[1] == (FRED, Notify(subscriber=WILMA, trans_id=2, duration=60))
     # A publish: reply to the publisher, publish to the subscriber with its transID.
+    # A publish with the entry's lastUpdate (the default entry's NEVER): reply to the
+    # publisher, publish to the subscriber with its transID.
     publish = Publish(
-        publisher=FRED, trans_id=1, time_stamp="2000-05-14T13:30:00Z", presence=entry()
+        publisher=FRED, trans_id=1, time_stamp="2000-05-14T13:30:00Z", presence=entry(NEVER)
     )
     out = core.publish(FRED, publish, T0)
     assert out[0] == Outbound(FRED, Reply(code=250, trans_id=1).to_xml())
@@ -277,10 +283,12 @@ def test_mesh_tuples_survive_publish_and_show_leave() -> None:
     assert [(t.destination, t.available_until) for t in shown] == [
         (attach_destination(FRED), FOREVER)
     ]
-    # An application's first publish is accepted (no application version yet) and
-    # keeps the mesh's tuple.
+    # An application's publish with the entry's lastUpdate keeps the mesh's tuple.
     publish = Publish(
-        publisher=FRED, trans_id=1, time_stamp="2000-05-14T13:30:00Z", presence=entry()
+        publisher=FRED,
+        trans_id=1,
+        time_stamp="2000-05-14T13:30:00Z",
+        presence=entry(core.entries[FRED].last_update),
     )
     core.publish(FRED, publish, T0 + timedelta(seconds=1))
     assert {t.destination for t in core.entries[FRED].tuples} == {

@@ -83,3 +83,28 @@ def test_conventions() -> None:
 def test_token_rule_matches_abnf(text: str) -> None:
     expected = all((0x20 <= ord(c) <= 0x7E and c not in "/@") or ord(c) >= 0xA0 for c in text)
     assert is_token(text) is expected
+
+
+@pytest.mark.parametrize(
+    ("uri", "text"),
+    [
+        ("apex:fred@example.com", "fred@example.com"),
+        ("apex:f%72ed@example.com", "fred@example.com"),
+        ("apex:fred%2Fappl=wb@EXAMPLE.com", "fred/appl=wb@example.com"),
+        ("APEX:apex%3Dpubsub/news@example.com", "apex=pubsub/news@example.com"),
+        ("apex:%C3%A9mile@example.com", "\u00e9mile@example.com"),
+    ],
+)
+def test_apex_uris_are_compared_with_their_encoding_reversed(uri: str, text: str) -> None:
+    # RFC 3340 section 2.2.1: "apex:fred@example.com" is identical to
+    # "apex:f%72ed@example.com".
+    assert Endpoint.from_uri(uri) == Endpoint.parse(text)
+    endpoint = Endpoint.parse(text)
+    assert Endpoint.from_uri(endpoint.to_uri()) == endpoint
+    assert endpoint.to_uri().startswith("apex:")
+
+
+@pytest.mark.parametrize("uri", ["mailto:fred@example.com", "apex:", "apex:%ZZ@x.com", "apex:a@"])
+def test_other_uris_are_not_endpoints(uri: str) -> None:
+    with pytest.raises(EndpointError):
+        Endpoint.from_uri(uri)

@@ -8,11 +8,9 @@ binaries. Any exception escaping the target is a bug.
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import random
 import time
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -21,22 +19,12 @@ from test_beep_rfc_transcripts import TRANSCRIPTS, load
 from test_beep_session_pair import Pair, body
 
 from apexmesh.beep.management import ProfileOffer
+from tests.support.fuzzing import load_target
+from tests.support.fuzzing import mutate as mutate_bytes
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _load_target() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_frames", ROOT / "tests/fuzz/fuzz_frames.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-target = _load_target()
+target = load_target("fuzz_frames")
 
 #: Control octets (see ``fuzz_one``): initiator or listener, whole or in small chunks.
 CONTROLS = (0x00, 0x40, 0x21, 0x63, 0x80, 0xC0, 0xA4, 0xE0)
@@ -78,33 +66,13 @@ def corpus() -> list[tuple[bool, bytes]]:
 
 
 def mutate(rng: random.Random, data: bytes, other: bytes) -> bytes:
-    buf = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        choice = rng.randrange(7)
-        pos = rng.randrange(len(buf) + 1)
-        if choice == 0 and buf:
-            buf[min(pos, len(buf) - 1)] ^= 1 << rng.randrange(8)
-        elif choice == 1:
-            buf[pos:pos] = rng.randbytes(rng.randint(1, 8))
-        elif choice == 2:
-            del buf[pos : pos + rng.randint(1, 16)]
-        elif choice == 3:
-            end = min(len(buf), pos + rng.randint(1, 64))
-            buf[pos:pos] = buf[pos:end]
-        elif choice == 4:
-            # Rewrite a number: the place most checks live.
-            digits = [i for i, b in enumerate(buf) if 48 <= b <= 57]
-            if digits:
-                i = rng.choice(digits)
-                buf[i : i + 1] = str(rng.choice([0, 1, 2, 9, 4095, 4096, 2**31, 2**32])).encode()
-        elif choice == 5:
-            start = rng.randrange(len(other) + 1)
-            buf[pos:] = other[start : start + rng.randint(0, 200)]
-        else:
-            buf[pos:pos] = rng.choice(
-                [b"END\r\n", b"\r\n", b"SEQ 0 0 4096\r\n", b"NUL 1 0 . 0 0\r\nEND\r\n", b" "]
-            )
-    return bytes(buf)
+    return mutate_bytes(
+        rng,
+        data,
+        other,
+        numbers=(0, 1, 2, 9, 4095, 4096, 2**31, 2**32),
+        inserts=(b"END\r\n", b"\r\n", b"SEQ 0 0 4096\r\n", b"NUL 1 0 . 0 0\r\nEND\r\n", b" "),
+    )
 
 
 def test_seed_corpus_never_raises() -> None:
@@ -115,18 +83,22 @@ def test_seed_corpus_never_raises() -> None:
 
 
 def test_mutated_corpus_never_raises() -> None:
-    """A few seconds of seeded mutation fuzzing, bounded in iterations too."""
-    rng = random.Random(3080)
+    """A few seconds of seeded mutation fuzzing, bounded in iterations too (longer with
+    ``APEXMESH_FUZZ_SECONDS``, see tests/fuzz/README.md)."""
+    rng = random.Random(int(os.environ.get("APEXMESH_FUZZ_SEED", "3080")))
     seeds = corpus()
-    deadline = time.monotonic() + 4.0
+    seconds = float(os.environ.get("APEXMESH_FUZZ_SECONDS", "0")) or 4.0
+    limit = 10**12 if "APEXMESH_FUZZ_SECONDS" in os.environ else 20_000
+    deadline = time.monotonic() + seconds
     iterations = 0
-    while iterations < 20_000 and time.monotonic() < deadline:
+    while iterations < limit and time.monotonic() < deadline:
         from_ini, data = rng.choice(seeds)
         _, other = rng.choice(seeds)
         control = rng.choice(CONTROLS) & ~0xC0
         control |= 0x40 if from_ini else 0x00
         target.fuzz_one(bytes([control]) + mutate(rng, data, other))
         iterations += 1
+    print(f"fuzz_frames: {iterations} mutated inputs in {seconds:.0f} s")
     assert iterations >= 200
 
 

@@ -7,7 +7,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 from redis.asyncio import Redis
 
-from apexmesh.ops.http import HttpServer, create_ops_app, redis_ready
+from apexmesh.ops.http import HttpServer, also_loopback, create_ops_app, redis_ready
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration
@@ -36,6 +36,59 @@ async def test_endpoints_over_a_real_socket() -> None:
             assert "apexmesh_test_things_total 3.0" in metrics.text
     finally:
         await server.stop()
+
+
+async def test_a_pod_address_is_served_on_loopback_too() -> None:
+    """kubectl port-forward dials the pod's 127.0.0.1: a service bound to its pod's
+    address (here 127.0.0.2, a stand-in) answers there too, on the same port."""
+    server = HttpServer(create_ops_app("test", CollectorRegistry(), _always_ready))
+    port = await server.start("127.0.0.2", 0)
+    try:
+        for host in ("127.0.0.2", "127.0.0.1"):
+            async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
+                assert (await client.get("/healthz")).json()["service"] == "test"
+    finally:
+        await server.stop()
+    with pytest.raises(httpx.ConnectError):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            await client.get("/healthz")
+
+
+async def test_a_busy_loopback_port_does_not_stop_the_service() -> None:
+    """127.0.0.1:PORT taken by something else: the service still serves its address."""
+    taken = HttpServer(create_ops_app("other", CollectorRegistry(), _always_ready))
+    port = await taken.start("127.0.0.1", 0)
+    server = HttpServer(create_ops_app("test", CollectorRegistry(), _always_ready))
+    try:
+        assert await server.start("127.0.0.2", port) == port
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.2:{port}") as client:
+            assert (await client.get("/healthz")).json()["service"] == "test"
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            assert (await client.get("/healthz")).json()["service"] == "other"
+    finally:
+        await server.stop()
+        await taken.stop()
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("10.1.2.3", True),
+        ("fd00::7", True),
+        ("127.0.0.2", True),
+        ("relay-1", True),
+        ("127.0.0.1", False),
+        ("localhost", False),
+        ("0.0.0.0", False),  # a wildcard covers loopback already
+        ("::", False),
+    ],
+)
+def test_which_hosts_get_a_loopback_listener(host: str, expected: bool) -> None:
+    assert also_loopback(host) is expected
+
+
+async def _always_ready() -> str | None:
+    return None
 
 
 async def test_redis_ready_probe(redis: Redis) -> None:

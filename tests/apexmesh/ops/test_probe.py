@@ -24,7 +24,15 @@ def test_the_url_follows_the_services_settings() -> None:
     assert probe_url("report", "/healthz", {"APEXMESH_REPORT_HTTP_HOST": "fd00::7"}) == (
         "http://[fd00::7]:8412/healthz"
     )
-    assert set(DEFAULT_HTTP_PORTS) == {"relay", "access", "pubsub", "report", "presence"}
+    assert set(DEFAULT_HTTP_PORTS) == {
+        "relay",
+        "access",
+        "pubsub",
+        "report",
+        "presence",
+        "dashboard",
+    }
+    assert probe_url("dashboard", "/healthz", {}) == "http://127.0.0.1:8420/healthz"
 
 
 @pytest.mark.unit

@@ -16,6 +16,8 @@ from apexmesh.pubsub.core import (
     DataGranted,
     DataRevoked,
     Outcome,
+    OwnerGranted,
+    OwnerRevoked,
     Subscribed,
     Subscription,
     TopicCreated,
@@ -92,7 +94,7 @@ ROWS = [
         lambda: core.create_topic(CREATE, MIKE, allowed=True, exists=False),
         250,
         "4.2/3",
-        (TopicCreated, TupleAdded),
+        (TopicCreated, TupleAdded, OwnerGranted),
     ),
     Row(
         "4.3/1 no token",
@@ -109,11 +111,11 @@ ROWS = [
     Row(
         "4.3/3 deleted",
         lambda: core.delete_topic(
-            DELETE, MIKE, allowed=True, exists=True, subscriptions=[sub(BOB)]
+            DELETE, MIKE, allowed=True, exists=True, subscriptions=[sub(BOB)], creator=MIKE
         ),
         250,
         "4.3/3",
-        (TopicDeleted, TupleRemoved, Unsubscribed),
+        (TopicDeleted, TupleRemoved, OwnerRevoked, Unsubscribed),
         (MIKE, BOB),
     ),
     Row(

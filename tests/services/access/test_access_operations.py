@@ -312,3 +312,47 @@ async def test_store_unavailable_is_421() -> None:
         )
     finally:
         await dead.aclose()
+
+
+@pytest.fixture
+def directory_operations(redis: Redis, keys: Keys) -> AccessOperations:
+    """A domain that knows its endpoints (APEXMESH_ACCESS_ENDPOINTS_FILE)."""
+    known = [Endpoint.parse("fred@example.com"), Endpoint.parse("barney@example.com")]
+    return AccessOperations(
+        AccessEntryStore(redis, keys),
+        Domains.of("example.com", known=known),
+        TokenRegistry(),
+        operators=[Endpoint.parse("apex=admin@example.com")],
+        clock=Clock(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("owner", "valid"),
+    [
+        ("fred@example.com", True),
+        ("fred/appl=wb@example.com", True),  # a subaddress of a known endpoint
+        ("nobody@example.com", False),  # RFC 3341 4.2-4.4 step 2, a non-service endpoint
+        ("nobody/appl=wb@example.com", False),
+        ("apex=pubsub/music.jazz@example.com", True),  # a registered service's subaddress
+        ("apex=bogus@example.com", False),
+    ],
+)
+@pytest.mark.parametrize(
+    "operation",
+    [
+        "<query transID='3' owner='{owner}' actor='barney@example.com' actions='core:data' />",
+        "<get transID='3' owner='{owner}' actor='*@*' />",
+        "<set transID='3'><access owner='{owner}' actor='*@*' actions='core:data' /></set>",
+    ],
+)
+async def test_step_2_valid_address_for_every_kind_of_owner(
+    directory_operations: AccessOperations, owner: str, valid: bool, operation: str
+) -> None:
+    tag, attrs = await run(
+        directory_operations, "apex=admin@example.com", operation.format(owner=owner)
+    )
+    if valid:
+        assert (tag, attrs.get("code")) != ("reply", "550"), attrs
+    else:
+        assert (tag, attrs) == ("reply", {"code": "550", "transID": "3"})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from apexmesh.ops.settings import SettingsError
@@ -44,3 +46,22 @@ def test_safe_redis_urls_outside_development(url: str) -> None:
 def test_refused(env: dict[str, str]) -> None:
     with pytest.raises(SettingsError):
         AccessSettings.from_env(env)
+
+
+def test_the_endpoint_directory_is_read(tmp_path: Path) -> None:
+    listed = tmp_path / "endpoints"
+    listed.write_text("# the cast\nfred@example.com\n\nbarney@Example.COM  # domain folded\n")
+    settings = AccessSettings.from_env(
+        {**BASE, "APEXMESH_DEV": "1", "APEXMESH_ACCESS_ENDPOINTS_FILE": str(listed)}
+    )
+    assert [str(e) for e in settings.endpoints or ()] == ["fred@example.com", "barney@example.com"]
+
+
+@pytest.mark.parametrize("content", ["not an endpoint\n", "wilma@rubble.com\n"])
+def test_a_bad_endpoint_directory_is_refused(tmp_path: Path, content: str) -> None:
+    listed = tmp_path / "endpoints"
+    listed.write_text(content)
+    with pytest.raises(SettingsError, match="endpoints"):
+        AccessSettings.from_env(
+            {**BASE, "APEXMESH_DEV": "1", "APEXMESH_ACCESS_ENDPOINTS_FILE": str(listed)}
+        )

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from apexmesh.apex.elements import Reply, Terminate
+from apexmesh.apex.elements import Error, Reply, Terminate
 from apexmesh.apex.presence import MAX_TUPLES, Publish
+from apexmesh.apex.presence_core import NEVER
 from apexmesh.client import XmlContent
 from tests.services.presence.conftest import Attach, Party
 
@@ -18,7 +19,8 @@ PRESENCE = "apex=presence@example.com"
 
 def publish(publisher: str = "fred@example.com", *, inner: str | None = None, **kw: str) -> bytes:
     entry_publisher = kw.get("entry_publisher", publisher)
-    last = kw.get("last", "2000-05-14T13:02:00-08:00")
+    # the default entry's lastUpdate: nobody has published for the subject yet
+    last = kw.get("last", NEVER)
     tid = kw.get("tid", "1")
     tuples = (
         inner
@@ -37,7 +39,10 @@ def publish(publisher: str = "fred@example.com", *, inner: str | None = None, **
 
 async def ask(party: Party, xml: bytes, *, as_part: bool = False) -> Reply:
     """Send one operation (inline, or as a MIME part: the relay checks inline XML is
-    well-formed, a part reaches the service as it is) and return the service's reply."""
+    well-formed, a part reaches the service as it is) and return the service's answer
+    as a reply: a ``publish`` (how a subscribe succeeds, section 4.2 step 6.1) reads as
+    250 with its transID, the ``error`` for an unknown transID (section 4.5 step 1) as
+    its code with the transID it named."""
     if as_part:
         await party.attachment.send(PRESENCE, xml, content_type="application/beep+xml")
     else:
@@ -46,6 +51,11 @@ async def ask(party: Party, xml: bytes, *, as_part: bool = False) -> Reply:
         answer = await party.next()
         if isinstance(answer, Reply):
             return answer
+        if isinstance(answer, Publish) and b"<subscribe" in xml:
+            return Reply(code=250, trans_id=answer.trans_id)
+        if isinstance(answer, Error):
+            named = int(xml.split(b"transID='")[1].split(b"'")[0])
+            return Reply(code=answer.code, trans_id=named, text=answer.text)
 
 
 CASES = [
@@ -168,10 +178,11 @@ async def test_555_for_a_trans_id_in_progress(attach: Attach) -> None:
 
 async def test_555_for_a_stale_last_update_then_250_after_retrieving(attach: Attach) -> None:
     fred = await attach("fred@example.com")
-    assert (await ask(fred, publish())).code == 250
-    # lastUpdate is now the service's time: the example's value is stale (4.4 step 5).
-    stale = await ask(fred, publish(tid="2"))
-    assert (stale.code, stale.trans_id) == (555, 2)
+    # fred is attached, so the mesh keeps his entry: the default entry's lastUpdate, or
+    # the RFC example's, is not the entry's (4.4 step 5).
+    for tid, last in (("1", NEVER), ("2", "2000-05-14T13:02:00-08:00")):
+        stale = await ask(fred, publish(tid=tid, last=last))
+        assert (stale.code, stale.trans_id) == (555, int(tid))
     # Retrieve (a zero-duration subscribe), then update with the entry's lastUpdate.
     await fred.attachment.send(
         PRESENCE,
@@ -181,6 +192,19 @@ async def test_555_for_a_stale_last_update_then_250_after_retrieving(attach: Att
     assert isinstance(entry, Publish)
     fresh = await ask(fred, publish(tid="4", last=entry.presence.last_update))
     assert (fresh.code, fresh.trans_id) == (250, 4)
+    # and that lastUpdate is now stale in turn
+    again = await ask(fred, publish(tid="5", last=entry.presence.last_update))
+    assert (again.code, again.trans_id) == (555, 5)
+
+
+async def test_a_terminate_of_an_unknown_trans_id_is_answered_with_an_error_element(
+    attach: Attach,
+) -> None:
+    wilma = await attach("wilma@example.com")
+    await wilma.attachment.send(PRESENCE, XmlContent(b"<terminate transID='77' />"))
+    answer = await wilma.next()
+    assert isinstance(answer, Error)  # RFC 3343 section 4.5 step 1, not a reply
+    assert answer.code == 550
 
 
 async def test_expired_subscription_cannot_be_terminated(attach: Attach) -> None:

@@ -9,6 +9,7 @@ import pytest
 from apexmesh.apex.elements import Reply, Terminate
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.presence import Notify, Publish
+from apexmesh.apex.presence_core import NEVER
 from apexmesh.client import XmlContent
 from tests.services.presence.conftest import Attach, Party
 
@@ -35,9 +36,25 @@ async def send(party: Party, xml: bytes) -> None:
     await party.attachment.send(PRESENCE, XmlContent(xml))
 
 
+async def retrieve(party: Party, publisher: str = "fred@example.com") -> str:
+    """Section 2.2's note: "applications must successfully retrieve a presence entry
+    prior to trying to update that entry" (a zero-duration subscribe); its lastUpdate."""
+    await send(party, f"<subscribe publisher='{publisher}' duration='0' transID='99' />".encode())
+    entry = await party.next()
+    assert isinstance(entry, Publish)
+    assert entry.trans_id == 99
+    return entry.presence.last_update
+
+
+def as_of(last_update: str) -> bytes:
+    """Section 2.1's example, made against the entry as it is now (its lastUpdate)."""
+    return PUBLISH_1.replace(b"2000-05-14T13:02:00-08:00", last_update.encode())
+
+
 async def fred_publishes(fred: Party) -> None:
-    """Section 2.1: publish, then the reply with the same transID."""
-    await send(fred, PUBLISH_1)
+    """Section 2.1: publish (after retrieving the entry), then the reply with the same
+    transID."""
+    await send(fred, as_of(await retrieve(fred)))
     assert await fred.next() == Reply(code=250, trans_id=1)
 
 
@@ -86,14 +103,18 @@ async def test_service_terminates_subscription_at_end_of_duration(attach: Attach
     """Section 2.2, "or": the service sends terminate when the duration is over."""
     wilma = await attach("wilma@example.com")
     await send(wilma, b"<subscribe publisher='fred@example.com' duration='1' transID='100' />")
-    assert await wilma.next() == Reply(code=250, trans_id=100)  # fred has no entry yet
+    first = await wilma.next()  # fred's default entry (RFC 3343 section 3)
+    assert isinstance(first, Publish)
+    assert first.trans_id == 100
     assert await wilma.next(within=3.0) == Terminate(trans_id=100)
 
 
 async def test_watch_example_section_2_3(attach: Attach) -> None:
     wilma = await attach("wilma@example.com")
     await send(wilma, b"<subscribe publisher='fred@example.com' duration='86400' transID='100' />")
-    assert await wilma.next() == Reply(code=250, trans_id=100)
+    first = await wilma.next()  # fred's default entry: he has never been attached
+    assert isinstance(first, Publish)
+    assert first.presence.last_update == NEVER
     fred = await attach("fred@example.com", pod="b")
     attached = await wilma.next()  # the mesh publishes fred's attachment to wilma
     assert isinstance(attached, Publish)
@@ -127,7 +148,8 @@ async def test_service_terminates_watch_at_end_of_duration(attach: Attach) -> No
 async def test_multipart_form_section_4_1(attach: Attach) -> None:
     """Section 4.1: the operation as a MIME part referenced by cid: works the same."""
     fred = await attach("fred@example.com")
-    await fred.attachment.send(PRESENCE, PUBLISH_1, content_type="application/beep+xml")
+    last_update = await retrieve(fred)
+    await fred.attachment.send(PRESENCE, as_of(last_update), content_type="application/beep+xml")
     assert await fred.next() == Reply(code=250, trans_id=1)
     await fred.attachment.send(
         PRESENCE,

@@ -10,10 +10,10 @@ import sys
 import httpx
 import pytest
 
-from apexmesh.apex.elements import Reply
 from apexmesh.apex.presence import Publish, parse_presence
 from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
 from apexmesh.ops.settings import SettingsError
+from services.presence.app import PresenceApp
 from services.presence.settings import PresenceSettings
 from tests.services.presence.conftest import Attach, PresenceMesh
 from tests.support.grpc_channels import ready_channel
@@ -72,7 +72,9 @@ async def test_tuples_from_other_services_reach_subscribers(
 ) -> None:
     barney = await attach("barney@example.com")
     await barney.presence.subscribe("fred@example.com", duration=60, trans_id=10)
-    assert await barney.next() == Reply(code=250, trans_id=10)
+    first = await barney.next()  # fred's default entry (RFC 3343 section 3)
+    assert isinstance(first, Publish)
+    assert first.trans_id == 10
     async with ready_channel(pmesh.presence_port) as channel:
         stub = presence_pb2_grpc.PresenceServiceStub(channel)
         topic = presence_pb2.Tuple(destination="apex:fred/topic=news@example.com")
@@ -118,3 +120,39 @@ async def test_admin_http(pmesh: PresenceMesh) -> None:
         assert (await http.get("/readyz")).status_code == 200
         metrics = (await http.get("/metrics")).text
         assert "apexmesh_presence_operations_in_progress" in metrics
+
+
+@pytest.mark.integration
+async def test_ten_thousand_topic_tuples_are_accepted_and_survive_a_restart(
+    pmesh: PresenceMesh,
+) -> None:
+    # A pubsub service adds one tuple per topic to apex=pubsub@DOMAIN's entry
+    # (draft-schwartz-apex-pubsub section 4.2 step 3.2); 10,000 topics are not refused.
+    assert pmesh.presence is not None
+    publisher = "apex=pubsub@example.com"
+    async with ready_channel(pmesh.presence_port) as channel:
+        stub = presence_pb2_grpc.PresenceServiceStub(channel)
+        refused = []
+        for number in range(10_000):
+            topic = presence_pb2.Tuple(destination=f"apex:apex=pubsub/topic.{number}@example.com")
+            answer = await stub.SetTuples(
+                presence_pb2.SetTuplesRequest(publisher=publisher, tuples=[topic])
+            )
+            if answer.status.code != 250:
+                refused.append((number, answer.status.code, answer.status.text))
+        assert refused == []
+        got = await stub.GetPresence(presence_pb2.GetPresenceRequest(publisher=publisher))
+        assert len(parse_presence(got.presence).tuples) == 10_000
+    await pmesh.presence.stop()  # (stopped again, harmlessly, with the mesh)
+    restarted = PresenceApp(pmesh.presence.settings)
+    await restarted.start()
+    try:
+        async with ready_channel(pmesh.presence_port) as channel:
+            stub = presence_pb2_grpc.PresenceServiceStub(channel)
+            got = await stub.GetPresence(presence_pb2.GetPresenceRequest(publisher=publisher))
+            tuples = parse_presence(got.presence).tuples
+            assert {t.destination for t in tuples} == {
+                f"apex:apex=pubsub/topic.{number}@example.com" for number in range(10_000)
+            }
+    finally:
+        await restarted.stop()

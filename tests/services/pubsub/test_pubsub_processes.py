@@ -113,7 +113,10 @@ async def test_kill_one_process_during_10k_publishes(
                 restart = asyncio.create_task(asyncio.to_thread(procs["p2"].start))
             batch = range(start, min(start + WINDOW, PUBLISHES))
             results: list[SendResult] = await asyncio.gather(
-                *(fred.publish("load", str(n).encode(), status_request=True) for n in batch)
+                *(
+                    fred.publish("load", str(n).encode(), confirm=False, status_request=True)
+                    for n in batch
+                )
             )
             reports = await asyncio.gather(
                 *(result.reports(1, timeout=30) for result in results), return_exceptions=True

@@ -34,6 +34,7 @@ class DeliverRequest(_message.Message):
     GROUP_ELEMENTS_FIELD_NUMBER: _builtins.int
     HEAD_FIELD_NUMBER: _builtins.int
     TAIL_FIELD_NUMBER: _builtins.int
+    CORRELATION_ID_FIELD_NUMBER: _builtins.int
     recipient: _builtins.str
     """The attached endpoint (RFC 3340 section 2.2 syntax)."""
     originator: _builtins.str
@@ -45,6 +46,10 @@ class DeliverRequest(_message.Message):
     head: _builtins.bytes
     """The payload up to the first recipient element, and from after the last one."""
     tail: _builtins.bytes
+    correlation_id: _builtins.str
+    """The correlation id of the data (apexmesh/ops/logs.py): the receiving pod's log
+    lines about this delivery carry the same id as the sending pod's.
+    """
     @_builtins.property
     def group(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """A group (RFC 3340 4.4.4.1: "a relay may choose to optimize its behavior by grouping
@@ -69,10 +74,11 @@ class DeliverRequest(_message.Message):
         group_elements: _abc.Iterable[_builtins.bytes] | None = ...,
         head: _builtins.bytes = ...,
         tail: _builtins.bytes = ...,
+        correlation_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "group_elements", b"group_elements", "head", b"head", "id", b"id", "originator", b"originator", "payload", b"payload", "recipient", b"recipient", "tail", b"tail"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["correlation_id", b"correlation_id", "group", b"group", "group_elements", b"group_elements", "head", b"head", "id", b"id", "originator", b"originator", "payload", b"payload", "recipient", b"recipient", "tail", b"tail"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

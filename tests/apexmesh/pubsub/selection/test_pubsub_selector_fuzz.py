@@ -8,33 +8,17 @@ other than 567 escaping the target is a bug.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_pubsub_jms_selector import CASES as JMS_CASES
 from test_pubsub_ldap_selector import CASES as LDAP_CASES
 
+from tests.support.fuzzing import load_target
+
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[4]
-
-
-def _load_target() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "fuzz_selectors", ROOT / "tests/fuzz/fuzz_selectors.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-target = _load_target()
+target = load_target("fuzz_selectors")
 BOUNDED = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ALPHABET = "()&|!=~<>*\\0123456789abstx.-_%' ,+/\nANDORNOTBETWEENINLIKEESCAPEISNULLTRUEFALSE"
 SEEDS = [text for text, _, _ in JMS_CASES + LDAP_CASES]
