@@ -31,13 +31,12 @@ Decisions the draft leaves open (also in docs/pubsub.md):
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
 from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.apex.data import MAX_RECIPIENTS_PER_DATA, Data, Originator, Recipient
+from apexmesh.apex.data import Data, Originator, Recipient
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.options import Option
@@ -507,58 +506,6 @@ def publish(
     return PublishPlan(code=250, step="4.7.1/2", recipients=recipients)
 
 
-@dataclass(frozen=True, slots=True)
-class FanoutChunk:
-    """One data element of a publication's fan-out, for one relay pod."""
-
-    #: gRPC address of the relay pod holding these recipients ("": any relay).
-    address: str
-    recipients: tuple[Endpoint, ...]
-    #: The Submit's id: the same for every attempt, on every pubsub pod (see
-    #: :func:`plan_fanout`).
-    submission_id: str
-    #: transID of the chunk's dataHopping option, derived from the id as well, so a
-    #: retried chunk is the very same data.
-    trans_id: int
-
-
-def plan_fanout(
-    recipients: Iterable[Endpoint],
-    placement: Mapping[Endpoint, str],
-    delivery_id: str,
-    *,
-    chunk: int = MAX_RECIPIENTS_PER_DATA,
-) -> list[FanoutChunk]:
-    """The data elements of one publication: recipients grouped by the relay pod that
-    holds them (``placement``; absent or "" for any relay), each group sorted by the
-    endpoints' text and cut in chunks of at most ``chunk``.
-
-    A chunk's submission id is a digest of (``delivery_id``, address, chunk index): a
-    relay that retries the publication with the same delivery id, on this pubsub pod or
-    another, makes it submit the same ids to the same relay pods, which relay each id
-    once. (If a subscriber subscribed, ended or moved to another relay pod in between,
-    the chunks differ; docs/pubsub.md, "Retries and idempotency".)"""
-    groups: dict[str, list[Endpoint]] = {}
-    for recipient in recipients:
-        groups.setdefault(placement.get(recipient, ""), []).append(recipient)
-    out: list[FanoutChunk] = []
-    for address in sorted(groups):
-        members = sorted(groups[address], key=str)
-        for index, start in enumerate(range(0, len(members), chunk)):
-            digest = hashlib.blake2b(
-                f"{delivery_id}\n{address}\n{index}".encode(), digest_size=16
-            ).hexdigest()
-            out.append(
-                FanoutChunk(
-                    address=address,
-                    recipients=tuple(members[start : start + chunk]),
-                    submission_id=f"pubsub-{digest}",
-                    trans_id=int(digest[:8], 16) % 2_147_483_647 or 1,
-                )
-            )
-    return out
-
-
 def hops_left(data: Data, default: int = DEFAULT_HOPS) -> int:
     """The hop budget of data the service re-originates: what is left of a received
     dataHopping count (so a loop through several domains keeps shrinking it), else
@@ -619,7 +566,6 @@ __all__ = [
     "OwnerGranted",
     "OwnerRevoked",
     "DataRevoked",
-    "FanoutChunk",
     "Outcome",
     "PublishPlan",
     "Reason",
@@ -641,7 +587,6 @@ __all__ = [
     "hops_left",
     "is_upstream_operation",
     "list_topics",
-    "plan_fanout",
     "publish",
     "redistributor",
     "subscribe",

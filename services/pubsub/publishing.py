@@ -7,7 +7,7 @@ The path, and what it costs per publication in the common case:
 2. ``core:data`` from the access decision cache: no round trip once decided;
 3. :func:`apexmesh.pubsub.core.publish`: the active subscribers (leases filtered by time);
 4. where each subscriber is attached (placement, cached per endpoint and read again in
-   the background), and :func:`apexmesh.pubsub.core.plan_fanout`: one data element per
+   the background), and :func:`apexmesh.pubsub.fanout.plan_fanout`: one data element per
    relay pod and chunk of at most 1,000 recipients, each with a submission id derived
    from the publication's ``delivery_id`` (:func:`delivery_key`);
 5. one ``Submit`` per chunk to the relay pod that holds its recipients (any relay for
@@ -36,8 +36,8 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.memo import ParseMemo
 from apexmesh.pubsub import core
-from apexmesh.pubsub.core import FanoutChunk
 from apexmesh.pubsub.elements import topic_endpoint
+from apexmesh.pubsub.fanout import FanoutChunk, plan_fanout
 from apexmesh.pubsub.wire import delivered_content, forward_payload
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.store.pubsub_cache import SubscriberCache
@@ -114,7 +114,7 @@ class Publisher:
             return plan.code, text
         data, _body, parts = delivered_content(payload, self._memo)
         hops = core.hops_left(data, self._hops)
-        chunks = core.plan_fanout(
+        chunks = plan_fanout(
             plan.recipients,
             await self._placement(plan.recipients),
             delivery_key(delivery_id, payload),
