@@ -18,6 +18,7 @@ is remembered at module level.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import Final
 
 from apexmesh.apex.data import KNOWN_DOCUMENTS, Data, Recipient, document_shape, rememberable
@@ -36,7 +37,7 @@ KNOWN_RECIPIENTS: Final = 65536
 class ParseMemo:
     """See the module docstring."""
 
-    __slots__ = ("_documents", "_options", "_recipients")
+    __slots__ = ("_documents", "_made", "_options", "_recipients")
 
     def __init__(
         self,
@@ -47,6 +48,7 @@ class ParseMemo:
     ) -> None:
         self._documents: BoundedCache[bytes, Data] = BoundedCache("parsed data", documents)
         self._options: BoundedCache[bytes, Option] = BoundedCache("parsed options", options)
+        self._made: BoundedCache[Hashable, Option] = BoundedCache("built options", options)
         self._recipients: BoundedCache[Endpoint, Recipient] = BoundedCache(
             "plain recipients", recipients
         )
@@ -67,6 +69,12 @@ class ParseMemo:
         shape = document_shape(raw)
         if shape is not None and rememberable(shape[0]):
             self._documents.put(shape[0], data)
+
+    def option_made(self, key: Hashable, build: Callable[[], Option]) -> Option:
+        """An option this reader builds again and again (the dataHopping of every
+        publication of a topic), built once per ``key``: an Option checks and
+        canonicalizes its content when built, which costs more than the lookup."""
+        return self._made.get_or_build(key, build)
 
     def option(self, key: bytes) -> Option | None:
         """The option serialized as ``key``, when remembered."""

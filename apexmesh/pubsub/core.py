@@ -538,13 +538,18 @@ def forward_data(
     shares each subscriber's recipient element between publications."""
     if memo is None:
         named = tuple(Recipient(identity=r) for r in recipients)
+        hopping = data_hopping_option(trans_id, hops, report_errors=True)
     else:
         named = tuple(memo.recipient(r) for r in recipients)
+        hopping = memo.option_made(
+            (DATA_HOPPING, trans_id, hops),
+            lambda: data_hopping_option(trans_id, hops, report_errors=True),
+        )
     return Data(
         content=data.content,
         originator=Originator(identity=topic_endpoint(topic, domain)),
         recipients=named,
-        options=(data_hopping_option(trans_id, hops, report_errors=True),),
+        options=(hopping,),
         data_content=data.data_content,
     )
 

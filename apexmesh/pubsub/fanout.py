@@ -29,8 +29,11 @@ class FanoutChunk:
     #: The Submit's id: the same for every attempt, on every pubsub pod (see
     #: :func:`plan_fanout`).
     submission_id: str
-    #: transID of the chunk's dataHopping option, derived from the id as well, so a
-    #: retried chunk is the very same data.
+    #: transID of the chunk's dataHopping option: derived from the topic, the relay pod
+    #: and the chunk's index, never from the publication, so that a retried chunk is
+    #: the very same data and successive publications of a topic differ from one
+    #: another in their content reference only (the relays and subscribers then answer
+    #: them from an earlier parse, apexmesh/apex/memo.py).
     trans_id: int
 
 
@@ -39,6 +42,7 @@ def plan_fanout(
     placement: Mapping[Endpoint, str],
     delivery_id: str,
     *,
+    topic: str = "",
     chunk: int = MAX_RECIPIENTS_PER_DATA,
 ) -> list[FanoutChunk]:
     """The data elements of one publication: recipients grouped by the relay pod that
@@ -60,12 +64,13 @@ def plan_fanout(
             digest = hashlib.blake2b(
                 f"{delivery_id}\n{address}\n{index}".encode(), digest_size=16
             ).hexdigest()
+            shape = hashlib.blake2b(f"{topic}\n{address}\n{index}".encode(), digest_size=4).digest()
             out.append(
                 FanoutChunk(
                     address=address,
                     recipients=tuple(members[start : start + chunk]),
                     submission_id=f"pubsub-{digest}",
-                    trans_id=int(digest[:8], 16) % 2_147_483_647 or 1,
+                    trans_id=int.from_bytes(shape, "big") % 2_147_483_647 or 1,
                 )
             )
     return out

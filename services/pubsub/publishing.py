@@ -118,6 +118,7 @@ class Publisher:
             plan.recipients,
             await self._placement(plan.recipients),
             delivery_key(delivery_id, payload),
+            topic=f"{topic}@{domain}",
         )
         codes = await asyncio.gather(
             *(

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 #: second relaying: a pubsub pod retries a fan-out cut off mid-flight within seconds, and
 #: a busy pod takes tens of thousands of submissions a minute.
 SUBMISSIONS_REMEMBERED = 65_536
+#: Seconds a submission id is remembered: retries come within seconds; an id seen again
+#: much later is a new submission that happens to reuse it, and is relayed.
+SUBMISSION_MEMORY_SECONDS = 300.0
 #: Longest submission id accepted (a retry key, not content).
 MAX_SUBMISSION_ID = 256
 
@@ -248,13 +251,14 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
             return relay_pb2.SubmitResponse(
                 status=_status(Outcome(ApexReplyCode.PARAMETER_INVALID, "submission id too long"))
             )
-        answer = self._submissions.get(submission)
+        now = asyncio.get_running_loop().time()
+        answer = self._submissions.get(submission, now)
         if answer is None:
             # A task of its own: a caller that gives up (its deadline) stops waiting,
             # not the relaying, whose answer its retry then gets.
             answer = asyncio.ensure_future(self._submit(request))
             answer.add_done_callback(_retrieve)
-            self._submissions.put(submission, answer)
+            self._submissions.put(submission, answer, expires=now + SUBMISSION_MEMORY_SECONDS)
         else:
             self._metrics.count(self._metrics.data, "resubmitted")
         return await asyncio.shield(answer)

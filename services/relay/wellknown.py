@@ -13,6 +13,7 @@ import asyncio
 import functools
 import itertools
 import logging
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
@@ -84,7 +85,7 @@ class WellKnownServices:
         self._access = access
         self._timeout = timeout
         #: Services that honour ``delivery_id`` (their work happens once per id): a call
-        #: cut off mid-flight is retried there, never elsewhere.
+        #: cut off mid-flight is retried (on the next pod) with the same id.
         self._retried = retried
         #: The pods of each service, and where the next round-robin turn starts.
         self._endpoints = {
@@ -97,7 +98,9 @@ class WellKnownServices:
         }
         self._turns = dict.fromkeys(self._endpoints, 0)
         self._report = None if report is None else report_pb2_grpc.ReportServiceStub(report)
-        self._prefix = delivery_prefix
+        #: Unique to this process: the counter after it restarts with the process, and a
+        #: delivery id must never name two deliveries (a service does each id once).
+        self._prefix = f"{delivery_prefix}-{secrets.token_hex(6)}"
         self._ids = itertools.count(1)
         #: How this relay originates data (set by the router that owns these services).
         self.originate: Originate | None = None

@@ -13,6 +13,7 @@ from apexmesh.apex.data import data_from
 from apexmesh.apex.elements import parse_apex
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.memo import ParseMemo
+from apexmesh.apex.options import Option
 from apexmesh.beep.xml import parse_xml
 
 pytestmark = pytest.mark.unit
@@ -133,3 +134,11 @@ def test_a_memo_shares_recipients_and_options(memo: ParseMemo) -> None:
     plain = memo.recipient(first.originator.identity)  # type: ignore[union-attr]
     assert plain is memo.recipient(first.originator.identity)  # type: ignore[union-attr]
     assert plain.to_xml() == b"<recipient identity='fred@example.com' />"
+    built: list[int] = []
+
+    def build() -> Option:
+        built.append(1)
+        return first.recipients[0].options[0]  # type: ignore[union-attr]
+
+    assert memo.option_made(("x", 1), build) is memo.option_made(("x", 1), build)
+    assert built == [1]

@@ -41,3 +41,15 @@ def test_plan_fanout_ids_are_the_same_on_every_pod_for_one_delivery() -> None:
     assert first == again
     other = plan_fanout(members, placement, "delivery-2")
     assert {c.submission_id for c in first}.isdisjoint(c.submission_id for c in other)
+
+
+def test_the_hopping_trans_id_depends_on_the_topic_not_the_publication() -> None:
+    """Successive publications of a topic differ in their content reference only, so
+    that relays and subscribers answer them from an earlier parse (ParseMemo)."""
+    members = [Endpoint.parse(f"s{n}@example.com") for n in range(3)]
+    first = plan_fanout(members, {}, "delivery-1", topic="news@example.com")
+    second = plan_fanout(members, {}, "delivery-2", topic="news@example.com")
+    other = plan_fanout(members, {}, "delivery-1", topic="sport@example.com")
+    assert [c.trans_id for c in first] == [c.trans_id for c in second]
+    assert [c.submission_id for c in first] != [c.submission_id for c in second]
+    assert [c.trans_id for c in first] != [c.trans_id for c in other]
