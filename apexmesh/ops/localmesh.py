@@ -34,10 +34,11 @@ import httpx
 
 from apexmesh.ops.targets import Context, Target, write_context
 
-#: Seconds a child gets to print its listening line and report ready.
 _log = logging.getLogger(__name__)
 
-READY_TIMEOUT_SECONDS: Final = 30.0
+#: Seconds a child gets to print its listening line and report ready (a loaded 2-core
+#: machine starting thirteen Python processes at once needs tens of seconds).
+READY_TIMEOUT_SECONDS: Final = 60.0
 #: Starts tried before giving up (a port picked free may be taken before it is bound).
 START_ATTEMPTS: Final = 3
 #: Seconds a child gets to exit after SIGTERM before it is killed.

@@ -255,6 +255,8 @@ class Executor:
         outcomes: dict[Endpoint, asyncio.Future[Outcome]] = {}
         hopped: list[PendingReport] = []
         routes: list[Route[ApexChannel]] = []
+        #: How each recipient travelled (for traces, services/relay/tracing.py).
+        where: dict[Endpoint, tuple[RouteKind, str]] = {}
         for plan in job.plan.recipients:
             endpoint = plan.recipient.identity
             if endpoint in job.held:
@@ -270,6 +272,7 @@ class Executor:
                     hopped.append(routed.report)
                 continue
             routes.append(routed)
+            where[endpoint] = (routed.kind, routed.address)
         parts = partition(routes)
         for routed in parts.single:
             outcomes[routed.endpoint] = await self.party.deliver_final(
@@ -302,7 +305,7 @@ class Executor:
             return
         self._keep(
             asyncio.get_running_loop().create_task(
-                self.reporter.conclude(job, outcomes, tuple(hopped), groups)
+                self.reporter.conclude(job, outcomes, tuple(hopped), groups, where)
             )
         )
 

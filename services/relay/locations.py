@@ -42,6 +42,8 @@ class Locations:
         self._attachments = attachments
         self.clock = clock
         self._known: BoundedCache[Endpoint, str] = BoundedCache("endpoint locations", limit)
+        #: Pod ids by gRPC address (as many as the domain has pods, bounded anyway).
+        self._pods: BoundedCache[str, str] = BoundedCache("pod ids", 1024)
         #: Endpoints whose location is being asked again.
         self._refreshing: set[Endpoint] = set()
         self._background: set[asyncio.Task[Any]] = set()
@@ -73,7 +75,12 @@ class Locations:
             self._known.pop(endpoint)
             return None
         self._known.put(endpoint, found[1], expires=self.clock() + LOCATION_TTL_SECONDS)
+        self._pods.put(found[1], found[0])
         return found[1]
+
+    def pod_at(self, address: str) -> str | None:
+        """The id of the pod last seen at ``address`` (for traces and logs)."""
+        return self._pods.get(address)
 
     def expiry(self, endpoint: Endpoint) -> float | None:
         """When the remembered location of ``endpoint`` stops being fresh (None: none)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from apexmesh.apex.elements import Reply
@@ -25,6 +25,7 @@ from services.relay.outcomes import DELIVERED, LOCAL_ERROR, Outcome, Reason, cod
 
 if TYPE_CHECKING:
     from services.relay.metrics import RelayMetrics
+    from services.relay.routing import RouteKind
     from services.relay.tracing import HopTracer
     from services.relay.wellknown import WellKnownServices
 
@@ -104,6 +105,7 @@ class Reporter:
         outcomes: dict[Endpoint, asyncio.Future[Outcome]],
         hopped: tuple[PendingReport, ...],
         groups: list[GroupDelivery],
+        where: Mapping[Endpoint, tuple[RouteKind, str]] | None = None,
     ) -> None:
         """Wait for every outcome of ``job``, count them and send the reports owed."""
         originator = job.data.originator.identity
@@ -137,7 +139,7 @@ class Reporter:
             )
             await self._services.report(self.report_domain(report), report.originator, response)
         if self.tracer is not None:
-            self.tracer.concluded(job.data, job.received_at, results, tuple(reported))
+            self.tracer.concluded(job.data, job.received_at, results, tuple(reported), where)
 
     def report_domain(self, report: PendingReport) -> str:
         """The domain whose apex=report speaks for this relay (RFC 3340 section 5.1): the
