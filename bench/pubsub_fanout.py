@@ -1,28 +1,27 @@
-"""Pubsub fan-out benchmark: one publisher, 1,000 subscribers, beside Redis PUBLISH.
+"""Pubsub benchmark: the scenarios of issue #16, each beside Redis PUBLISH in the same run.
 
 Starts the local mesh (apexmesh.ops.localmesh) as processes in a development run (plain
-BEEP, no SASL; one pubsub pod behind each relay pod), attaches 1,000 subscribers to
-``apex=pubsub/demo.news@example.com``, half on each of example.com's two relay pods, and
-one publisher on pod 1, then publishes 256-octet messages (draft-schwartz-apex-pubsub
-section 3: one data element per publication; the pubsub service sends one data element
-back naming every subscriber and the relays replicate it, one data element per BEEP
-session naming the subscribers attached over it: RFC 3340 4.4.4.1 grouping, which
-``--per-session 1`` leaves nothing to do). It measures:
+BEEP, no SASL; two relay pods and two pubsub pods for example.com) and a redis-server of
+its own on a free port, and runs, each on both systems:
 
-* deliveries per second: publications x subscribers, counted when every subscriber has
-  every publication, from the first publish, with at most 4 publications not yet
-  delivered everywhere (closed loop: the publisher's ``ok`` comes before the deliveries,
-  so an open loop would only measure how fast queues grow);
-* p99 publish-to-delivery latency over every delivery of that run (the content carries
-  the send time);
-* baseline, same run: Redis PUBLISH of the same messages on one channel to 1,000
-  redis-py (asyncio) subscribers, each its own connection, same measurements.
+* ``fanout``: one topic, 100 subscribers, each its own BEEP session (Redis: its own
+  connection), half on each relay pod; 5,000 publications of 256 octets;
+* ``topics``: 10,000 topics with one subscriber each (10,000 sessions; Redis: 10,000
+  connections, one channel each); 100,000 publications spread over the topics;
+* ``latency``: one topic, one subscriber, publications offered at 2,000/s for 5 s
+  (open loop); p50 / p99 / p99.9 from when each was due to its delivery.
 
-The subscribers of both runs live in this process (one event loop, uvloop), so each
-side pays the same client-side cost per delivery. Target of the pubsub issue: apex-mesh
-delivers at least as many messages per second as the Redis baseline. The last line of
-output is JSON: a list of figures (name, value, unit, and baseline and ratio where there
-is one).
+The publisher keeps 100 publications in flight (apex-mesh: one session, the relay's
+``ok`` answers one, and comes once every subscriber's copy is in a relay's custody;
+Redis: one connection, pipelines of 100 PUBLISH); ``--open-loop RATE`` offers the
+fan-out and topics publications at a fixed rate instead. Subscribers of both systems run
+in this process (uvloop), so each side pays the same client cost per delivery.
+
+Every scenario prints delivered / expected and checks that every publication answered
+``ok`` (Redis: that PUBLISH counted a receiver for) reached all its subscribers. Targets,
+as ratios to Redis in the same run: fan-out and 10k topics deliveries/s >= 0.5, p99 at
+2,000/s <= 2x Redis's. The last line of output is JSON: a list of figures (name, value,
+unit, baseline and ratio).
 """
 
 from __future__ import annotations
@@ -31,276 +30,360 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import uvloop
-from redis.asyncio import Redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from figures import figure
+from loads import IN_FLIGHT, RedisSide, Tally, cpu_seconds, offered, stamp, windowed
 
 from apexmesh.apex.elements import Reply
 from apexmesh.client import ApexClient, Attachment, connect_endpoint
 from apexmesh.client.outgoing import XmlContent
 from apexmesh.client.pubsub import pubsub_message
-from apexmesh.ops.localmesh import DEMO_TOPIC, LocalMesh, free_port
-from apexmesh.pubsub.elements import Subscribe, topic_endpoint
+from apexmesh.ops.localmesh import LocalMesh
+from apexmesh.pubsub.elements import CreateTopic, Subscribe, topic_endpoint
 
-CONTENT_OCTETS = 256
-#: Publications not yet delivered to every subscriber (each is 1,000 deliveries).
-DEPTH = 4
-#: Attachments per BEEP session of the subscribers (an application process serving many
-#: users attaches them over one session; ``--per-session 1`` gives each its own session,
-#: which the relay cannot group: RFC 3340 4.4.4.1 groups recipients per channel).
-PER_SESSION = 10
+DOMAIN = "example.com"
+#: Sessions opened (or operations sent) at once while a scenario is set up.
+SETUP_WAVE = 500
 
 
-def result(name: str, value: float, unit: str, baseline: float | None = None) -> dict[str, Any]:
-    figure: dict[str, Any] = {"name": name, "value": round(value, 2), "unit": unit}
-    if baseline:
-        figure["baseline"] = round(baseline, 2)
-        figure["ratio"] = round(value / baseline, 3)
-    return figure
+@dataclass
+class Result:
+    """One system's figures in one scenario."""
+
+    rate: float
+    latency: dict[str, float]
+    delivered: int
+    expected: int
+    missing: int
 
 
-def message(index: int) -> bytes:
-    stamp = f"{time.perf_counter():<24.9f}{index:<8}".encode()
-    return stamp + b"x" * (CONTENT_OCTETS - len(stamp))
+def report(name: str, system: str, result: Result) -> None:
+    lat = result.latency
+    print(
+        f"  {system:>9}: {result.rate:>10,.0f} deliveries/s; delivered {result.delivered:,} / "
+        f"expected {result.expected:,} ({result.missing} acknowledged publications not "
+        f"delivered everywhere); latency p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms, "
+        f"p99.9 {lat['p999']:.1f} ms",
+        flush=True,
+    )
+    if result.missing:
+        raise SystemExit(f"{name}/{system}: acknowledged publications were not delivered")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def p99(samples: list[float]) -> float:
-    samples.sort()
-    return samples[max(0, int(len(samples) * 0.99) - 1)] * 1000
-
-
-class LostDeliveriesError(RuntimeError):
-    """Not every delivery arrived in time."""
-
-
-async def measure(
-    publish: Callable[[bytes], Awaitable[object]],
-    receivers: list[Callable[[], Awaitable[bytes]]],
-    count: int,
-    *,
-    deadline: float = 120.0,
-) -> tuple[float, float]:
-    """(deliveries per second, p99 latency in ms) of ``count`` publications; raises
-    LostDeliveriesError when some have not arrived ``deadline`` seconds after the first
-    publish.
-
-    Closed loop: at most :data:`DEPTH` publications are out that have not reached every
-    subscriber yet (the publisher's ``ok`` comes long before the deliveries, so an open
-    loop would only measure how fast queues grow)."""
-    latencies: list[float] = []
-    remaining = [len(receivers)] * count
-    window = asyncio.Semaphore(DEPTH)
-
-    async def drain(receive: Callable[[], Awaitable[bytes]]) -> None:
-        for _ in range(count):
-            content = await receive()
-            try:
-                sent, index = float(content[:24]), int(content[24:32])
-            except ValueError:
-                continue  # not a publication (a late reply): not counted
-            latencies.append(time.perf_counter() - sent)
-            remaining[index] -= 1
-            if remaining[index] == 0:
-                window.release()
-
-    draining = [asyncio.ensure_future(drain(r)) for r in receivers]
+async def measured(
+    tally: Tally, publish: Callable[[], Awaitable[list[int]]], subscribers_of: Sequence[int]
+) -> Result:
+    """Publish, wait for the deliveries; figures over first publish to last delivery."""
     started = time.perf_counter()
-    sends = []
-    for index in range(count):
-        await asyncio.wait_for(window.acquire(), deadline)
-        sends.append(asyncio.ensure_future(publish(message(index))))
-    await asyncio.gather(*sends)
-    _done, pending = await asyncio.wait(draining, timeout=deadline)
-    for task in pending:
-        task.cancel()
-    if pending:
-        expected = count * len(receivers)
-        raise LostDeliveriesError(f"{expected - len(latencies)} of {expected} deliveries missing")
-    elapsed = time.perf_counter() - started
-    return len(latencies) / elapsed, p99(latencies)
+    acknowledged = await publish()
+    expected = sum(subscribers_of[i] for i in acknowledged)
+    await tally.drained()
+    elapsed = (tally.last or time.perf_counter()) - started
+    return Result(
+        rate=tally.delivered / elapsed if elapsed > 0 else 0.0,
+        latency=tally.summary(),
+        delivered=tally.delivered,
+        expected=expected,
+        missing=len(tally.missing(acknowledged)),
+    )
 
 
 # --------------------------------------------------------------------------- apex-mesh
 
 
-async def subscribe(attachment: Attachment, trans_id: int) -> None:
-    op = Subscribe(
-        subscriber=attachment.endpoint, topic=DEMO_TOPIC, trans_id=trans_id, duration=3600
-    )
-    await attachment.send("apex=pubsub@example.com", XmlContent(op.to_xml()))
-    while True:
-        answer = pubsub_message(await attachment.receive())
-        if isinstance(answer, Reply):
-            if answer.code != 250:
-                raise RuntimeError(f"{attachment.endpoint}: subscribe answered {answer.code}")
-            return
+class ApexSide:
+    """The local mesh, a publisher on relay pod 1 and subscribers on both pods."""
 
-
-async def apex_run(
-    subscribers: int, count: int, warmup: int, per_session: int = PER_SESSION
-) -> tuple[float, float]:
-    mesh = LocalMesh(Path(tempfile.mkdtemp(prefix="apex-bench-pubsub-")), dev=True)
-    await mesh.start()
-    clients: list[ApexClient] = []
-    try:
-        pods = [mesh.relay("example.com", 0), mesh.relay("example.com", 1)]
-        publisher_client = await connect_endpoint("127.0.0.1", pods[0].edge_port)
-        clients.append(publisher_client)
-        fred = await publisher_client.attach("fred@example.com")
-        await fred.send(
-            "apex=pubsub@example.com", XmlContent(b"<createtopic topic='demo.news' transID='1' />")
+    def __init__(self, topics: Sequence[str]) -> None:
+        # No dashboard: its polls of every pod's admin API (all topics, all subscriptions)
+        # would take a pubsub pod's core with 10,000 topics, and measure nothing asked.
+        self.mesh = LocalMesh(
+            Path(tempfile.mkdtemp(prefix="apex-bench-pubsub-")),
+            dev=True,
+            topics=topics,
+            dashboard=False,
         )
+        self.clients: list[ApexClient] = []
+        self.publisher: Attachment | None = None
+        self._readers: list[asyncio.Task[None]] = []
+        self._trans = 0
+
+    async def __aenter__(self) -> ApexSide:
+        await self.mesh.start()
+        client = await self._connect(0)
+        self.publisher = await client.attach(f"fred@{DOMAIN}")
+        return self
+
+    async def _connect(self, pod: int) -> ApexClient:
+        client = await connect_endpoint("127.0.0.1", self.mesh.relay(DOMAIN, pod).edge_port)
+        self.clients.append(client)
+        return client
+
+    def pids(self) -> dict[str, int]:
+        found = {
+            c.name: c.process.pid
+            for c in self.mesh.children
+            if c.process is not None and ("example.com" in c.name)
+        }
+        found["bench (endpoints)"] = os.getpid()
+        return found
+
+    async def _request(
+        self, attachment: Attachment, target: str, xml: bytes, accept: tuple[int, ...] = (250,)
+    ) -> None:
+        await attachment.send(target, XmlContent(xml))
+        while True:
+            answer = pubsub_message(await attachment.receive())
+            if isinstance(answer, Reply):
+                if answer.code not in accept:
+                    raise RuntimeError(f"{attachment.endpoint}: {xml!r} answered {answer.code}")
+                return
+
+    async def create_topics(self, topics: Sequence[str]) -> None:
+        assert self.publisher is not None
+        service = f"apex=pubsub@{DOMAIN}"
+        # One outstanding request at a time keeps replies in order on one attachment;
+        # topics are created by several creators at once instead.
+        creators = [self.publisher]
+        for index in range(min(50, len(topics)) - 1):
+            client = await self._connect(index % 2)
+            creators.append(await client.attach(f"creator{index}@{DOMAIN}"))
+
+        async def create(creator: Attachment, names: Sequence[str]) -> None:
+            for name in names:
+                self._trans += 1
+                op = CreateTopic(topic=name, trans_id=self._trans % 2_147_483_647 or 1)
+                await self._request(creator, service, op.to_xml(), (250, 553))  # 553: exists
+
+        shares = [topics[i :: len(creators)] for i in range(len(creators))]
+        await asyncio.gather(*(create(c, s) for c, s in zip(creators, shares, strict=True)))
+
+    async def subscribe(self, prefix: str, topic_of: Sequence[str], tally: Tally) -> None:
+        """One subscriber session per entry of ``topic_of`` (its topic), alternating
+        between the two relay pods; each subscribes, then reads into ``tally``."""
         attachments: list[Attachment] = []
-        for session in range((subscribers + per_session - 1) // per_session):
-            pod = pods[session % 2]
-            client = await connect_endpoint("127.0.0.1", pod.edge_port)
-            clients.append(client)
-            size = min(per_session, subscribers - session * per_session)
-            attachments += await asyncio.gather(
-                *(client.attach(f"sub{session}-{i}@example.com") for i in range(size))
-            )
-        for start in range(0, len(attachments), 100):
-            await asyncio.gather(*(subscribe(a, 1) for a in attachments[start : start + 100]))
-        print(
-            f"apex-mesh: {len(attachments)} subscribers on two relay pods, "
-            f"{per_session} per BEEP session",
-            flush=True,
-        )
-        topic = str(topic_endpoint(DEMO_TOPIC, "example.com"))
+        service = f"apex=pubsub@{DOMAIN}"
+        for start in range(0, len(topic_of), SETUP_WAVE):
 
-        async def publish(content: bytes) -> object:
-            return await fred.send(topic, content)
+            async def one(index: int) -> Attachment:
+                client = await self._connect(index % 2)
+                attachment = await client.attach(f"{prefix}{index}@{DOMAIN}")
+                op = Subscribe(
+                    subscriber=attachment.endpoint,
+                    topic=topic_of[index],
+                    trans_id=1,
+                    duration=3600,
+                )
+                await self._request(attachment, service, op.to_xml())
+                return attachment
 
-        def receiver(attachment: Attachment) -> Callable[[], Awaitable[bytes]]:
-            async def receive() -> bytes:
-                return (await attachment.receive()).content
+            indices = range(start, min(len(topic_of), start + SETUP_WAVE))
+            attachments += await asyncio.gather(*(one(i) for i in indices))
 
-            return receive
+        async def reader(attachment: Attachment) -> None:
+            while True:
+                tally.seen((await attachment.receive()).content)
 
-        receivers = [receiver(a) for a in attachments]
-        await measure(publish, receivers, warmup)
-        pids = {c.name: c.process.pid for c in mesh.children if c.process is not None}
-        pids["subscribers+publisher"] = os.getpid()
-        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        started = time.perf_counter()
-        rate, latency = await measure(publish, receivers, count)
-        elapsed = time.perf_counter() - started
-        busy = {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
-        print(
-            "apex-mesh CPU (cores busy during the run): "
-            + ", ".join(f"{name} {load:.2f}" for name, load in busy.items() if load >= 0.01),
-            flush=True,
-        )
-        return rate, latency
-    finally:
-        for client in clients:
-            await client.close()
-        await mesh.stop()
+        self._readers = [asyncio.ensure_future(reader(a)) for a in attachments]
 
+    def publish(self, topic: str, index: int, sent: float) -> asyncio.Future[Any]:
+        assert self.publisher is not None
+        return self.publisher.submit(str(topic_endpoint(topic, DOMAIN)), stamp(index, sent))
 
-# --------------------------------------------------------------------------- redis
+    async def send(self, topic: str, index: int, due: float) -> object:
+        assert self.publisher is not None
+        return await self.publisher.send(str(topic_endpoint(topic, DOMAIN)), stamp(index, due))
+
+    async def close_subscribers(self) -> None:
+        for task in self._readers:
+            task.cancel()
+        await asyncio.gather(*self._readers, return_exceptions=True)
+        self._readers = []
+        keep, others = self.clients[:1], self.clients[1:]
+        await asyncio.gather(*(c.close(timeout=10) for c in others), return_exceptions=True)
+        self.clients = keep
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close_subscribers()
+        for client in self.clients:
+            await client.close(timeout=5)
+        await self.mesh.stop()
 
 
-async def redis_run(subscribers: int, count: int, warmup: int) -> tuple[float, float]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("redis-server is not installed (scripts/install installs it)")
-    port = free_port()
-    server = await asyncio.create_subprocess_exec(
-        binary,
-        *("--bind", "127.0.0.1", "--port", str(port), "--save", "", "--maxclients", "4096"),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+# --------------------------------------------------------------------------- scenarios
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    topics: int
+    subscribers_per_topic: int
+    publications: int
+    rate: float | None
+
+    def topic(self, index: int) -> str:
+        if self.topics == 1:
+            return f"bench.{self.name}"
+        return f"t{index % self.topics}"  # short: 10,000 access entries fit the seed
+
+    @property
+    def names(self) -> list[str]:
+        return [self.topic(i) for i in range(self.topics)]
+
+    def subscriber_topics(self) -> list[str]:
+        return [t for t in self.names for _ in range(self.subscribers_per_topic)]
+
+
+async def run_redis(scenario: Scenario) -> Result:
+    fanout = [scenario.subscribers_per_topic] * scenario.publications
+    tally = Tally(fanout)
+    async with RedisSide() as redis:
+        await redis.subscribe(scenario.subscriber_topics(), tally)
+        if scenario.rate is None:
+
+            async def publish() -> list[int]:
+                return await redis.publish_windowed(
+                    scenario.topic, scenario.publications, IN_FLIGHT
+                )
+        else:
+            rate = scenario.rate
+
+            async def publish() -> list[int]:
+                return await offered(
+                    lambda i, due: redis.publish_one(scenario.topic(i), i, due),
+                    scenario.publications,
+                    rate,
+                )
+
+        return await measured(tally, publish, fanout)
+
+
+async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
+    fanout = [scenario.subscribers_per_topic] * scenario.publications
+    started = time.perf_counter()
+    await apex.create_topics(scenario.names)
+    print(
+        f"  apex-mesh: {scenario.topics:,} topic(s) created in "
+        f"{time.perf_counter() - started:.1f} s",
+        flush=True,
     )
-    connections: list[Redis] = []
-    try:
-        publisher = Redis(host="127.0.0.1", port=port)
-        connections.append(publisher)
-        for _ in range(200):
-            try:
-                await publisher.ping()
-                break
-            except OSError:
-                await asyncio.sleep(0.05)
-        channels = []
-        for _ in range(subscribers):
-            connection = Redis(host="127.0.0.1", port=port)
-            connections.append(connection)
-            pubsub = connection.pubsub(ignore_subscribe_messages=True)
-            await pubsub.subscribe("demo.news")
-            channels.append(pubsub)
-        while await publisher.pubsub_numsub("demo.news") != [(b"demo.news", subscribers)]:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-        print(f"redis: {subscribers} redis-py subscribers", flush=True)
+    tally = Tally(fanout)
+    started = time.perf_counter()
+    await apex.subscribe(f"{scenario.name}-sub", scenario.subscriber_topics(), tally)
+    print(
+        f"  apex-mesh: {len(scenario.subscriber_topics()):,} subscribers, one per session, "
+        f"on two relay pods, subscribed in {time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
+    pids = apex.pids()
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    clock = time.perf_counter()
+    if scenario.rate is None:
 
-        async def publish(content: bytes) -> object:
-            return await publisher.publish("demo.news", content)
+        async def publish() -> list[int]:
+            return await windowed(
+                lambda i: apex.publish(scenario.topic(i), i, time.perf_counter()),
+                scenario.publications,
+                IN_FLIGHT,
+            )
+    else:
+        rate = scenario.rate
 
-        def receiver(channel: Any) -> Callable[[], Awaitable[bytes]]:
-            async def receive() -> bytes:
-                while True:
-                    item = await channel.get_message(timeout=None)
-                    if item is not None and item["type"] == "message":
-                        return bytes(item["data"])
+        async def publish() -> list[int]:
+            return await offered(
+                lambda i, due: apex.send(scenario.topic(i), i, due), scenario.publications, rate
+            )
 
-            return receive
+    result = await measured(tally, publish, fanout)
+    elapsed = time.perf_counter() - clock
+    busy = {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
+    print(
+        "  apex-mesh CPU (cores busy): "
+        + ", ".join(f"{name} {load:.2f}" for name, load in busy.items() if load >= 0.01),
+        flush=True,
+    )
+    await apex.close_subscribers()
+    return result
 
-        receivers = [receiver(c) for c in channels]
-        await measure(publish, receivers, warmup)
-        rate = await measure(publish, receivers, count)
-        for channel in channels:
-            await channel.aclose()
-        return rate
-    finally:
-        for connection in connections:
-            await connection.aclose()
-        server.terminate()
-        await server.wait()
+
+SCENARIOS = ("fanout", "topics", "latency")
+
+
+def scenarios(args: argparse.Namespace) -> list[Scenario]:
+    out = []
+    for name in args.scenario:
+        if name == "fanout":
+            out.append(Scenario("fanout", 1, args.subscribers, args.publications, args.open_loop))
+        elif name == "topics":
+            out.append(Scenario("topics", args.topics, 1, args.topic_publications, args.open_loop))
+        else:
+            count = int(args.rate * args.seconds)
+            out.append(Scenario("latency", 1, 1, count, args.rate))
+    return out
 
 
 async def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--subscribers", type=int, default=1000)
-    parser.add_argument("--count", type=int, default=100, help="publications measured")
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--scenario", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument("--subscribers", type=int, default=100, help="fanout: subscribers")
+    parser.add_argument("--publications", type=int, default=5_000, help="fanout: publications")
+    parser.add_argument("--topics", type=int, default=10_000, help="topics: topic count")
+    parser.add_argument("--topic-publications", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=2_000.0, help="latency: offered rate")
+    parser.add_argument("--seconds", type=float, default=5.0, help="latency: duration")
     parser.add_argument(
-        "--per-session", type=int, default=PER_SESSION, help="subscribers per BEEP session"
+        "--open-loop",
+        type=float,
+        default=None,
+        metavar="RATE",
+        help="offer fanout and topics publications at RATE/s instead of 100 in flight",
     )
     args = parser.parse_args(argv)
-    redis_rate, redis_p99 = await redis_run(args.subscribers, args.count, args.warmup)
-    print(f"redis PUBLISH: {redis_rate:,.0f} deliveries/s, p99 {redis_p99:.1f} ms", flush=True)
-    apex_rate, apex_p99 = await apex_run(
-        args.subscribers, args.count, args.warmup, args.per_session
-    )
-    print(
-        f"apex-mesh pubsub: {apex_rate:,.0f} deliveries/s ({apex_rate / redis_rate:.0%} of "
-        f"Redis), p99 {apex_p99:.1f} ms",
-        flush=True,
-    )
-    print(
-        json.dumps(
-            [
-                result("pubsub_fanout_deliveries", apex_rate, "deliveries/s", redis_rate),
-                result("pubsub_fanout_latency_p99", apex_p99, "ms", redis_p99),
-                result("redis_publish_deliveries", redis_rate, "deliveries/s"),
-                result("redis_publish_latency_p99", redis_p99, "ms"),
-            ]
-        )
-    )
+    chosen = scenarios(args)
+    topics = sorted({t for s in chosen for t in s.names})
+    figures: list[dict[str, Any]] = []
+    async with ApexSide(topics) as apex:
+        for scenario in chosen:
+            print(
+                f"{scenario.name}: {scenario.topics:,} topic(s) x "
+                f"{scenario.subscribers_per_topic} subscriber(s), "
+                f"{scenario.publications:,} publications, "
+                + (
+                    f"offered at {scenario.rate:,.0f}/s"
+                    if scenario.rate
+                    else f"{IN_FLIGHT} in flight"
+                ),
+                flush=True,
+            )
+            redis = await run_redis(scenario)
+            report(scenario.name, "Redis", redis)
+            mine = await run_apex(apex, scenario)
+            report(scenario.name, "apex-mesh", mine)
+            name = f"pubsub_{scenario.name}"
+            if scenario.name == "latency":
+                figures.extend(
+                    figure(f"{name}_{key}", mine.latency[key], "ms", redis.latency[key])
+                    for key in ("p50", "p99", "p999")
+                )
+            else:
+                figures.append(figure(f"{name}_deliveries", mine.rate, "deliveries/s", redis.rate))
+                figures.append(
+                    figure(f"{name}_latency_p99", mine.latency["p99"], "ms", redis.latency["p99"])
+                )
+            figures.append(figure(f"{name}_delivered", mine.delivered, "deliveries", mine.expected))
+    print(json.dumps(figures))
 
 
 async def run(argv: list[str]) -> None:

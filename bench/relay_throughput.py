@@ -1,26 +1,24 @@
-"""End-to-end relay benchmark: data operations through the mesh, beside a raw BEEP echo.
+"""Relay benchmark: point-to-point data through the mesh, beside Redis in the same run.
 
 Starts the local mesh (apexmesh.ops.localmesh) as processes in a development run (plain
-BEEP, no SASL, so the comparison with the plaintext echo is fair), attaches a sender to
-example.com's pod 1 and receivers to pod 1 (same pod) and pod 2 (other pod: one gRPC
-hop more), and measures:
+BEEP, no SASL) and a redis-server of its own on a free port, attaches a sender to
+example.com's pod 1 and a receiver to pod 2 (the other pod: one gRPC hop more; ``--same-
+pod`` for pod 1), each its own BEEP session, and measures:
 
-* throughput: data operations per second, 256-octet content, :data:`DEPTH` in flight
-  (bench/pipeline.py, as the baseline), counted when the receiver has them all (every
-  one answered ``ok`` by the relay and delivered);
-* latency: p50 / p99 from send to receipt at a fixed offered rate;
-* baseline, same run: a raw BEEP MSG/RPY echo over loopback TCP through the same asyncio
-  adapter (bench/beep_frames.py ``loopback_echo``), exchanges per second, measured in
-  slices alternating with the relay's (``--rounds``): this machine's speed drifts by a
-  third within a minute, and both rates then see the same mix of it;
-* CPU per data operation (user + system, microseconds) of the sender's relay pod, the
-  receiver's pod and this process (both endpoints), during the throughput run: on a
-  2-core machine the three share the cores, so these say where the time goes.
+* ``p2p``: 200,000 data of 256 octets from the sender to the receiver, 100 in flight
+  (the relay's ``ok`` answers one, once the copy is in custody), counted when the
+  receiver has them; baseline: Redis PUBLISH to one subscriber connection, pipelines of
+  100 on one publisher connection;
+* ``latency``: data offered at 2,000/s for 5 s (open loop: each data's latency counts
+  from when it was due); p50 / p99 / p99.9; baseline: PUBLISH at the same rate;
+* CPU per data (user + system, microseconds) of the sender's relay pod, the receiver's
+  pod and this process (both endpoints): on a 2-core machine they share the cores.
 
-Everything runs on uvloop, as the services do (``apexmesh/ops/runner.py``).
-
-Target of the relay issue: the other-pod path reaches at least 40 % of the raw echo's
-messages per second. The last line of output is JSON: a list of figures.
+Both endpoints of each system run in this process (uvloop). Every scenario prints
+delivered / expected and checks that every data answered ``ok`` arrived. Targets: p2p
+>= 0.4 of Redis's deliveries/s, p99 at 2,000/s <= 2x Redis's. ``--echo`` adds the raw BEEP
+echo of bench/beep_frames.py as a figure (the relay's earlier baseline). The last line of
+output is JSON: a list of figures.
 """
 
 from __future__ import annotations
@@ -29,11 +27,12 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import uvloop
 
@@ -41,19 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from beep_frames import loopback_echo
 from figures import figure
-from pipeline import pipelined
+from loads import IN_FLIGHT, RedisSide, Tally, cpu_seconds, offered, stamp, windowed
 
 from apexmesh.client import Attachment, connect_endpoint
 from apexmesh.ops.localmesh import LocalMesh
 
-CONTENT_OCTETS = 256
-DEPTH = 256  # data operations in flight per sender (the raw echo uses the same depth)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+CHANNEL = "p2p"
 
 
 def pid_of(mesh: LocalMesh, name: str) -> int:
@@ -63,135 +55,145 @@ def pid_of(mesh: LocalMesh, name: str) -> int:
     return child.process.pid
 
 
-async def throughput(sender: Attachment, receiver: Attachment, count: int) -> float:
-    content = b"x" * CONTENT_OCTETS
-    target = str(receiver.endpoint)
-
-    async def drain() -> None:
-        for _ in range(count):
-            await receiver.receive()
-
+async def run(
+    name: str,
+    tally: Tally,
+    publish: Callable[[], Awaitable[list[int]]],
+) -> tuple[float, dict[str, float]]:
+    """Publish, wait for the deliveries, print delivered / expected; (rate, latency)."""
     started = time.perf_counter()
-    receiving = asyncio.ensure_future(drain())
-    await pipelined(lambda: sender.submit(target, content), count, DEPTH)
-    await asyncio.wait_for(receiving, 60)
-    return count / (time.perf_counter() - started)
-
-
-async def latency(
-    sender: Attachment, receiver: Attachment, rate: float, seconds: float
-) -> tuple[float, float]:
-    target = str(receiver.endpoint)
-    samples: list[float] = []
-    count = int(rate * seconds)
-
-    async def drain() -> None:
-        for _ in range(count):
-            data = await receiver.receive()
-            samples.append(time.perf_counter() - float(data.content[:32].decode()))
-
-    receiving = asyncio.ensure_future(drain())
-    started = time.perf_counter()
-    pending = []
-    for index in range(count):
-        due = started + index / rate
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        stamp = f"{time.perf_counter():<32.9f}".encode()
-        pending.append(
-            asyncio.ensure_future(sender.send(target, stamp + b"x" * (CONTENT_OCTETS - 32)))
-        )
-    await asyncio.gather(*pending)
-    await asyncio.wait_for(receiving, 60)
-    samples.sort()
-    return statistics.median(samples) * 1000, samples[int(len(samples) * 0.99) - 1] * 1000
-
-
-async def interleaved(
-    sender: Attachment,
-    receiver: Attachment,
-    pids: dict[str, int],
-    *,
-    count: int,
-    rounds: int,
-) -> tuple[float, float, dict[str, float]]:
-    """The relay path and the raw echo measured in alternate slices of ``rounds`` each
-    (``count`` data, then ``2 * count`` echo exchanges): both see the same mix of this
-    machine's fast and slow moments, and each rate is its total operations over its
-    total time. Returns (data/s, echo exchanges/s, CPU per data by process)."""
-    relay_time = echo_time = 0.0
-    cpu = dict.fromkeys(pids, 0.0)
-    for _ in range(rounds):
-        echo_count = 2 * count
-        echo_time += echo_count / await loopback_echo(echo_count)
-        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        relay_time += count / await throughput(sender, receiver, count)
-        for name, pid in pids.items():
-            cpu[name] += cpu_seconds(pid) - before[name]
-    data = count * rounds
-    return (
-        data / relay_time,
-        2 * data / echo_time,
-        {name: seconds / data * 1e6 for name, seconds in cpu.items()},
+    acknowledged = await publish()
+    await tally.drained()
+    elapsed = (tally.last or time.perf_counter()) - started
+    rate = tally.delivered / elapsed if elapsed > 0 else 0.0
+    missing = tally.missing(acknowledged)
+    latency = tally.summary()
+    print(
+        f"  {name:>9}: {rate:>9,.0f} data/s; delivered {tally.delivered:,} / expected "
+        f"{len(acknowledged):,} acknowledged ({len(missing)} missing, "
+        f"{tally.duplicates()} twice); p50 {latency['p50']:.2f} ms, p99 {latency['p99']:.2f}"
+        f" ms, p99.9 {latency['p999']:.2f} ms",
+        flush=True,
     )
+    if missing:
+        raise SystemExit(f"{name}: acknowledged data were not delivered")
+    return rate, latency
+
+
+async def reader(attachment: Attachment, tally: Tally) -> None:
+    while True:
+        tally.seen((await attachment.receive()).content)
 
 
 async def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=5000, help="data per slice")
-    parser.add_argument("--rounds", type=int, default=6, help="slices of each")
-    parser.add_argument("--rate", type=float, default=500.0)
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--count", type=int, default=200_000, help="p2p: data")
+    parser.add_argument("--rate", type=float, default=2_000.0, help="latency: offered rate")
+    parser.add_argument("--seconds", type=float, default=5.0, help="latency: duration")
+    parser.add_argument("--same-pod", action="store_true", help="receiver on the sender's pod")
+    parser.add_argument("--echo", action="store_true", help="add the raw BEEP echo figure")
     args = parser.parse_args(argv)
-    mesh = LocalMesh(Path(tempfile.mkdtemp(prefix="apex-bench-")), dev=True)
+    offered_count = int(args.rate * args.seconds)
+    figures: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ Redis
+    results: dict[str, Any] = {}
+    async with RedisSide() as redis:
+        print(f"p2p: {args.count:,} data, {IN_FLIGHT} in flight", flush=True)
+        tally = Tally([1] * args.count)
+        await redis.subscribe([CHANNEL], tally)
+        results["redis_p2p"] = await run(
+            "Redis",
+            tally,
+            lambda: redis.publish_windowed(lambda _i: CHANNEL, args.count, IN_FLIGHT),
+        )
+        await redis.unsubscribe_all()
+        tally = Tally([1] * offered_count)
+        await redis.subscribe([CHANNEL], tally)
+        print(f"latency: {offered_count:,} data offered at {args.rate:,.0f}/s", flush=True)
+        results["redis_latency"] = await run(
+            "Redis",
+            tally,
+            lambda: offered(
+                lambda i, due: redis.publish_one(CHANNEL, i, due), offered_count, args.rate
+            ),
+        )
+
+    # ------------------------------------------------------------------ apex-mesh
+    mesh = LocalMesh(Path(tempfile.mkdtemp(prefix="apex-bench-")), dev=True, dashboard=False)
     await mesh.start()
     clients = []
     try:
-        pod1, pod2 = mesh.relay("example.com", 0), mesh.relay("example.com", 1)
-        fred_client = await connect_endpoint("127.0.0.1", pod1.edge_port)
-        near_client = await connect_endpoint("127.0.0.1", pod1.edge_port)
-        far_client = await connect_endpoint("127.0.0.1", pod2.edge_port)
-        clients = [fred_client, near_client, far_client]
-        fred = await fred_client.attach("fred@example.com")
-        near = await near_client.attach("barney@example.com")
-        far = await far_client.attach("dino@example.com")
+        pod1 = mesh.relay("example.com", 0)
+        other = pod1 if args.same_pod else mesh.relay("example.com", 1)
+        sender_client = await connect_endpoint("127.0.0.1", pod1.edge_port)
+        receiver_client = await connect_endpoint("127.0.0.1", other.edge_port)
+        clients = [sender_client, receiver_client]
+        sender = await sender_client.attach("fred@example.com")
+        receiver = await receiver_client.attach("barney@example.com")
+        target = str(receiver.endpoint)
         pids = {
             "sender_pod": pid_of(mesh, pod1.name),
-            "receiver_pod": pid_of(mesh, pod2.name),
+            "receiver_pod": pid_of(mesh, other.name),
             "endpoints": os.getpid(),
         }
-        results = []
-        echoes: list[float] = []
-        for label, receiver in (("same_pod", near), ("other_pod", far)):
-            await throughput(fred, receiver, 500)  # warm-up: connections, caches
-            rate, echo_rate, cpu = await interleaved(
-                fred, receiver, pids, count=args.count, rounds=args.rounds
-            )
-            echoes.append(echo_rate)
-            p50, p99 = await latency(fred, receiver, args.rate, args.seconds)
-            print(
-                f"{label:>9}: {rate:,.0f} data/s, {rate / echo_rate:.0%} of the raw echo "
-                f"({echo_rate:,.0f} exchanges/s, {args.rounds} alternate slices of each); "
-                f"at {args.rate:.0f}/s p50 {p50:.2f} ms, p99 {p99:.2f} ms; CPU per data: "
-                + ", ".join(f"{name} {micros:.0f} us" for name, micros in cpu.items())
-            )
-            results += [
-                figure(f"relay_{label}_cpu_{name}", micros, "us/data")
-                for name, micros in cpu.items()
-                if label == "other_pod" or name != "receiver_pod"
-            ]
-            results += [
-                figure(f"relay_{label}_throughput", rate, "data/s", echo_rate),
-                figure(f"relay_{label}_latency_p50", p50, "ms"),
-                figure(f"relay_{label}_latency_p99", p99, "ms"),
-            ]
-        results.append(figure("raw_beep_echo", sum(echoes) / len(echoes), "exchanges/s"))
+        warm = Tally([1] * 500)  # connections, caches
+        task = asyncio.ensure_future(reader(receiver, warm))
+        await windowed(lambda i: sender.submit(target, stamp(i, time.perf_counter())), 500, 100)
+        await warm.drained(30)
+        task.cancel()
+
+        print(f"p2p: {args.count:,} data, {IN_FLIGHT} in flight", flush=True)
+        tally = Tally([1] * args.count)
+        task = asyncio.ensure_future(reader(receiver, tally))
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        results["apex_p2p"] = await run(
+            "apex-mesh",
+            tally,
+            lambda: windowed(
+                lambda i: sender.submit(target, stamp(i, time.perf_counter())),
+                args.count,
+                IN_FLIGHT,
+            ),
+        )
+        cpu = {
+            name: (cpu_seconds(pid) - before[name]) / args.count * 1e6 for name, pid in pids.items()
+        }
+        task.cancel()
+        print(
+            "  CPU per data: " + ", ".join(f"{name} {us:.0f} us" for name, us in cpu.items()),
+            flush=True,
+        )
+        figures += [figure(f"relay_p2p_cpu_{name}", us, "us/data") for name, us in cpu.items()]
+
+        print(f"latency: {offered_count:,} data offered at {args.rate:,.0f}/s", flush=True)
+        tally = Tally([1] * offered_count)
+        task = asyncio.ensure_future(reader(receiver, tally))
+        results["apex_latency"] = await run(
+            "apex-mesh",
+            tally,
+            lambda: offered(
+                lambda i, due: sender.send(target, stamp(i, due)), offered_count, args.rate
+            ),
+        )
+        task.cancel()
     finally:
         for client in clients:
             await client.close()
         await mesh.stop()
-    print(json.dumps(results))
+
+    label = "same_pod" if args.same_pod else "other_pod"
+    apex_rate, redis_rate = results["apex_p2p"][0], results["redis_p2p"][0]
+    figures.append(figure(f"relay_p2p_{label}_throughput", apex_rate, "data/s", redis_rate))
+    lat, base = results["apex_latency"][1], results["redis_latency"][1]
+    figures += [
+        figure(f"relay_p2p_{label}_latency_{key}", lat[key], "ms", base[key])
+        for key in ("p50", "p99", "p999")
+    ]
+    if args.echo:
+        echo = await loopback_echo(2 * 5_000)
+        figures.append(figure("raw_beep_echo", echo, "exchanges/s"))
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

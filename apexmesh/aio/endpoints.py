@@ -10,9 +10,15 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
+from typing import Final
 
 from apexmesh.aio.connection import BeepConnection, StartHandler
 from apexmesh.beep.session import Role, SessionConfig
+
+#: Connections the kernel queues before the listener accepts them. asyncio's default of
+#: 100 dropped SYNs when a thousand endpoints attached at once (each then waits for a
+#: TCP retransmission, a second or more); the kernel caps it at net.core.somaxconn.
+LISTEN_BACKLOG: Final = 4096
 
 
 async def connect(
@@ -71,4 +77,4 @@ async def listen(
             on_connection(conn)
         return conn
 
-    return await loop.create_server(factory, host, port)
+    return await loop.create_server(factory, host, port, backlog=LISTEN_BACKLOG)

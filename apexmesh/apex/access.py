@@ -42,6 +42,7 @@ from apexmesh.apex.endpoint import (
     is_token,
     normalize_domain,
 )
+from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import XmlError, escape_attr, escape_text, parse_xml
 
 #: The well-known endpoint of this service (RFC 3341 section 5).
@@ -92,18 +93,14 @@ _TIMESTAMP: Final = re.compile(
 )
 
 
-class AccessError(ValueError):
+class AccessError(ApexError):
     """An access operation cannot proceed; ``code`` is the reply code to send.
 
     ``trans_id`` is the transaction identifier of the offending operation when one could
     be read, so the ``reply`` can carry it (RFC 3341 section 4.2: "the transID attribute
-    is identical to the value found in the ... element sent by the originator").
-    """
-
-    def __init__(self, code: ApexReplyCode, message: str, *, trans_id: int | None = None):
-        super().__init__(message)
-        self.code = code
-        self.trans_id = trans_id
+    is identical to the value found in the ... element sent by the originator"). An
+    :class:`ApexError` like every refusal of the APEX layer: one error model, turned into
+    a reply once, where the answer is sent."""
 
 
 # --------------------------------------------------------------------------- tokens

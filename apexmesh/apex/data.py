@@ -14,8 +14,8 @@ whenever they can be cut out of the document unambiguously (:func:`raw_inner`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
@@ -23,6 +23,9 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option, check_option_count, options_from, options_xml
 from apexmesh.beep.xml import Element
+
+if TYPE_CHECKING:
+    from apexmesh.apex.memo import ParseMemo
 
 #: Most ``recipient`` elements accepted in one ``data``. RFC 3340 sets no limit; RFC 2821
 #: section 4.5.3.1 asks SMTP servers for at least 100 recipients per message, and ten times
@@ -56,40 +59,20 @@ class Recipient:
     identity: Endpoint
     #: Per-recipient options.
     options: tuple[Option, ...] = ()
+    #: The serialization, made on first use: a recipient of a fan-out is serialized
+    #: into every publication (shared recipients come from a :class:`ParseMemo`).
+    _xml: bytes | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_option_count(self.options, "recipient")
 
-    @classmethod
-    def plain(cls, identity: Endpoint) -> Recipient:
-        """The recipient element without options for ``identity``: one shared immutable
-        object per endpoint, its serialization made once (a fan-out names the same
-        subscribers in every publication)."""
-        known = _PLAIN_RECIPIENTS.get(identity)
-        if known is None:
-            if len(_PLAIN_RECIPIENTS) >= _PLAIN_RECIPIENTS_MAX:
-                _PLAIN_RECIPIENTS.clear()
-                _PLAIN_XML.clear()
-            known = _PLAIN_RECIPIENTS[identity] = cls(identity=identity)
-            _PLAIN_XML[identity] = known._serialize()
-        return known
-
     def to_xml(self) -> bytes:
-        if not self.options:
-            known = _PLAIN_XML.get(self.identity)
-            if known is not None:
-                return known
-        return self._serialize()
-
-    def _serialize(self) -> bytes:
-        head = _dtd.attr("identity", str(self.identity))
-        return _dtd.container("recipient", head, options_xml(self.options))
-
-
-#: Recipients without options (see :meth:`Recipient.plain`) and their XML; bounded.
-_PLAIN_RECIPIENTS: dict[Endpoint, Recipient] = {}
-_PLAIN_XML: dict[Endpoint, bytes] = {}
-_PLAIN_RECIPIENTS_MAX: Final = 65536
+        xml = self._xml
+        if xml is None:
+            head = _dtd.attr("identity", str(self.identity))
+            xml = _dtd.container("recipient", head, options_xml(self.options))
+            object.__setattr__(self, "_xml", xml)
+        return xml
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,7 +137,7 @@ class Data:
         return self._clone(self.content, recipients)
 
     def with_content(self, content: str) -> Data:
-        """This data with another ``content`` reference (see :func:`known_data`); the
+        """This data with another ``content`` reference (see :func:`document_shape`); the
         caller vouches that ``content`` is a URI-reference."""
         return self._clone(content, self.recipients)
 
@@ -200,22 +183,23 @@ def _check_recipient_count(count: int) -> None:
         )
 
 
-def originator_from(element: Element) -> Originator:
+def originator_from(element: Element, memo: ParseMemo | None = None) -> Originator:
     return Originator(
         identity=_dtd.endpoint(_identity(element), "originator"),
-        options=_options_of(element, "originator"),
+        options=_options_of(element, "originator", memo),
     )
 
 
-def recipient_from(element: Element) -> Recipient:
+def recipient_from(element: Element, memo: ParseMemo | None = None) -> Recipient:
     items = element.items()
     if len(items) == 1 and items[0][0] == "identity" and len(element) == 0 and element.text is None:
         # ``<recipient identity='...' />``, every recipient of a fan-out: one shared
-        # (immutable) Recipient per identity instead of building and checking it again.
-        return Recipient.plain(_dtd.endpoint(str(items[0][1]), "recipient"))
+        # (immutable) Recipient per identity, from the memo, instead of building it again.
+        identity = _dtd.endpoint(str(items[0][1]), "recipient")
+        return Recipient(identity=identity) if memo is None else memo.recipient(identity)
     return Recipient(
         identity=_dtd.endpoint(_identity(element), "recipient"),
-        options=_options_of(element, "recipient"),
+        options=_options_of(element, "recipient", memo),
     )
 
 
@@ -229,11 +213,11 @@ def _identity(element: Element) -> str:
     return attrs["identity"]
 
 
-def _options_of(element: Element, container: str) -> tuple[Option, ...]:
+def _options_of(element: Element, container: str, memo: ParseMemo | None) -> tuple[Option, ...]:
     """The option children of ``element``; the empty element (most) costs no walk."""
     if len(element) == 0 and not (element.text or "").strip():
         return ()
-    return options_from(_dtd.only_options(element), container)
+    return options_from(_dtd.only_options(element), container, memo)
 
 
 def data_content_from(element: Element, raw: bytes | None = None) -> DataContent:
@@ -249,9 +233,10 @@ def data_content_from(element: Element, raw: bytes | None = None) -> DataContent
     return DataContent(name=attrs["Name"], content=content)
 
 
-def data_from(element: Element, raw: bytes | None = None) -> Data:
+def data_from(element: Element, raw: bytes | None = None, memo: ParseMemo | None = None) -> Data:
     """Build a :class:`Data`, enforcing the DTD order
-    ``(originator, recipient+, option*, data-content?)``."""
+    ``(originator, recipient+, option*, data-content?)``; ``memo`` shares the parts seen
+    before (recipients, options)."""
     content = element.attrib.get("content")
     if content is None or len(element.attrib) != 1:
         content = _dtd.attributes(element, allowed=("content",), required=("content",))["content"]
@@ -278,9 +263,9 @@ def data_from(element: Element, raw: bytes | None = None) -> Data:
         _dtd.fail(f"data: unexpected element {tags[index]!r} (order or name)")
     return Data(
         content=str(content),
-        originator=originator_from(children[0]),
-        recipients=tuple(recipient_from(child) for child in recipient_elements),
-        options=options_from(option_elements, "data"),
+        originator=originator_from(children[0], memo),
+        recipients=tuple(recipient_from(child, memo) for child in recipient_elements),
+        options=options_from(option_elements, "data", memo),
         data_content=data_content,
     )
 
@@ -296,12 +281,10 @@ _CONTENT_VALUE_OCTETS: Final = (
 )
 #: Documents whose rest is longer than this are not remembered (bounds the memory).
 _KNOWN_REST_MAX: Final = 4096
-_KNOWN_MAX: Final = 2048
-#: Longest document :func:`known_data` can recognize (longer ones are never remembered).
+#: Longest document :func:`document_shape` recognizes (longer ones are never remembered).
 _KNOWN_DOCUMENT_MAX: Final = len(_DATA_OPEN) + _CONTENT_VALUE_MAX + len("'>") + _KNOWN_REST_MAX
-#: Parsed data by the rest of their document (after the ``<data content='V'>`` start
-#: tag); bounded, cleared when full.
-_KNOWN: dict[bytes, Data] = {}
+#: How many remembered documents a memo keeps by default (apexmesh/apex/memo.py).
+KNOWN_DOCUMENTS: Final = 2048
 
 
 def _value_end(raw: bytes) -> int:
@@ -317,32 +300,25 @@ def _value_end(raw: bytes) -> int:
     return end
 
 
-def known_data(raw: bytes) -> Data | None:
-    """The data element of document ``raw`` when a document that differed only in the
-    ``content`` value was parsed before (:func:`remember_data`), else None.
+def document_shape(raw: bytes) -> tuple[bytes, str] | None:
+    """``raw`` as (the rest of the document after its ``<data content='V'>`` start tag,
+    V), when it opens that way with V of plain characters; else None.
 
     A sender names the same originator, recipients and options data after data; only
-    the content reference (a fresh Content-ID) changes. Such a document is the earlier
+    the content reference (a fresh Content-ID) changes. Such a document is an earlier
     one with another attribute value of plain characters, so its tree is the earlier
-    tree with that value: the hardened parser and the DTD checks need not run again.
+    tree with that value: a memo keyed by the rest (apexmesh/apex/memo.py) answers it
+    without the hardened parser and the DTD checks running again.
     """
     end = _value_end(raw)
     if end < 0:
         return None
-    known = _KNOWN.get(raw[end + 2 :])
-    if known is None:
-        return None
-    return known.with_content(raw[len(_DATA_OPEN) : end].decode("ascii"))
+    return raw[end + 2 :], raw[len(_DATA_OPEN) : end].decode("ascii")
 
 
-def remember_data(raw: bytes, data: Data) -> None:
-    """Keep ``data``, parsed from ``raw`` by the full parser, for :func:`known_data`."""
-    end = _value_end(raw)
-    if end < 0 or len(raw) - end - 2 > _KNOWN_REST_MAX:
-        return
-    if len(_KNOWN) >= _KNOWN_MAX:
-        _KNOWN.clear()
-    _KNOWN[raw[end + 2 :]] = data
+def rememberable(rest: bytes) -> bool:
+    """True when a document with this rest may be remembered (bounds a memo's memory)."""
+    return len(rest) <= _KNOWN_REST_MAX
 
 
 def raw_inner(raw: bytes, tag: str) -> bytes | None:
@@ -393,9 +369,10 @@ __all__ = [
     "Recipient",
     "data_content_from",
     "data_from",
-    "known_data",
+    "KNOWN_DOCUMENTS",
+    "document_shape",
     "originator_from",
     "raw_inner",
     "recipient_from",
-    "remember_data",
+    "rememberable",
 ]

@@ -38,11 +38,9 @@ from apexmesh.apex.data import (
     Recipient,
     data_content_from,
     data_from,
-    known_data,
     originator_from,
     raw_inner,
     recipient_from,
-    remember_data,
 )
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
@@ -56,6 +54,7 @@ from apexmesh.apex.options import (
 from apexmesh.beep.xml import Element
 
 if TYPE_CHECKING:
+    from apexmesh.apex.memo import ParseMemo
     from apexmesh.apex.report import Destination, StatusResponse
 
 #: Longest diagnostic put in an ``error`` built from an :class:`ApexError`. Messages quote
@@ -290,21 +289,24 @@ ApexElement: TypeAlias = (
 ApexMessage: TypeAlias = Attach | Bind | Terminate | Data | Ok | Error
 
 
-def parse_apex(body: bytes | str) -> ApexElement:
-    """Parse one application/beep+xml document holding any APEX element.
+def parse_apex(body: bytes | str, memo: ParseMemo | None = None) -> ApexElement:
+    """Parse one application/beep+xml document holding any APEX element; ``memo``
+    (owned by the caller, apexmesh/apex/memo.py) answers documents seen before.
 
     Raises :class:`ApexError`: 500 (not well-formed), 501 (DTD or media type broken,
     unknown element), 553 (bad endpoint or domain), 554 (local limit exceeded).
     """
     raw = _dtd.raw_bytes(body)
-    known = known_data(raw)  # most data: no parse at all (see known_data)
-    if known is not None:
-        return known
+    if memo is not None:
+        known = memo.known_data(raw)  # most data: no parse at all
+        if known is not None:
+            return known
     root = _dtd.parse_root(raw)
     tag = _dtd.tag_of(root)
     if tag == "data":
-        data = data_from(root, raw)
-        remember_data(raw, data)
+        data = data_from(root, raw, memo)
+        if memo is not None:
+            memo.remember_data(raw, data)
         return data
     if tag == "data-content":
         return data_content_from(root, raw)
@@ -324,10 +326,10 @@ def parse_apex(body: bytes | str) -> ApexElement:
 _MESSAGE_CLASSES: Final = (Data, Ok, Error, Attach, Bind, Terminate)
 
 
-def parse_message(body: bytes | str) -> ApexMessage:
+def parse_message(body: bytes | str, memo: ParseMemo | None = None) -> ApexMessage:
     """Parse a BEEP payload of the APEX profile: attach, bind, terminate or data (MSG),
     ok (RPY) or error (ERR); anything else is 501."""
-    element = parse_apex(body)
+    element = parse_apex(body, memo)
     if not isinstance(element, _MESSAGE_CLASSES):
         _dtd.fail(f"{type(element).__name__} is not an APEX message")
     return element

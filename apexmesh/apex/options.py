@@ -28,12 +28,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import Element, element_key
+
+if TYPE_CHECKING:
+    from apexmesh.apex.memo import ParseMemo
 
 #: Most ``option`` elements accepted in one containing element. RFC 3340 registers one
 #: option (statusRequest) and lets relays add administrative ones (section 4.4.4.1); 32
@@ -120,28 +123,21 @@ class Option:
         return f"<option{head}>".encode() + self.content + b"</option>"
 
 
-def option_from(element: Element) -> Option:
+def option_from(element: Element, memo: ParseMemo | None = None) -> Option:
     """Build an :class:`Option` from a parsed ``option`` element (501 if not valid).
 
     The same option arrives again and again (the dataHopping of every pubsub
-    publication, the statusRequest of a client): a valid one is kept by its
-    serialization, and an element serialized alike is the same (immutable) Option."""
+    publication, the statusRequest of a client): with a ``memo``, a valid one is kept by
+    its serialization, and an element serialized alike is the same (immutable) Option."""
+    if memo is None:
+        return _parse_option_element(element)
     key = element_key(element)
-    known = _PARSED.get(key)
+    known = memo.option(key)
     if known is not None:
         return known
     option = _parse_option_element(element)
-    if len(key) <= _PARSED_MAX_OCTETS:
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.clear()
-        _PARSED[key] = option
+    memo.remember_option(key, option)
     return option
-
-
-#: Options parsed lately, by serialization (see :func:`option_from`); bounded.
-_PARSED: dict[bytes, Option] = {}
-_PARSED_MAX: Final = 4096
-_PARSED_MAX_OCTETS: Final = 1024
 
 
 def _parse_option_element(element: Element) -> Option:
@@ -184,7 +180,9 @@ def parse_option(body: bytes | str) -> Option:
     return option_from(root)
 
 
-def options_from(elements: Sequence[Element], container: str) -> tuple[Option, ...]:
+def options_from(
+    elements: Sequence[Element], container: str, memo: ParseMemo | None = None
+) -> tuple[Option, ...]:
     """The ``option`` children of a containing element, bounded by
     :data:`MAX_OPTIONS_PER_ELEMENT` (554, a local policy limit)."""
     if len(elements) > MAX_OPTIONS_PER_ELEMENT:
@@ -192,7 +190,7 @@ def options_from(elements: Sequence[Element], container: str) -> tuple[Option, .
             f"{container}: more than {MAX_OPTIONS_PER_ELEMENT} options",
             ApexReplyCode.TRANSACTION_FAILED,
         )
-    return tuple(option_from(element) for element in elements)
+    return tuple(option_from(element, memo) for element in elements)
 
 
 def check_option_count(options: Sequence[Option], container: str) -> None:

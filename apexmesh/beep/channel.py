@@ -100,6 +100,12 @@ class Channel:
     reply_size: int = 0
     #: Fragments of the ANS messages in progress, by answer number.
     answers: dict[int, list[bytes]] = field(default_factory=dict)
+    #: Octets of the peer's complete MSGs handed to the application and not answered
+    #: yet, by message number: the application has not accepted responsibility for them
+    #: (RFC 3081 section 3.1.3), so they still occupy the receive window.
+    unanswered: dict[int, int] = field(default_factory=dict)
+    #: Their sum.
+    unanswered_octets: int = 0
 
     # --- the peer's MSGs, answered in order ------------------------------------------
     #: Message numbers of the peer's complete MSGs whose reply is not yet queued, in order.

@@ -94,6 +94,7 @@ from apexmesh.beep.tuning import (
     sasl_mechanism,
     sasl_profile,
 )
+from apexmesh.common.cache import BoundedCache, Eviction
 
 #: Octets of partially reassembled messages one session may hold across all channels.
 #: Windows bound each channel; this bounds their sum, so 1024 channels each holding a
@@ -250,7 +251,11 @@ class Session:
         #: Profile URIs offered in each start this peer sent, by channel number.
         self._start_offers: dict[int, tuple[str, ...]] = {}
         self._pending_mgmt: dict[int, tuple[str, int, object]] = {}
-        self._recently_closed: set[int] = set()
+        #: Channels closed last (a SEQ the peer sent before it saw the close is ignored):
+        #: the most recent ones are always remembered, however many came before.
+        self._recently_closed: BoundedCache[int, bool] = BoundedCache(
+            "recently closed channels", MAX_CHANNELS, policy=Eviction.FIFO
+        )
         self._next_channel = 1 if role is Role.INITIATOR else 2
         self._buffered = 0
         self._send_blocked = False
@@ -318,8 +323,8 @@ class Session:
         if self._tuning():
             self._trailing = self._reader.take_trailing_data()
         for channel in seq_due.values():
-            if channel.recv_credit <= channel.recv_window // 2 and channel.number in self._channels:
-                self._send_seq(channel)
+            if channel.number in self._channels:
+                self._maybe_send_seq(channel)
         self._flush()
         return self._take_events()
 
@@ -450,7 +455,7 @@ class Session:
         if not ch.recv_window <= octets <= MAX_WINDOW_OCTETS:
             raise LocalProtocolError("a window may grow up to 1 MiB, never shrink (RFC 1122)")
         ch.recv_window = octets
-        self._send_seq(ch)
+        self._maybe_send_seq(ch, at_least=1)
 
     def start_tls(self, server_name: str | None = None) -> int:
         """Ask the peer for TLS tuning (section 3.1); returns the channel number.
@@ -671,6 +676,9 @@ class Session:
         elif ch.sasl_server is not None:
             self._on_sasl_msg(ch, msgno, payload)
         else:
+            size = len(payload)
+            ch.unanswered[msgno] = size
+            ch.unanswered_octets += size
             self._events.append(ev.MessageReceived(channel=ch.number, msgno=msgno, payload=payload))
 
     def _preempt(self, ch: Channel, msgno: int, code: int, text: str) -> None:
@@ -1207,6 +1215,12 @@ class Session:
         ch.held.setdefault(msgno, []).append(item)
         if final:
             ch.completed.add(msgno)
+            answered = ch.unanswered.pop(msgno, 0)
+            if answered:
+                # The application took responsibility for the MSG: its octets leave
+                # the window (RFC 3081 section 3.1.3), which may now slide.
+                ch.unanswered_octets -= answered
+                self._maybe_send_seq(ch)
         while ch.peer_msgs:
             head = ch.peer_msgs[0]
             items = ch.held.pop(head, None)
@@ -1276,17 +1290,31 @@ class Session:
         self._active.pop(number, None)
         if ch is not None:
             self._buffered -= ch.in_size + ch.reply_size
-            if len(self._recently_closed) > MAX_CHANNELS:
-                self._recently_closed.clear()
-            self._recently_closed.add(number)
+            self._recently_closed.put(number, True)
 
     def _enqueue(self, ch: Channel, item: Outgoing) -> None:
         ch.queue.append(item)
         self._active[ch.number] = ch
 
-    def _send_seq(self, ch: Channel) -> None:
-        ch.recv_credit = ch.recv_window
-        self._out.append(encode_seq(ch.number, ch.recv_seqno, ch.recv_window))
+    def _maybe_send_seq(self, ch: Channel, *, at_least: int | None = None) -> None:
+        """Advertise a new window when it moves the right edge far enough.
+
+        The window is the buffer space still available to the channel (RFC 3081 section
+        3.1.4): the advertised size less the octets of MSGs the application has not
+        answered yet. A peer whose MSGs wait for the application (a relay holding
+        data back under load) so finds the window closed, and it opens again as answers
+        are given: flow control per channel, end to end, while replies and the other
+        channels keep flowing. A SEQ goes out when it moves the right edge by half the
+        window or more (``at_least`` octets when given), and never moves it left.
+        """
+        if self._ended or ch.number not in self._channels:
+            return
+        available = ch.recv_window - ch.unanswered_octets
+        threshold = ch.recv_window // 2 if at_least is None else at_least
+        if available - ch.recv_credit < threshold:
+            return
+        ch.recv_credit = available
+        self._out.append(encode_seq(ch.number, ch.recv_seqno, available))
 
     def _flush(self) -> None:
         """Cut frames from the channel queues, round-robin, within the peer's windows."""

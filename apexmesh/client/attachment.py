@@ -111,8 +111,11 @@ class Attachment:
         final hop, timing error and transient reports too; ``hold`` adds hold4Endpoint
         (section 3): a recipient that is not attached gets the data when it attaches.
         Raises ApexRequestError with the relay's code (450 when held data would exceed
-        the relay's quota), AttachmentTerminatedError once the attachment ended.
+        the relay's quota, 421 when every recipient's queue stayed full), and
+        AttachmentTerminatedError once the attachment ended. Waits first while the
+        client has ``max_in_flight`` data unanswered (the relay slows its senders).
         """
+        await self._client.writable()
         return await self.submit(
             recipients,
             content,

@@ -37,6 +37,7 @@ from apexmesh.apex.elements import Attach, Error, Ok, Terminate, parse_message
 from apexmesh.apex.endpoint import SERVICE_PREFIX, Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.holding import HOLD_FOR_ENDPOINT
+from apexmesh.apex.memo import ParseMemo
 from apexmesh.apex.options import STATUS_REQUEST, Option, TargetHop
 from apexmesh.apex.report import SERVICE_NAME, StatusResponse, parse_status_response
 from apexmesh.apex.timing import DataTiming, data_timing_option
@@ -57,6 +58,9 @@ from apexmesh.client.reports import SendResult
 from apexmesh.client.trans_ids import TransIds
 
 logger = logging.getLogger(__name__)
+
+#: Data a client keeps in flight (sent, not answered) before :meth:`Attachment.send` waits.
+DEFAULT_MAX_IN_FLIGHT: Final = 1024
 
 #: The APEX profile (RFC 3340 section 4.2).
 APEX_PROFILE: Final = "http://iana.org/beep/APEX"
@@ -144,10 +148,25 @@ class ApexClient:
     """An APEX application's session with its relay (endpoint-relay mode, RFC 3340
     section 2.1). Use :func:`connect_endpoint` to make one."""
 
-    def __init__(self, conn: BeepConnection, *, queue_limit: int = DEFAULT_QUEUE_LIMIT) -> None:
+    def __init__(
+        self,
+        conn: BeepConnection,
+        *,
+        queue_limit: int = DEFAULT_QUEUE_LIMIT,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    ) -> None:
         #: The BEEP session (for TLS and SASL state, peer identity, ...).
         self.conn = conn
         self._queue_limit = queue_limit
+        #: What this client remembers of the documents it parses (apexmesh/apex/memo.py).
+        self._memo = ParseMemo()
+        #: Data sent and not answered yet, and the bound past which send() waits: a
+        #: relay that holds answers back (flow control) slows this client too, instead
+        #: of its outgoing queue growing.
+        self._in_flight = 0
+        self._max_in_flight = max_in_flight
+        self._writable = asyncio.Event()
+        self._writable.set()
         self._channel: Channel | None = None
         self._channel_lock = asyncio.Lock()
         self._reader: asyncio.Task[None] | None = None
@@ -359,11 +378,36 @@ class ApexClient:
     ) -> asyncio.Future[SendResult]:
         done: asyncio.Future[SendResult] = self.conn.loop.create_future()
         try:
-            channel.send_then(payload, functools.partial(_settle_send, result, done))
+            channel.send_then(payload, functools.partial(self._answered, result, done))
         except ConnectionClosedError:
             result.close()
             raise SessionClosedError() from None
+        self._in_flight += 1
+        if self._in_flight >= self._max_in_flight:
+            self._writable.clear()
         return done
+
+    def _answered(
+        self,
+        result: SendResult,
+        done: asyncio.Future[SendResult],
+        reply: Reply | ConnectionClosedError,
+    ) -> None:
+        self._in_flight -= 1
+        if self._in_flight < self._max_in_flight:
+            self._writable.set()
+        _settle_send(result, done, reply)
+
+    @property
+    def in_flight(self) -> int:
+        """Data sent and not answered by the relay yet."""
+        return self._in_flight
+
+    async def writable(self) -> None:
+        """Wait until fewer than ``max_in_flight`` data await the relay's answer.
+        :meth:`Attachment.send` does; a producer using :meth:`Attachment.submit` (which
+        never waits) calls it to be slowed by the relay as well."""
+        await self._writable.wait()
 
     def _unregister_result(self, result: SendResult) -> None:
         for trans_id in result.trans_ids:
@@ -399,7 +443,7 @@ class ApexClient:
         full receive queue) comes back as an awaitable, the rest is done on return."""
         try:
             payload = parse_payload(incoming.payload)
-            message = parse_message(payload.control)
+            message = parse_message(payload.control, self._memo)
         except ApexError as exc:
             incoming.error(beep_xml(Error.from_exception(exc).to_xml()))
             return None
@@ -564,6 +608,7 @@ async def connect_endpoint(
     sasl: tuple[str, str, str] | None = None,
     config: SessionConfig | None = None,
     queue_limit: int = DEFAULT_QUEUE_LIMIT,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     timeout: float = 10.0,  # noqa: ASYNC109  (bounds connect, tuning and SASL together)
 ) -> ApexClient:
     """Open a BEEP session to an APEX relay (RFC 3340 section 3).
@@ -598,7 +643,7 @@ async def connect_endpoint(
     except BaseException:
         await _release(conn, timeout)
         raise
-    return ApexClient(conn, queue_limit=queue_limit)
+    return ApexClient(conn, queue_limit=queue_limit, max_in_flight=max_in_flight)
 
 
 async def _release(conn: BeepConnection, timeout: float) -> None:  # noqa: ASYNC109

@@ -76,7 +76,7 @@ def as_recipients(values: RecipientLike | Iterable[RecipientLike]) -> tuple[Reci
     if isinstance(values, Endpoint | str | Recipient):
         values = (values,)
     return tuple(
-        value if isinstance(value, Recipient) else Recipient.plain(as_endpoint(value))
+        value if isinstance(value, Recipient) else Recipient(identity=as_endpoint(value))
         for value in values
     )
 
@@ -84,7 +84,7 @@ def as_recipients(values: RecipientLike | Iterable[RecipientLike]) -> tuple[Reci
 @functools.lru_cache(maxsize=4096)
 def _recipient_named(text: str) -> tuple[Recipient, ...]:
     """One recipient named by its text (the common call), parsed once per text."""
-    return (Recipient.plain(as_endpoint(text)),)
+    return (Recipient(identity=as_endpoint(text)),)
 
 
 @functools.lru_cache(maxsize=256)

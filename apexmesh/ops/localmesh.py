@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -33,10 +34,11 @@ import httpx
 
 from apexmesh.ops.targets import Context, Target, write_context
 
-#: Seconds a child gets to print its listening line and report ready.
 _log = logging.getLogger(__name__)
 
-READY_TIMEOUT_SECONDS: Final = 30.0
+#: Seconds a child gets to print its listening line and report ready (a loaded 2-core
+#: machine starting thirteen Python processes at once needs tens of seconds).
+READY_TIMEOUT_SECONDS: Final = 60.0
 #: Starts tried before giving up (a port picked free may be taken before it is bound).
 START_ATTEMPTS: Final = 3
 #: Seconds a child gets to exit after SIGTERM before it is killed.
@@ -93,17 +95,26 @@ CONTEXT_FILE: Final = "apexctl.yaml"
 DEMO_TOPIC: Final = "demo.news"
 
 
-def pubsub_access_entries(domain: str) -> str:
+def pubsub_access_entries(domain: str, topics: Sequence[str] = ()) -> str:
     """Access entries of draft-schwartz-apex-pubsub section 7 for the local mesh: the
     domain's own endpoints manage topics (each owns the topics it creates: it may
     subscribe, publish and grant access on them); anyone may subscribe to, cancel and
-    publish to the demo topic."""
-    return (
+    publish to the demo topic, and subscribe and publish to ``topics`` (a benchmark's)."""
+    manage = (
         f"<access owner='apex=pubsub@{domain}' actor='*@{domain}' "
         "actions='pubsub:createtopic pubsub:deletetopic pubsub:listtopics' />"
+    )
+    demo = (
         f"<access owner='apex=pubsub/{DEMO_TOPIC}@{domain}' actor='*@*' "
         "actions='pubsub:subscribe pubsub:cancel core:data' />"
     )
+    # As short as they can be: 10,000 of them must fit the access service's 1 MiB seed.
+    extra = "".join(
+        f"<access owner='apex=pubsub/{topic}@{domain}' actor='*@*' "
+        "actions='pubsub:subscribe core:data'/>"
+        for topic in topics
+    )
+    return manage + demo + extra
 
 
 class LocalMesh:
@@ -115,6 +126,7 @@ class LocalMesh:
         *,
         python: str = sys.executable,
         dev: bool = False,
+        topics: Sequence[str] = (),
         log_level: str = "INFO",
         dashboard: bool = True,
     ) -> None:
@@ -122,6 +134,8 @@ class LocalMesh:
         self.python = python
         #: A development run: plaintext BEEP, no SASL, anonymous attach (benchmarks only).
         self.dev = dev
+        #: Topics anyone may subscribe and publish to, besides the demo's (benchmarks).
+        self.topics = tuple(topics)
         #: APEXMESH_LOG_LEVEL of every service.
         self.log_level = log_level
         #: Run the web dashboard too (services/dashboard/).
@@ -176,7 +190,7 @@ class LocalMesh:
                 + f"<access owner='apex=presence@{domain}' actor='*@*' actions='core:data' />"
             )
             # pubsub (issue #7): who may manage topics, and the demo's topic.
-            entries += pubsub_access_entries(domain)
+            entries += pubsub_access_entries(domain, self.topics)
             seed.write_text(f"<access-entries>{entries}</access-entries>", encoding="utf-8")
             seeds[domain] = seed
             # The domain's endpoints (RFC 3341 step 2: an owner must be a valid address).

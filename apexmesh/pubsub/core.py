@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.data import Data, Originator, Recipient
@@ -53,6 +53,9 @@ from apexmesh.pubsub.elements import (
     topic_endpoint,
     topic_of,
 )
+
+if TYPE_CHECKING:
+    from apexmesh.apex.memo import ParseMemo
 
 #: Hop budget of data the service originates for a topic (RFC 3342 section 4): a tree of
 #: redistributing servers deeper than this is refused by the relays (550).
@@ -491,8 +494,14 @@ def publish(
     # Split horizon: data from a redistributing server never goes back to it; an
     # application that publishes to a topic it subscribes to gets its data as anyone.
     horizon = originator if topic_of(originator) is not None else None
+    # One copy per subscriber, however many subscriptions it holds (schema v2 keys
+    # subscriptions by id as well: docs/pubsub.md).
     recipients = tuple(
-        sub.subscriber for sub in subscriptions if sub.active(now_ms) and sub.subscriber != horizon
+        dict.fromkeys(
+            sub.subscriber
+            for sub in subscriptions
+            if sub.active(now_ms) and sub.subscriber != horizon
+        )
     )
     return PublishPlan(code=250, step="4.7.1/2", recipients=recipients)
 
@@ -522,14 +531,25 @@ def forward_data(
     *,
     hops: int,
     trans_id: int,
+    memo: ParseMemo | None = None,
 ) -> Data:
     """The data of section 4.7.1 step 2: from ``apex=pubsub/TOPIC@DOMAIN`` to the
-    subscribers, with dataHopping (section 3's example), content untouched."""
+    subscribers, with dataHopping (section 3's example), content untouched; ``memo``
+    shares each subscriber's recipient element between publications."""
+    if memo is None:
+        named = tuple(Recipient(identity=r) for r in recipients)
+        hopping = data_hopping_option(trans_id, hops, report_errors=True)
+    else:
+        named = tuple(memo.recipient(r) for r in recipients)
+        hopping = memo.option_made(
+            (DATA_HOPPING, trans_id, hops),
+            lambda: data_hopping_option(trans_id, hops, report_errors=True),
+        )
     return Data(
         content=data.content,
         originator=Originator(identity=topic_endpoint(topic, domain)),
-        recipients=tuple(Recipient.plain(r) for r in recipients),
-        options=(data_hopping_option(trans_id, hops, report_errors=True),),
+        recipients=named,
+        options=(hopping,),
         data_content=data.data_content,
     )
 

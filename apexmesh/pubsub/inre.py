@@ -74,7 +74,7 @@ def recipients(
     return tuple(
         Recipient(identity=endpoint, options=(inre_option(ids, trans_id),))
         if ids
-        else Recipient.plain(endpoint)
+        else Recipient(identity=endpoint)
         for endpoint, ids in deliveries.items()
     )
 

@@ -35,7 +35,7 @@ from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import ELEMENT_NODES, Element, XmlError, XmlSchema, compile_schema, to_bytes
-from apexmesh.pubsub.cache import BoundedCache
+from apexmesh.common.cache import BoundedCache
 from apexmesh.pubsub.selection.types import TypeMap, local_name
 from apexmesh.pubsub.topic_description import SchemaSource, TopicSettings
 

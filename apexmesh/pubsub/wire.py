@@ -20,6 +20,7 @@ from apexmesh.apex.data import Data, DataContent, Originator, Recipient
 from apexmesh.apex.elements import parse_message, reply_from
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
+from apexmesh.apex.memo import ParseMemo
 from apexmesh.beep.mime import beep_xml
 from apexmesh.pubsub.elements import CONTENT_NAME
 
@@ -96,10 +97,13 @@ def last_update(answer: bytes) -> str:
     return ""
 
 
-def delivered_content(payload: bytes) -> tuple[Data, bytes, tuple[MimePart, ...]]:
-    """The data of a delivered payload, its content octets and its MIME parts."""
+def delivered_content(
+    payload: bytes, memo: ParseMemo | None = None
+) -> tuple[Data, bytes, tuple[MimePart, ...]]:
+    """The data of a delivered payload, its content octets and its MIME parts (``memo``:
+    the reader's, so publications that differ only in their content parse once)."""
     parsed = parse_payload(payload)
-    element = parse_message(parsed.control)
+    element = parse_message(parsed.control, memo)
     if not isinstance(element, Data):
         raise ApexError(ApexReplyCode.PARAMETER_SYNTAX_ERROR, "payload is not data")
     resolved = resolve_content(element, parsed.parts)

@@ -1,19 +1,41 @@
 """Client of the relays' ``RelayService.Submit`` for services that originate data.
 
-A well-known endpoint (``apex=presence@DOMAIN``, ...) answers and notifies by submitting
-a complete BEEP payload through any relay pod of its domain: round-robin start, failover
-to the next address only on gRPC UNAVAILABLE (the call reached no relay, so another
-cannot duplicate the data). Any other failure is 451 and not retried; 421 when no relay
-could be reached. Upstream error text is logged, never echoed (STYLE.md 3.3, habit 5).
-An ``observe(address, outcome)`` callback lets a service count calls per relay.
+A well-known endpoint (``apex=presence@DOMAIN``, ``apex=pubsub@DOMAIN``, ...) answers,
+notifies and forwards by submitting a complete BEEP payload through any relay pod of its
+domain. Which failures are retried, and where:
+
+- **UNAVAILABLE** (the call reached no relay, or the connection broke): the next relay
+  address, at once; after a whole round of unavailable relays, again after a backoff.
+  The same ``submission_id`` goes along; a relay that took the data and then broke the
+  connection (rare: UNAVAILABLE normally means the call went nowhere) may therefore
+  relay it once more through another pod: at least once, never lost.
+- **A call cut off mid-flight** (CANCELLED, DEADLINE_EXCEEDED, UNKNOWN, INTERNAL,
+  ABORTED, RESOURCE_EXHAUSTED): its outcome is unknown, the relay may have relayed the
+  data. With a ``submission_id`` it is sent again, after a backoff, to the same relay with
+  the same id: a relay that has seen the id answers as it did for the first attempt and
+  relays nothing twice (``SubmitRequest.submission_id``). Without an id it is not
+  retried (it could be relayed twice) and answered 451.
+
+Attempts are bounded (``attempts``); the last failure's code is the answer (421 when no
+relay could be reached, 451 when the outcome stayed unknown), every final failure is
+logged and seen by ``observe(address, "gave-up")``. Upstream error text is logged, never
+echoed (STYLE.md 3.3, habit 5).
+
+Flow control: with ``limit`` (an :class:`asyncio.Semaphore` shared by the submitters of
+one process) at most that many Submits are out at once; a caller waits for room, so a
+busy relay slows whoever sends through it instead of piling calls up.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import random
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import grpc
 
@@ -27,8 +49,33 @@ _log = logging.getLogger(__name__)
 ChannelFactory = Callable[[str], grpc.aio.Channel]
 
 
-#: Sees every relay call: (address, "answered" | "unavailable" | "failed").
+#: Sees every relay call: (address, "answered" | "unavailable" | "failed" | "gave-up").
 CallObserver = Callable[[str, str], None]
+
+#: Seconds to wait before attempt ``n`` (1, 2, ...) after a failure.
+Backoff = Callable[[int], float]
+
+#: Codes of a call cut off mid-flight: it may have reached the relay.
+CUT_OFF: Final = frozenset(
+    {
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+
+#: Default number of attempts of one submission.
+DEFAULT_ATTEMPTS: Final = 4
+
+
+def exponential_backoff(attempt: int) -> float:
+    """50 ms, 100 ms, 200 ms ... at most 1 s, with up to 50 % jitter (no thundering herd
+    when a relay comes back)."""
+    base = min(1.0, 0.05 * 2.0 ** max(0, attempt - 1))
+    return base * (0.5 + random.random() / 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +99,9 @@ class RelaySubmitter:
         timeout: float,
         channel_factory: ChannelFactory = observed_channel,
         observe: CallObserver | None = None,
+        attempts: int = DEFAULT_ATTEMPTS,
+        backoff: Backoff = exponential_backoff,
+        limit: asyncio.Semaphore | None = None,
     ) -> None:
         self._observe = observe
         self._channels = [(address, channel_factory(address)) for address in addresses]
@@ -60,6 +110,9 @@ class RelaySubmitter:
             for address, channel in self._channels
         ]
         self._timeout = timeout
+        self._attempts = max(1, attempts)
+        self._backoff = backoff
+        self._limit = limit
         self._next = 0
 
     @property
@@ -67,13 +120,19 @@ class RelaySubmitter:
         return tuple(address for address, _ in self._stubs)
 
     async def submit(
-        self, originator: str, payload: bytes, *, key: str | None = None
+        self,
+        originator: str,
+        payload: bytes,
+        *,
+        key: str | None = None,
+        submission_id: str = "",
     ) -> SubmitOutcome:
         """Submit ``payload`` as ``originator``; never raises for relay trouble.
 
         With ``key`` (e.g. the recipient) the same relay is tried first for every
         submission with that key, so data to one recipient keeps its order (two pods may
         otherwise deliver a later element first); without, the start is round-robin.
+        With ``submission_id`` a call cut off mid-flight is retried (module docstring).
         """
         count = len(self._stubs)
         if count == 0:
@@ -84,32 +143,69 @@ class RelaySubmitter:
             start, self._next = self._next, (self._next + 1) % count
         else:
             start = zlib.crc32(key.encode("utf-8", "surrogatepass")) % count
-        request = relay_pb2.SubmitRequest(originator=originator, payload=payload)
-        for step in range(count):
-            address, stub = self._stubs[(start + step) % count]
-            try:
-                response = await stub.Submit(request, timeout=self._timeout)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                    self._seen(address, "unavailable")
-                    _log.warning("relay %s unavailable, trying the next one", address)
-                    continue
+        request = relay_pb2.SubmitRequest(
+            originator=originator, payload=payload, submission_id=submission_id
+        )
+        turn, unavailable = start, 0
+        outcome = SubmitOutcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay reachable")
+        attempts = max(self._attempts, count)  # every relay is tried at least once
+        for attempt in range(1, attempts + 1):
+            address, stub = self._stubs[turn % count]
+            async with self._room():
+                try:
+                    response = await stub.Submit(request, timeout=self._timeout)
+                except grpc.aio.AioRpcError as exc:
+                    code = exc.code()
+                else:
+                    self._seen(address, "answered")
+                    return self._answer(address, response)
+            if code == grpc.StatusCode.UNAVAILABLE:
+                self._seen(address, "unavailable")
+                _log.warning("relay %s unavailable, trying the next one", address)
+                outcome = SubmitOutcome(
+                    ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay reachable", "unavailable"
+                )
+                turn, unavailable = turn + 1, unavailable + 1
+                if unavailable % count:
+                    continue  # another relay not tried in this round: at once
+            else:
                 self._seen(address, "failed")
-                _log.warning("relay %s: Submit failed: %s %s", address, exc.code(), exc.details())
-                return SubmitOutcome(
+                _log.warning("relay %s: Submit cut off: %s", address, code)
+                outcome = SubmitOutcome(
                     ApexReplyCode.ACTION_ABORTED, "relay call failed; outcome unknown", "aborted"
                 )
-            self._seen(address, "answered")
-            code, text = response.status.code, response.status.text
-            if not 200 <= code <= 599:
-                _log.warning("relay %s answered no valid reply code (%d)", address, code)
-                return SubmitOutcome(
-                    ApexReplyCode.ACTION_ABORTED, "relay answered no valid reply code", "aborted"
-                )
-            return SubmitOutcome(code, text)
-        return SubmitOutcome(
-            ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay reachable", "unavailable"
+                if code not in CUT_OFF or not submission_id:
+                    break  # a retry could relay it twice (no id), or would fail alike
+            if attempt < attempts:
+                await asyncio.sleep(self._backoff(attempt))
+        self._seen(self._stubs[turn % count][0], "gave-up")
+        _log.warning(
+            "Submit as %s (id %r) abandoned after %d attempts: %d %s",
+            originator,
+            submission_id,
+            attempt,
+            outcome.code,
+            outcome.text,
         )
+        return outcome
+
+    @contextlib.asynccontextmanager
+    async def _room(self) -> AsyncIterator[None]:
+        if self._limit is None:
+            yield
+            return
+        async with self._limit:
+            yield
+
+    @staticmethod
+    def _answer(address: str, response: relay_pb2.SubmitResponse) -> SubmitOutcome:
+        code, text = response.status.code, response.status.text
+        if not 200 <= code <= 599:
+            _log.warning("relay %s answered no valid reply code (%d)", address, code)
+            return SubmitOutcome(
+                ApexReplyCode.ACTION_ABORTED, "relay answered no valid reply code", "aborted"
+            )
+        return SubmitOutcome(code, text)
 
     def _seen(self, address: str, outcome: str) -> None:
         if self._observe is not None:
@@ -121,4 +217,12 @@ class RelaySubmitter:
             await channel.close()
 
 
-__all__ = ["CallObserver", "ChannelFactory", "RelaySubmitter", "SubmitOutcome"]
+__all__ = [
+    "CUT_OFF",
+    "Backoff",
+    "CallObserver",
+    "ChannelFactory",
+    "RelaySubmitter",
+    "SubmitOutcome",
+    "exponential_backoff",
+]

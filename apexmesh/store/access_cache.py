@@ -2,8 +2,9 @@
 
 The relay asks "may this originator send to this recipient" (``core:data``) for every
 recipient of every data element. Asking the access service each time would put a gRPC
-round trip on the hot path, so callers keep decisions in a local dictionary and drop them
-when they may have become wrong. The protocol (docs/access.md, "Cache protocol"):
+round trip on the hot path, so callers keep decisions in a local bounded cache (LRU,
+:class:`~apexmesh.common.cache.BoundedCache`) and drop them when they may have become
+wrong. The protocol (docs/access.md, "Cache protocol"):
 
 1. Every committed change increments the version counter and publishes
    ``"<version> <owner>"`` on the change channel in the same Lua script
@@ -36,6 +37,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from apexmesh.apex.access import Decision
+from apexmesh.common.cache import BoundedCache
 from apexmesh.store.keys import Keys
 
 _log = logging.getLogger(__name__)
@@ -43,7 +45,7 @@ _log = logging.getLogger(__name__)
 #: A check as the relay asks it: (owner, actor, token).
 CheckKey = tuple[str, str, str]
 
-#: Largest number of decisions kept; past it the cache is cleared (cheap and bounded).
+#: Largest number of decisions kept; past it the least recently used one makes room.
 DEFAULT_MAX_DECISIONS: Final = 200_000
 
 
@@ -76,8 +78,13 @@ class CachedAccessChecker:
         self._keys = keys
         self._resync_interval = resync_interval
         self._max_decisions = max_decisions
-        self._decisions: dict[CheckKey, Decision] = {}
-        self._by_owner: dict[str, list[CheckKey]] = {}
+        self._decisions: BoundedCache[CheckKey, Decision] = BoundedCache(
+            "access-decisions", max_decisions
+        )
+        #: The cached checks of each owner (for :meth:`_invalidate_owner`). Entries the
+        #: cache evicted stay here until the index is rebuilt (:meth:`_store`).
+        self._by_owner: dict[str, set[CheckKey]] = {}
+        self._indexed = 0
         self._version = -1
         self._generation = 0
         self._synced = False
@@ -164,22 +171,32 @@ class CachedAccessChecker:
         return decisions, version
 
     def _store(self, answers: dict[CheckKey, Decision]) -> None:
-        if len(self._decisions) + len(answers) > self._max_decisions:
-            self._invalidate_all()
         for key, decision in answers.items():
-            if key not in self._decisions:
-                self._by_owner.setdefault(key[0], []).append(key)
-            self._decisions[key] = decision
+            owners = self._by_owner.setdefault(key[0], set())
+            if key not in owners:
+                owners.add(key)
+                self._indexed += 1
+            self._decisions.put(key, decision)
+        if self._indexed > 2 * self._max_decisions:
+            # The index names evicted checks too: rebuild it from what is cached, so it
+            # stays within twice the cache's size (amortized, one pass per evicted half).
+            self._by_owner = {}
+            for key in self._decisions:
+                self._by_owner.setdefault(key[0], set()).add(key)
+            self._indexed = len(self._decisions)
 
     def _invalidate_owner(self, owner: str) -> None:
         self._generation += 1
-        for key in self._by_owner.pop(owner, ()):
-            self._decisions.pop(key, None)
+        keys = self._by_owner.pop(owner, set())
+        self._indexed -= len(keys)
+        for key in keys:
+            self._decisions.pop(key)
 
     def _invalidate_all(self) -> None:
         self._generation += 1
         self._decisions.clear()
         self._by_owner.clear()
+        self._indexed = 0
 
     def _notified(self, payload: str) -> None:
         version_text, _, owner = payload.partition(" ")

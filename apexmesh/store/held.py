@@ -45,6 +45,7 @@ from typing import Final
 from redis.asyncio import Redis
 
 from apexmesh.apex.holding import QUOTA_CODE, HoldLimits
+from apexmesh.store.batching import Coalescer
 from apexmesh.store.keys import Keys
 
 # Common ARGV of the scripts below (key prefixes come from Keys, never spelled here):
@@ -374,6 +375,20 @@ class HeldStore:
         self._reports_key = [keys.held_report_after()]
         self._claim = redis.register_script(_CLAIM)
         self._release = redis.register_script(_RELEASE)
+        self._queued: Coalescer[str, bool] = Coalescer("held-queued", self._any_queued)
+
+    async def _any_queued(self, endpoints: Sequence[str]) -> list[bool]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for endpoint in endpoints:
+                pipe.exists(self._keys.held_queue(endpoint))
+            return [bool(found) for found in await pipe.execute()]
+
+    async def has_held(self, endpoint: str) -> bool:
+        """Whether anything is held for ``endpoint``: what an attach asks before it
+        claims a drain. The checks of endpoints attaching at once share round trips
+        (:class:`~apexmesh.store.batching.Coalescer`), so a thousand attaches with
+        nothing held cost a few pipelines, not four scripts each."""
+        return await self._queued.call(endpoint)
 
     async def hold(
         self,

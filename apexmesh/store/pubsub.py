@@ -7,7 +7,8 @@ are stateless, so everything is here, under the keys of :mod:`apexmesh.store.key
 (``pubsub_*``):
 
 - topics (one HASH), each topic's subscriptions (a HASH per topic) and a per-topic
-  version counter, so a pod may cache a subscriber list and re-read it only on change;
+  version counter (optimistic commits of topic creation and deletion); pods cache
+  subscriber lists and follow the event log (:mod:`apexmesh.store.pubsub_cache`);
 - leases: a ZSET scored by lease end; :meth:`PubsubStore.claim_expired` ends what is due
   in one script, so two pods can never both end (and both cancel) the same lease;
 - the event log: a STREAM with one entry per change (schema v1, :data:`EVENT_FIELDS`,
@@ -24,6 +25,7 @@ Every multi-key change is one Lua script (no half-applied change is ever visible
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -102,28 +104,6 @@ redis.call('INCR', KEYS[1])
 return 1
 """
 
-# KEYS: topics, version, subscriptions, journal.
-# ARGV: topic field, cached version, journal id ("" = none), journal entry.
-# Returns {0} for an unknown topic, {1, version} when the cache is current, else
-# {1, version, '*', field, value, ...}. The journal entry is written only for a known topic.
-_ACCEPT_PUBLISH: Final = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-    return {0}
-end
-if ARGV[3] ~= '' then
-    redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])
-end
-local version = redis.call('GET', KEYS[2]) or '0'
-if version == ARGV[2] then
-    return {1, version}
-end
-local out = {1, version, '*'}
-for _, item in ipairs(redis.call('HGETALL', KEYS[3])) do
-    table.insert(out, item)
-end
-return out
-"""
-
 # KEYS: expiry, journal, events.
 # ARGV: now ms, limit, subscriptions key prefix, version key prefix, pod id.
 # Ends every lease due at ``now`` (renewed ones are skipped): removes the subscription,
@@ -162,6 +142,21 @@ end
 return out
 """
 
+# KEYS: topics, expiry of the domain. ARGV: "<domain> " (the topics' field prefix).
+# Returns {topics of the domain, subscriptions of the domain} without sending either
+# list to the client: the leader's gauges every second cost Redis a scan of the topic
+# names, not the pod a decode of every topic and subscription.
+_COUNTS: Final = """
+local topics = 0
+local prefix = ARGV[1]
+for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(name, 1, #prefix) == prefix then
+        topics = topics + 1
+    end
+end
+return {topics, redis.call('ZCARD', KEYS[2])}
+"""
+
 # KEYS: leader. ARGV: pod id, lease ms. Returns 1 while this pod leads.
 _LEAD: Final = """
 local holder = redis.call('GET', KEYS[1])
@@ -198,6 +193,13 @@ class JournalEntry:
 
     def encode(self, pod: str, at_ms: int) -> str:
         return json.dumps({**self.fields, "kind": self.kind, "pod": pod, "at_ms": str(at_ms)})
+
+    @property
+    def submission_id(self) -> str:
+        """The ``SubmitRequest.submission_id`` of this entry's send: the same on every
+        pod that does it, and short whatever the entry id (a lease end's names the
+        topic and the subscriber)."""
+        return "journal-" + hashlib.blake2b(self.id.encode(), digest_size=16).hexdigest()
 
     @classmethod
     def decode(cls, entry_id: str, text: str) -> JournalEntry:
@@ -271,8 +273,8 @@ class PubsubStore:
         self._keys = keys
         self.pod_id = pod_id
         self._commit = redis.register_script(_COMMIT)
-        self._accept = redis.register_script(_ACCEPT_PUBLISH)
         self._claim = redis.register_script(_CLAIM_EXPIRED)
+        self._counts = redis.register_script(_COUNTS)
         self._lead = redis.register_script(_LEAD)
         self._resign = redis.register_script(_RESIGN)
 
@@ -317,50 +319,6 @@ class PubsubStore:
                     pairs += [str(subscriber), value]
         return TopicView(exists, int(version or 0), _subscriptions(topic, pairs), _creator(record))
 
-    async def accept_publish(
-        self, domain: str, topic: str, cached_version: int, entry: JournalEntry | None, now_ms: int
-    ) -> tuple[bool, int, dict[Endpoint, Subscription] | None]:
-        """Known topic? Journal ``entry`` if so; the subscriptions unless
-        ``cached_version`` is still current (then None)."""
-        answer = await self._accept(
-            keys=[
-                self._keys.pubsub_topics(),
-                self._keys.pubsub_version(domain, topic),
-                self._keys.pubsub_subscriptions(domain, topic),
-                self._keys.pubsub_journal(domain),
-            ],
-            args=[
-                self.topic_field(domain, topic),
-                str(cached_version),
-                "" if entry is None else entry.id,
-                "" if entry is None else entry.encode(self.pod_id, now_ms),
-            ],
-        )
-        if not answer or int(answer[0]) == 0:
-            return False, 0, None
-        version = int(_text(answer[1]))
-        if len(answer) == 2:
-            return True, version, None
-        return True, version, _subscriptions(topic, answer[3:])
-
-    async def placement(self, endpoints: Sequence[Endpoint]) -> dict[Endpoint, str]:
-        """The gRPC address of the relay pod holding each endpoint's attachment (the
-        relays' table, :mod:`apexmesh.store.attachments`), for those attached now."""
-        if not endpoints:
-            return {}
-        pods = await self._redis.mget([self._keys.attachment(str(e)) for e in endpoints])
-        ids = sorted({_text(p) for p in pods if p is not None})
-        if not ids:
-            return {}
-        found = await self._redis.mget([self._keys.relay_pod(i) for i in ids])
-        addresses = {i: _text(a) for i, a in zip(ids, found, strict=True) if a is not None}
-        out: dict[Endpoint, str] = {}
-        for endpoint, pod in zip(endpoints, pods, strict=True):
-            address = None if pod is None else addresses.get(_text(pod))
-            if address is not None:
-                out[endpoint] = address
-        return out
-
     async def next_expiry(self, domain: str) -> int | None:
         """The earliest lease end (ms) in ``domain``, None when no lease runs."""
         first = await self._redis.zrange(self._keys.pubsub_expiry(domain), 0, 0, withscores=True)
@@ -397,6 +355,15 @@ class PubsubStore:
             )
             for (where, topic, record), count in zip(found, counts, strict=True)
         ]
+
+    async def counts(self, domain: str) -> tuple[int, int]:
+        """(topics, subscriptions) of ``domain``: every subscription has its lease in
+        the domain's expiry set, so that set's size is their number."""
+        topics, subscriptions = await self._counts(
+            keys=[self._keys.pubsub_topics(), self._keys.pubsub_expiry(domain)],
+            args=[self.topic_field(domain, "")],
+        )
+        return int(topics), int(subscriptions)
 
     async def pending(self, domain: str) -> list[JournalEntry]:
         """The domain's journal: work accepted and not yet done (sends, publications

@@ -3,6 +3,8 @@
 - ``APEXMESH_DOMAINS`` (required): administrative domains served, comma-separated.
 - ``APEXMESH_REDIS_URL`` (``redis://127.0.0.1:6379/0``): TLS or a password unless dev.
 - ``APEXMESH_REDIS_PREFIX`` (``apexmesh``): prefix of every key (``store/keys.py``).
+- ``APEXMESH_REDIS_MAX_CONNECTIONS`` (``64``), ``APEXMESH_REDIS_POOL_TIMEOUT_SECONDS`` (``5``):
+  the process's one bounded, blocking Redis pool (``apexmesh/store/connection.py``).
 - ``APEXMESH_ACCESS_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7411``; 0 = any port).
 - ``APEXMESH_ACCESS_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8411``): admin HTTP.
 - ``APEXMESH_ACCESS_SEED_FILE``: access entries created at start when absent.
@@ -41,6 +43,7 @@ from apexmesh.ops.settings import (
     env_list,
     required_domains,
 )
+from apexmesh.store.connection import RedisPoolSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,7 @@ class AccessSettings:
     domains: tuple[str, ...]
     redis_url: str
     redis_prefix: str
+    redis_pool: RedisPoolSettings
     grpc_host: str
     grpc_port: int
     http_host: str
@@ -88,6 +92,7 @@ class AccessSettings:
                 env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
             ),
             redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
+            redis_pool=RedisPoolSettings.from_env(env),
             grpc_host=env.get("APEXMESH_ACCESS_GRPC_HOST", "127.0.0.1"),
             grpc_port=env_int(env, "APEXMESH_ACCESS_GRPC_PORT", 7411),
             http_host=env.get("APEXMESH_ACCESS_HTTP_HOST", "127.0.0.1"),

@@ -3,6 +3,8 @@
 - ``APEXMESH_PRESENCE_DOMAINS`` (required): domains whose ``apex=presence`` this is.
 - ``APEXMESH_REDIS_URL`` (``redis://127.0.0.1:6379/0``): TLS or a password unless dev.
 - ``APEXMESH_REDIS_PREFIX`` (``apexmesh``): prefix of every key (``store/keys.py``).
+- ``APEXMESH_REDIS_MAX_CONNECTIONS`` (``64``), ``APEXMESH_REDIS_POOL_TIMEOUT_SECONDS`` (``5``):
+  the process's one bounded, blocking Redis pool (``apexmesh/store/connection.py``).
 - ``APEXMESH_ACCESS_ADDRESS`` (required): gRPC address of the access service (tokens
   ``presence:subscribe``, ``presence:watch``, ``presence:publish``).
 - ``APEXMESH_RELAY_ADDRESSES``: relay gRPC addresses replies are submitted through.
@@ -38,6 +40,7 @@ from apexmesh.ops.settings import (
     grpc_targets,
     required_domains,
 )
+from apexmesh.store.connection import RedisPoolSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,7 @@ class PresenceSettings:
     domains: tuple[str, ...]
     redis_url: str
     redis_prefix: str
+    redis_pool: RedisPoolSettings
     access_address: str
     relay_addresses: tuple[str, ...]
     relay_timeout: float
@@ -75,6 +79,7 @@ class PresenceSettings:
                 env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
             ),
             redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
+            redis_pool=RedisPoolSettings.from_env(env),
             access_address=check_grpc_target("APEXMESH_ACCESS_ADDRESS", access),
             relay_addresses=grpc_targets(env, "APEXMESH_RELAY_ADDRESSES"),
             relay_timeout=env_float(env, "APEXMESH_RELAY_TIMEOUT_SECONDS", 2.0),

@@ -1,8 +1,9 @@
 """Composition root of the pubsub service: builds everything from settings, no globals.
 
 Start order: Redis (PING), the access cache (subscribed to access changes before it
-answers), the access, presence and relay channels (lazy), the gRPC server, the lease
-loop, then the admin HTTP server. Stop order is the reverse: gRPC first (with its grace
+answers), the subscriber cache (following the event log before it answers), the access,
+presence and relay channels (lazy), the gRPC server, the lease loop, then the admin HTTP
+server. Stop order is the reverse: gRPC first (with its grace
 period), then the loop, then the pod's lease is given up so the leader redoes at once
 whatever this pod left in the journal.
 """
@@ -16,7 +17,7 @@ import time
 
 import grpc
 from prometheus_client import Gauge
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2_grpc
@@ -30,18 +31,18 @@ from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
+from apexmesh.store.connection import connect_redis
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import PubsubStore
+from apexmesh.store.pubsub_cache import SubscriberCache
 from apexmesh.store.pubsub_leader import elector_for
 from services.pubsub.admin import pubsub_routers
 from services.pubsub.http import create_http_app
-from services.pubsub.servicer import PubsubEndpointServicer, PubsubMetrics, PubsubService
+from services.pubsub.metrics import PubsubMetrics
+from services.pubsub.servicer import PubsubEndpointServicer, PubsubService
 from services.pubsub.settings import PubsubSettings
 
 _log = logging.getLogger(__name__)
-
-#: Redis connections of one pod (the access cache's subscription takes one more).
-REDIS_CONNECTIONS = 64
 
 #: Connections from relays end after a minute (calls in flight get their full timeout
 #: to finish): a relay then resolves the pubsub Service again and spreads its calls over
@@ -62,20 +63,37 @@ class PubsubApp:
     def __init__(self, settings: PubsubSettings) -> None:
         self.settings = settings
         self.registry = service_registry("pubsub")
-        # Bounded and blocking: a burst of operations waits for a connection instead of
-        # failing (MaxConnectionsError) or opening thousands of sockets.
-        pool = BlockingConnectionPool.from_url(
-            settings.redis_url, max_connections=REDIS_CONNECTIONS, timeout=settings.relay_timeout
-        )
-        self.redis: Redis = Redis(connection_pool=pool)
+        self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
         self.keys = Keys(settings.redis_prefix)
         self.store = PubsubStore(self.redis, self.keys, settings.pod_id)
         self.metrics = PubsubMetrics.create(self.registry)
-        self.relays = RelaySubmitter(settings.relay_addresses, timeout=settings.relay_timeout)
-        self.fanout = RelaySubmitter(settings.relay_addresses, timeout=settings.fanout_timeout)
+        self.subscribers = SubscriberCache(
+            self.redis,
+            self.keys,
+            clock=now_ms,
+            topics=settings.cached_topics,
+            placement_ttl_ms=settings.placement_ttl_ms,
+        )
+        #: Submits out at once, shared by every submitter of the pod (flow control).
+        limit = asyncio.Semaphore(settings.max_submits)
+        attempts = settings.submit_attempts
+        self.relays = RelaySubmitter(
+            settings.relay_addresses,
+            timeout=settings.relay_timeout,
+            attempts=attempts,
+            limit=limit,
+        )
+        self.fanout = RelaySubmitter(
+            settings.relay_addresses,
+            timeout=settings.fanout_timeout,
+            attempts=attempts,
+            limit=limit,
+        )
         #: Per relay pod, for forwarded data sent to the pod holding its recipients.
         self.direct = {
-            address: RelaySubmitter([address], timeout=settings.fanout_timeout)
+            address: RelaySubmitter(
+                [address], timeout=settings.fanout_timeout, attempts=attempts, limit=limit
+            )
             for address in settings.relay_addresses
         }
         self.guard = Guard(settings.admin, AuthFailures("pubsub", self.registry))
@@ -103,6 +121,7 @@ class PubsubApp:
         access = AccessClient(access_channel, timeout=settings.relay_timeout)
         self._cache = CachedAccessChecker(access, self.redis, self.keys)
         await self._cache.start()
+        await self.subscribers.start()
         presence = None
         if settings.presence_address:
             presence_channel = observed_channel(settings.presence_address)
@@ -114,6 +133,7 @@ class PubsubApp:
             access=access,
             access_cache=self._cache,
             relays=self.relays,
+            cache=self.subscribers,
             fanout=self.fanout,
             direct=self.direct,
             presence=presence,
@@ -225,6 +245,7 @@ class PubsubApp:
         if self._cache is not None:
             await self._cache.aclose()
             self._cache = None
+        await self.subscribers.aclose()
         await self.relays.aclose()
         await self.fanout.aclose()
         for submitter in self.direct.values():

@@ -25,19 +25,15 @@ and ``apex=pubsub/TOPIC@D``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.apex.data import MAX_RECIPIENTS_PER_DATA
 from apexmesh.apex.elements import Reply, reply_from
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.apex.errors import ApexError
@@ -46,7 +42,7 @@ from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
 from apexmesh.pubsub import core
-from apexmesh.pubsub.core import Outcome, Send, Subscription
+from apexmesh.pubsub.core import Outcome, Send
 from apexmesh.pubsub.elements import (
     CANCEL_TOKEN,
     CREATETOPIC_TOKEN,
@@ -72,7 +68,6 @@ from apexmesh.pubsub.wire import (
     access_set,
     delivered_content,
     element_payload,
-    forward_payload,
     last_update,
     reply_code,
 )
@@ -80,7 +75,10 @@ from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.pubsub import JournalEntry, PubsubStore, TopicView, new_entry
+from apexmesh.store.pubsub_cache import SubscriberCache
 from apexmesh.store.pubsub_leader import Elector, RedisLeader
+from services.pubsub.metrics import PubsubMetrics
+from services.pubsub.publishing import Publisher
 from services.pubsub.settings import Upstream
 
 _log = logging.getLogger(__name__)
@@ -104,89 +102,8 @@ EXPIRY_BATCH = 500
 #: failed, e.g. no relay reachable): at-least-once for journalled work.
 RETRY_AFTER_MS = 10_000
 
-#: Milliseconds a topic's placement of subscribers on relay pods is reused.
-PLACEMENT_TTL_MS = 2_000
-
 #: How often the leader scans the journal for orphaned work.
 ORPHAN_SCAN_MS = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class PubsubMetrics:
-    operations: Counter
-    publications: Counter
-    forwarded: Counter
-    sent: Counter
-    expired: Counter
-    topics: Gauge
-    subscriptions: Gauge
-    selector_match: Histogram
-
-    @classmethod
-    def create(cls, registry: CollectorRegistry) -> PubsubMetrics:
-        return cls(
-            operations=Counter(
-                "apexmesh_pubsub_operations",
-                "Operations handled, by operation and reply code.",
-                ["operation", "code"],
-                registry=registry,
-            ),
-            publications=Counter(
-                "apexmesh_pubsub_publications",
-                "Data received for a topic, by the code answered.",
-                ["code"],
-                registry=registry,
-            ),
-            forwarded=Counter(
-                "apexmesh_pubsub_forwarded_recipients",
-                "Recipients named in data forwarded to subscribers.",
-                registry=registry,
-            ),
-            sent=Counter(
-                "apexmesh_pubsub_sent",
-                "Elements originated by apex=pubsub, by relay answer code.",
-                ["code"],
-                registry=registry,
-            ),
-            expired=Counter(
-                "apexmesh_pubsub_leases_expired",
-                "Subscriptions ended because their duration ran out.",
-                registry=registry,
-            ),
-            topics=Gauge(
-                "apexmesh_pubsub_topics",
-                "Topics of a domain (exported by the domain's leader pod only, so that a "
-                "sum over pods counts each once).",
-                ["domain"],
-                registry=registry,
-            ),
-            subscriptions=Gauge(
-                "apexmesh_pubsub_subscriptions",
-                "Subscriptions of a domain's topics (leader pod only, as for topics).",
-                ["domain"],
-                registry=registry,
-            ),
-            selector_match=Histogram(
-                "apexmesh_pubsub_selector_match_seconds",
-                "Time to match one publication against a topic's content selectors "
-                "(content-based pubsub).",
-                buckets=(0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1),
-                registry=registry,
-            ),
-        )
-
-    async def count(self, store: PubsubStore, domains: Iterable[str], leading: set[str]) -> None:
-        """Refresh the topic and subscription gauges of the domains this pod leads;
-        drop those it no longer leads."""
-        for domain in domains:
-            if domain not in leading:
-                for gauge in (self.topics, self.subscriptions):
-                    with contextlib.suppress(KeyError):  # never set here
-                        gauge.remove(domain)
-                continue
-            summaries = await store.summaries(domain)
-            self.topics.labels(domain).set(len(summaries))
-            self.subscriptions.labels(domain).set(sum(t.subscriptions for t in summaries))
 
 
 class PubsubService:
@@ -200,6 +117,7 @@ class PubsubService:
         access: AccessClient,
         access_cache: CachedAccessChecker | None,
         relays: RelaySubmitter,
+        cache: SubscriberCache,
         fanout: RelaySubmitter | None = None,
         direct: Mapping[str, RelaySubmitter] | None = None,
         presence: presence_pb2_grpc.PresenceServiceStub | None,
@@ -219,11 +137,6 @@ class PubsubService:
         self._access = access
         self._access_cache = access_cache
         self._relays = relays
-        #: Submits of forwarded data (longer deadline than replies').
-        self._fanout = fanout or relays
-        #: One submitter per relay address, to reach the pod holding a recipient.
-        self._direct: Mapping[str, RelaySubmitter] = direct or {}
-        self._placements: dict[tuple[str, str], tuple[int, int, dict[Endpoint, str]]] = {}
         self._presence = presence
         self._metrics = metrics
         self._clock = clock
@@ -233,7 +146,17 @@ class PubsubService:
         self._upstreams = tuple(upstreams)
         self._upstream_duration = upstream_duration
         self._timeout = timeout
-        self._subscribers: dict[tuple[str, str], tuple[int, dict[Endpoint, Subscription]]] = {}
+        #: The pod's subscriber lists (apexmesh/store/pubsub_cache.py).
+        self._topics = cache
+        self.publisher = Publisher(
+            cache=cache,
+            allowed=lambda owner, actor: self._allowed(owner, actor, DATA_TOKEN, None),
+            fanout=fanout or relays,
+            direct=direct or {},
+            metrics=metrics,
+            clock=clock,
+            hops=hops,
+        )
         self._ids = itertools.count(1)
         self._last_scan = 0
         #: Domains this pod currently leads.
@@ -244,11 +167,19 @@ class PubsubService:
 
     # ------------------------------------------------------------------ sending
 
-    async def _submit(self, origin: Endpoint, recipient: Endpoint, content: bytes) -> bool:
-        """Send one element; True when the work is done (a relay answered, even with a
-        refusal: the element can never be delivered then)."""
+    async def _submit(
+        self, entry: JournalEntry, origin: Endpoint, recipient: Endpoint, content: bytes
+    ) -> bool:
+        """Send one element of ``entry``; True when the work is done (a relay answered,
+        even with a refusal: the element can never be delivered then). The submission id
+        is the entry's, so a redone entry whose first send went through (its pod died
+        before forgetting it) is answered by the relay pod that took it, not relayed
+        again (while that pod remembers it)."""
         outcome = await self._relays.submit(
-            str(origin), element_payload(origin, recipient, content), key=str(recipient)
+            str(origin),
+            element_payload(origin, recipient, content),
+            key=str(recipient),
+            submission_id=entry.submission_id,
         )
         self._metrics.sent.labels(str(outcome.code)).inc()
         if outcome.code != ApexReplyCode.SUCCESS:
@@ -260,6 +191,7 @@ class PubsubService:
         try:
             if entry.kind == "send":
                 return await self._submit(
+                    entry,
                     Endpoint.parse(f["origin"]),
                     Endpoint.parse(f["recipient"]),
                     bytes.fromhex(f["content"]),
@@ -272,7 +204,10 @@ class PubsubService:
                 )
                 self._metrics.expired.inc()
                 return await self._submit(
-                    service_endpoint(f["domain"]), Endpoint.parse(f["originator"]), cancel.to_xml()
+                    entry,
+                    service_endpoint(f["domain"]),
+                    Endpoint.parse(f["originator"]),
+                    cancel.to_xml(),
                 )
             if entry.kind == "presence":
                 return await self._tuple(f["domain"], f["topic"], add=f["action"] == "add")
@@ -569,9 +504,7 @@ class PubsubService:
         """Forget what this pod caches of a topic (its subscriber list and where they
         are attached): the next publication reads both from Redis again. True when
         something was cached."""
-        subscribers = self._subscribers.pop((domain, topic), None)
-        placements = self._placements.pop((domain, topic), None)
-        return subscribers is not None or placements is not None
+        return self._topics.forget(domain, topic)
 
     async def handle(self, domain: str, originator: Endpoint, content: bytes) -> int:
         """An operation sent to ``apex=pubsub@domain``; returns the reply code sent (0
@@ -599,99 +532,11 @@ class PubsubService:
 
     # ------------------------------------------------------------------ 4.7.1
 
-    async def _subscriptions(
-        self, domain: str, topic: str
-    ) -> tuple[int, dict[Endpoint, Subscription]] | None:
-        """(version, subscriptions) of a known topic, from the pod's cache when current."""
-        cached = self._subscribers.get((domain, topic))
-        exists, version, fresh = await self.store.accept_publish(
-            domain, topic, -1 if cached is None else cached[0], None, self._clock()
-        )
-        if not exists:
-            self._subscribers.pop((domain, topic), None)
-            return None
-        if fresh is not None or cached is None:
-            subs = fresh or {}
-            if len(self._subscribers) > 100_000:
-                self._subscribers.clear()
-            self._subscribers[(domain, topic)] = (version, subs)
-            return version, subs
-        return cached
-
-    async def _groups(
-        self, domain: str, topic: str, version: int, recipients: Sequence[Endpoint]
-    ) -> dict[str, list[Endpoint]]:
-        """Recipients by the relay pod holding their attachment ("" for the others:
-        other domains, not attached). Submitting each group to its own pod spares the
-        relays a pod-to-pod hop per recipient and shares the replication between them.
-        Cached per topic version for :data:`PLACEMENT_TTL_MS` (a stale placement only
-        costs that hop: any pod delivers anywhere)."""
-        now = self._clock()
-        cached = self._placements.get((domain, topic))
-        if cached is not None and cached[0] == version and cached[1] > now:
-            placed = cached[2]
-        else:
-            placed = await self.store.placement(recipients)
-            if len(self._placements) > 10_000:
-                self._placements.clear()
-            self._placements[(domain, topic)] = (version, now + PLACEMENT_TTL_MS, placed)
-        groups: dict[str, list[Endpoint]] = {}
-        for recipient in recipients:
-            address = placed.get(recipient, "")
-            groups.setdefault(address if address in self._direct else "", []).append(recipient)
-        return groups
-
-    async def _forward(self, owner: Endpoint, submitter: RelaySubmitter, payload: bytes) -> int:
-        outcome = await submitter.submit(str(owner), payload, key=str(owner))
-        if outcome.source == "unavailable" and submitter is not self._fanout:
-            outcome = await self._fanout.submit(str(owner), payload, key=str(owner))
-        if outcome.code != ApexReplyCode.SUCCESS:
-            _log.info("forwarded data for %s: relay answered %d", owner, outcome.code)
-        return outcome.code
-
     async def publish(
-        self, domain: str, topic: str, originator: Endpoint, payload: bytes
+        self, domain: str, topic: str, originator: Endpoint, payload: bytes, delivery_id: str = ""
     ) -> tuple[int, str]:
-        """Section 4.7.1: (code, text) for the delivering relay."""
-        known = await self._subscriptions(domain, topic)
-        version, subs = (0, None) if known is None else known
-        owner = topic_endpoint(topic, domain)
-        allowed = subs is not None and await self._allowed(owner, originator, DATA_TOKEN, None)
-        plan = core.publish(
-            originator,
-            exists=subs is not None,
-            allowed=allowed,
-            subscriptions=(subs or {}).values(),
-            now_ms=self._clock(),
-        )
-        if plan.code != ApexReplyCode.SUCCESS or not plan.recipients:
-            self._metrics.publications.labels(str(plan.code)).inc()
-            text = {550: "no such topic", 537: "action not authorized"}.get(plan.code, "")
-            return plan.code, text
-        data, _body, parts = delivered_content(payload)
-        hops = core.hops_left(data, self._hops)
-        recipients = plan.recipients
-        sends = []
-        for address, group in (await self._groups(domain, topic, version, recipients)).items():
-            submitter = self._direct.get(address, self._fanout)
-            for start in range(0, len(group), MAX_RECIPIENTS_PER_DATA):
-                forward = core.forward_data(
-                    data,
-                    topic,
-                    domain,
-                    group[start : start + MAX_RECIPIENTS_PER_DATA],
-                    hops=hops,
-                    trans_id=self._next_id(),
-                )
-                sends.append(self._forward(owner, submitter, forward_payload(forward, parts)))
-        codes = await asyncio.gather(*sends)
-        failed = [code for code in codes if code != ApexReplyCode.SUCCESS]
-        if failed:
-            self._metrics.publications.labels(str(failed[0])).inc()
-            return failed[0], "forwarding failed"
-        self._metrics.forwarded.inc(len(recipients))
-        self._metrics.publications.labels("250").inc()
-        return 250, ""
+        """Section 4.7.1: (code, text) for the delivering relay (services/pubsub/publishing.py)."""
+        return await self.publisher.publish(domain, topic, originator, payload, delivery_id)
 
     # ------------------------------------------------------------------ 2.6, as redistributor
 
@@ -885,7 +730,9 @@ class PubsubEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
             # Shielded: a relay that gives up waiting (its deadline) must not stop the
             # fan-out between its per-pod submits (some subscribers served, others not).
             code, text = await asyncio.shield(
-                service.publish(domain, topic, originator, bytes(request.payload))
+                service.publish(
+                    domain, topic, originator, bytes(request.payload), request.delivery_id
+                )
             )
         except ApexError as exc:
             return endpoint_pb2.EndpointDeliverResponse(status=_status(exc.code, str(exc)[:200]))
@@ -906,6 +753,5 @@ class PubsubEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
 
 __all__ = [
     "PubsubEndpointServicer",
-    "PubsubMetrics",
     "PubsubService",
 ]

@@ -3,11 +3,23 @@
 - ``APEXMESH_PUBSUB_DOMAINS`` (required): domains whose ``apex=pubsub`` this is.
 - ``APEXMESH_REDIS_URL`` (``redis://127.0.0.1:6379/0``): TLS or a password unless dev.
 - ``APEXMESH_REDIS_PREFIX`` (``apexmesh``): prefix of every key (``store/keys.py``).
+- ``APEXMESH_REDIS_MAX_CONNECTIONS`` (``64``), ``APEXMESH_REDIS_POOL_TIMEOUT_SECONDS`` (``5``):
+  the process's one bounded, blocking Redis pool (``apexmesh/store/connection.py``).
 - ``APEXMESH_ACCESS_ADDRESS`` (required): gRPC address of the access service.
 - ``APEXMESH_RELAY_ADDRESSES``: relay gRPC addresses replies and data are submitted to.
 - ``APEXMESH_RELAY_TIMEOUT_SECONDS`` (``2.0``): deadline of one Submit or access call.
-- ``APEXMESH_PUBSUB_FANOUT_TIMEOUT_SECONDS`` (``10.0``): deadline of the Submit of
-  forwarded data (up to 1,000 recipients: a busy relay takes longer to accept it).
+- ``APEXMESH_PUBSUB_FANOUT_TIMEOUT_SECONDS`` (``10.0``): deadline of one attempt of the
+  Submit of forwarded data (up to 1,000 recipients; under flow control a relay answers
+  once every copy is in its custody).
+- ``APEXMESH_PUBSUB_MAX_SUBMITS`` (``256``): Submits out at once from this pod (replies
+  and fan-out together); a publication waits for room, which slows its relay's sender.
+- ``APEXMESH_PUBSUB_SUBMIT_ATTEMPTS`` (``4``): attempts of one Submit (a relay that is
+  unavailable, or a call cut off mid-flight, retried with the same submission id).
+- ``APEXMESH_PUBSUB_CACHED_TOPICS`` (``100000``): topics whose subscriber list a pod
+  keeps (least recently published evicted first; reloaded on the next publication).
+- ``APEXMESH_PUBSUB_PLACEMENT_TTL_MS`` (``2000``): age at which a pod reads again (in the
+  background, the old one serving meanwhile) the relay pod of a subscriber; it only
+  steers the fan-out, a stale one costs the relays a hop.
 - ``APEXMESH_PRESENCE_ADDRESS`` (optional): the presence service; each topic is then a
   tuple of ``apex=pubsub@DOMAIN``'s presence entry (sections 4.2/4.3 step 3.2).
 - ``APEXMESH_PUBSUB_POD_ID`` (host name): this pod's id (journal ownership, leader lock).
@@ -60,6 +72,7 @@ from apexmesh.ops.settings import (
     required_domains,
 )
 from apexmesh.pubsub.elements import is_topic
+from apexmesh.store.connection import RedisPoolSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +110,15 @@ class PubsubSettings:
     domains: tuple[str, ...]
     redis_url: str
     redis_prefix: str
+    redis_pool: RedisPoolSettings
     access_address: str
     relay_addresses: tuple[str, ...]
     relay_timeout: float
     fanout_timeout: float
+    max_submits: int
+    submit_attempts: int
+    cached_topics: int
+    placement_ttl_ms: int
     presence_address: str
     pod_id: str
     lease_ms: int
@@ -151,10 +169,19 @@ class PubsubSettings:
                 env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
             ),
             redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
+            redis_pool=RedisPoolSettings.from_env(env),
             access_address=check_grpc_target("APEXMESH_ACCESS_ADDRESS", access),
             relay_addresses=grpc_targets(env, "APEXMESH_RELAY_ADDRESSES"),
             relay_timeout=env_float(env, "APEXMESH_RELAY_TIMEOUT_SECONDS", 2.0),
             fanout_timeout=env_float(env, "APEXMESH_PUBSUB_FANOUT_TIMEOUT_SECONDS", 10.0),
+            max_submits=env_int(env, "APEXMESH_PUBSUB_MAX_SUBMITS", 256, low=1, high=100_000),
+            submit_attempts=env_int(env, "APEXMESH_PUBSUB_SUBMIT_ATTEMPTS", 4, low=1, high=100),
+            cached_topics=env_int(
+                env, "APEXMESH_PUBSUB_CACHED_TOPICS", 100_000, low=1, high=100_000_000
+            ),
+            placement_ttl_ms=env_int(
+                env, "APEXMESH_PUBSUB_PLACEMENT_TTL_MS", 2000, low=1, high=3_600_000
+            ),
             presence_address=check_grpc_target("APEXMESH_PRESENCE_ADDRESS", presence)
             if presence
             else "",

@@ -10,14 +10,13 @@ offers (close a session, drain).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 from pydantic import BaseModel, Field
 
-from apexmesh.apex.associations import Attachment
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.ops.admin import GUARDED_ONE, Guard
 from apexmesh.store.held import HeldStore
@@ -25,6 +24,7 @@ from apexmesh.store.hops import Hop, HopLog
 from services.relay.sessions import SessionRecord, Sessions
 
 if TYPE_CHECKING:
+    from services.relay.attachments import AttachmentTable
     from services.relay.edge import ApexChannel
 
 #: Seconds a closed session's peer gets to answer the BEEP release before the
@@ -40,7 +40,7 @@ class RelayView:
     domains: Sequence[str]
     sessions: Sessions
     #: The router's endpoints attached over this pod's channels.
-    local: Mapping[Endpoint, tuple[ApexChannel, Attachment]]
+    table: AttachmentTable
     held: HeldStore | None
     hops: HopLog
     #: Stop accepting sessions and turn readiness false.
@@ -154,7 +154,7 @@ def relay_routers(view: RelayView, guard: Guard) -> list[APIRouter]:
     def attachments_of(record: SessionRecord) -> list[tuple[Endpoint, ApexChannel, int]]:
         return [
             (endpoint, channel, attachment.trans_id)
-            for endpoint, (channel, attachment) in view.local.items()
+            for endpoint, (channel, attachment) in view.table.items()
             if channel.conn is record.conn
         ]
 

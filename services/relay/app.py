@@ -39,6 +39,7 @@ from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.attachments import AttachmentRegistry
+from apexmesh.store.connection import connect_redis
 from apexmesh.store.held import HeldStore
 from apexmesh.store.hops import HopLog
 from apexmesh.store.keys import Keys
@@ -81,7 +82,7 @@ class RelayApp:
             self.metrics.sessions.inc,
             throttle=FailureThrottle(settings.sasl_throttle),
         )
-        self.redis: Redis = Redis.from_url(settings.redis_url)
+        self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
         self.keys = Keys(settings.redis_prefix)
         self._access_channel = observed_channel(settings.access_address)
         self.access = AccessClient(self._access_channel)
@@ -104,8 +105,9 @@ class RelayApp:
             routes=settings.routes,
             ssl_context=self._client_context(),
             credentials=settings.credentials,
+            max_in_flight=settings.domain_in_flight,
         )
-        self.peers = PeerDelivery(settings.max_message)
+        self.peers = PeerDelivery(settings.max_message, max_in_flight=settings.pod_stream_in_flight)
         understood = {STATUS_REQUEST, *PARTY_OPTIONS, *TIMING_OPTIONS}
         if settings.hold_limits is None:
             understood.discard(HOLD_FOR_ENDPOINT)
@@ -122,12 +124,16 @@ class RelayApp:
                 self._service_channels,
                 self._report_channel,
                 timeout=settings.service_timeout_ms / 1000,
+                retried=frozenset(settings.retry_services),
+                delivery_prefix=settings.pod_id,
+                max_calls_per_pod=settings.service_calls,
             ),
             metrics=self.metrics,
             trusted=settings.trusted,
             allow_anonymous=settings.dev,
             clock=time.monotonic,
             min_transit_ms=settings.min_transit_ms,
+            flow_limits=settings.flow_limits,
         )
         self.held = HeldStore(self.redis, self.keys, lease_ms=settings.lease_ms)
         if settings.hold_limits is not None:
@@ -158,7 +164,7 @@ class RelayApp:
             pod_id=settings.pod_id,
             domains=settings.domains,
             sessions=self.sessions,
-            local=self.router.local,
+            table=self.router.table,
             held=self.held,
             hops=self.hops,
             drain=self.drain,
@@ -234,7 +240,7 @@ class RelayApp:
             "http_port": self.http_port,
             "grpc_address": self.grpc_address,
             "sessions": len(self.sessions),
-            "attachments": len(self.router.local),
+            "attachments": len(self.router.table),
             "draining": self.sessions.draining,
             "routes": dict(settings.routes),
             "services": {name: list(pods) for name, pods in settings.services.items()},
@@ -317,7 +323,7 @@ class RelayApp:
             except Exception:  # noqa: BLE001  (Redis errors of every kind: keep trying)
                 _log.exception("cannot renew attachment leases")
                 continue
-            if renewed < len(self.router.local):
+            if renewed < len(self.router.table):
                 await self._drop_lost_attachments()
             try:
                 await self._release_closed_channels()
@@ -327,15 +333,16 @@ class RelayApp:
     async def _release_closed_channels(self) -> None:
         """Attachments made over an APEX channel the peer closed (keeping its session) are
         released (RFC 3340 section 4.4.1: an attachment lives on its BEEP channel)."""
-        for channel in {channel for channel, _ in self.router.local.values()}:
+        for channel in self.router.table.channels():
             if channel.closed_by_peer:
                 await channel.release()
 
     async def _drop_lost_attachments(self) -> None:
         """Attachments whose lease lapsed (Redis restarted, pod paused) may now belong to
         another pod: terminate ours rather than serve an endpoint twice."""
-        for endpoint, (channel, attachment) in list(self.router.local.items()):
-            found = await self.attachments.locate(str(endpoint))
+        held = list(self.router.table.items())
+        located = await self.attachments.locate_many([str(endpoint) for endpoint, _ in held])
+        for (endpoint, (channel, attachment)), found in zip(held, located, strict=True):
             if found is None:
                 if await self.attachments.claim(str(endpoint)) is None:
                     continue

@@ -48,6 +48,7 @@ from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.errors import BeepError
 from apexmesh.beep.mime import beep_xml
 from apexmesh.ops.logs import correlation_id, new_correlation_id
+from services.relay.flow import ChannelFlow, Taken
 from services.relay.outcomes import (
     ENDPOINT_DETACHED,
     Outcome,
@@ -99,6 +100,8 @@ class ApexChannel:
         self.channel: Channel | None = None
         self._ready = asyncio.Event()
         self._closed = False
+        #: What this pod holds for the endpoints attached over the channel (bounded).
+        self.flow = ChannelFlow(router.flow_limits, conn.loop, on_shed=self._shed)
         #: Endpoint attached by the channel start's piggybacked attach: its held data is
         #: delivered once the channel serves.
         self._piggybacked: Endpoint | None = None
@@ -179,6 +182,7 @@ class ApexChannel:
         if self._closed:
             return
         self._closed = True
+        self.flow.close()
         self.session.discard(self)
         for association in self.associations.terminate(0):
             await self.router.detached(self, association)
@@ -197,14 +201,23 @@ class ApexChannel:
         an awaitable, which the channel awaits before its next MSG."""
         try:
             payload = parse_payload(incoming.payload)
-            element = parse_message(payload.control)
+            element = parse_message(payload.control, self.router.memo)
         except ApexError as exc:
             incoming.error(beep_xml(Error.from_exception(exc).to_xml()))
             return None
         if isinstance(element, Data):
-            answer = self.router.accept(element, payload, incoming.payload, self)
-            if answer is None or isinstance(answer, Error):
-                _answer_data(incoming, answer)
+            try:
+                answer = self.router.accept(element, payload, incoming.payload, self)
+            except ApexError as exc:  # steps 1-3 refused it: the one place it is answered
+                _answer_data(incoming, exc)
+                return None
+            if answer is None:
+                _answer_data(incoming, None)
+                return None
+            if isinstance(answer, asyncio.Future):
+                # Answered once the data is in custody (services/relay/jobs.py); the
+                # channel reads on meanwhile, its window closing while answers wait.
+                answer.add_done_callback(functools.partial(_answer_settled, incoming))
                 return None
             return _answer_data_later(incoming, answer)
         return self._handle_operation(incoming, element)
@@ -290,22 +303,61 @@ class ApexChannel:
     # ---------------------------------------------------------------- outgoing data
 
     def deliver(self, payload: bytes) -> asyncio.Future[Outcome]:
-        """Send data to the endpoint attached over this channel (4.4.4.1 step 5.3)."""
+        """Send data to the endpoint attached over this channel (4.4.4.1 step 5.3),
+        within the channel's bounds; the future settles with the endpoint's answer."""
         result: asyncio.Future[Outcome] = self.conn.loop.create_future()
-        self.send_data(payload, resolver(result))
+        self.queue_data(payload, resolver(result))
         return result
 
-    def send_data(self, payload: bytes, settle: Callable[[Outcome], None]) -> None:
-        """:meth:`deliver` with the outcome passed to ``settle`` (once, from the loop)
-        instead of a future: the per-data path of the relay."""
+    def queue_data(self, payload: bytes, settle: Settle) -> Taken | asyncio.Future[Taken]:
+        """Send data to the endpoint once the channel has room (services/relay/flow.py);
+        ``settle`` gets the endpoint's answer, or why none will come (once, from the
+        loop). Returns None when the data is queued now, the outcome when it is refused
+        now (shed, channel gone), else a future of either once decided: the copy's
+        custody (services/relay/jobs.py)."""
+        if self.channel is None or self._closed:
+            self.conn.loop.call_soon(settle, ENDPOINT_DETACHED)
+            return ENDPOINT_DETACHED
+        octets = len(payload)
+        taken = self.flow.take(octets)
+        if taken is None:
+            self.transmit(payload, octets, settle)
+        elif isinstance(taken, Outcome):
+            self.conn.loop.call_soon(settle, taken)
+        else:
+            taken.add_done_callback(functools.partial(self._room_for, payload, octets, settle))
+        return taken
+
+    def _room_for(
+        self, payload: bytes, octets: int, settle: Settle, taken: asyncio.Future[Taken]
+    ) -> None:
+        outcome = taken.result()
+        if outcome is None:
+            self.transmit(payload, octets, settle)
+        else:
+            settle(outcome)
+
+    def transmit(self, payload: bytes, octets: int, settle: Settle) -> None:
+        """Send data for which room of ``octets`` was taken from :attr:`flow`; the room
+        is given back with the endpoint's answer (or the session's end)."""
         channel = self.channel
         if channel is None or self._closed:
+            self.flow.release(octets)
             self.conn.loop.call_soon(settle, ENDPOINT_DETACHED)
             return
         try:
-            channel.send_then(payload, functools.partial(_answered, settle))
+            channel.send_then(payload, functools.partial(self._answered, octets, settle))
         except BeepError:  # the session ended, or the peer closed the channel
+            self.flow.release(octets)
             self.conn.loop.call_soon(settle, ENDPOINT_DETACHED)
+
+    def _answered(self, octets: int, settle: Settle, reply: Reply | ConnectionClosedError) -> None:
+        """The endpoint answered a data (or the session ended before it did)."""
+        self.flow.release(octets)
+        settle(outcome_from_reply(reply) if isinstance(reply, Reply) else ENDPOINT_DETACHED)
+
+    def _shed(self, count: int) -> None:
+        self.router.shed(self, count)
 
     async def terminate(
         self, attachment: Attachment, code: int, text: str, *, wait: bool = True
@@ -339,21 +391,47 @@ class ApexChannel:
             await channel.request(beep_xml(element.to_xml()))
 
 
-def _answered(settle: Callable[[Outcome], None], reply: Reply | ConnectionClosedError) -> None:
-    """The endpoint answered a data (or the session ended before it did)."""
-    settle(outcome_from_reply(reply) if isinstance(reply, Reply) else ENDPOINT_DETACHED)
+#: Called with a delivery's outcome.
+Settle = Callable[[Outcome], None]
 
 
-def _answer_data(incoming: Incoming, answer: Error | None) -> None:
+def _answer_data(incoming: Incoming, refusal: ApexError | None) -> None:
     """Step 3 of 4.4.4.1: ``ok``, or the error that refused the data."""
-    if answer is None:
+    if refusal is None:
         incoming.reply(_OK)
     else:
-        incoming.error(beep_xml(answer.to_xml()))
+        incoming.error(beep_xml(Error.from_exception(refusal).to_xml()))
 
 
-async def _answer_data_later(incoming: Incoming, answer: Awaitable[Error | None]) -> None:
-    _answer_data(incoming, await answer)
+async def _answer_data_later(
+    incoming: Incoming, answer: Awaitable[asyncio.Future[None] | None]
+) -> None:
+    """Options processed before ``ok`` (holds written): the answer now, or once the data
+    is in custody."""
+    try:
+        result = await answer
+    except ApexError as exc:
+        _answer_data(incoming, exc)
+        return
+    if isinstance(result, asyncio.Future):
+        result.add_done_callback(functools.partial(_answer_settled, incoming))
+    else:
+        _answer_data(incoming, None)
+
+
+def _answer_settled(incoming: Incoming, answer: asyncio.Future[None]) -> None:
+    """The data is in custody (or refused): answer it now."""
+    refusal: ApexError | None = None
+    if answer.cancelled():
+        refusal = ApexError(ApexReplyCode.ACTION_ABORTED, "local error")
+    elif (error := answer.exception()) is not None:
+        if isinstance(error, ApexError):
+            refusal = error
+        else:
+            _log.error("answering a data failed", exc_info=error)
+            refusal = ApexError(ApexReplyCode.ACTION_ABORTED, "local error")
+    with contextlib.suppress(BeepError):  # the session ended meanwhile
+        _answer_data(incoming, refusal)
 
 
 def _consume(future: asyncio.Future[Reply]) -> None:

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from services.relay.outcomes import NOT_HERE_OUTCOME, Outcome
+from services.relay.outcomes import ENDPOINT_DETACHED, NOT_HERE, Outcome
 
 if TYPE_CHECKING:
-    from apexmesh.apex.associations import Attachment
     from apexmesh.apex.endpoint import Endpoint
+    from services.relay.attachments import AttachmentTable
     from services.relay.edge import ApexChannel
+    from services.relay.flow import Taken
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,36 +51,53 @@ class Group:
 
 
 def deliver_here(
-    group: Group, local: Mapping[Endpoint, tuple[ApexChannel, Attachment]]
+    group: Group, table: AttachmentTable, *, on_taken: Callable[[], None] | None = None
 ) -> asyncio.Future[tuple[Outcome, ...]]:
     """Send ``group`` to the endpoints attached over this pod's channels: one data per
-    channel, naming the recipients attached over it. The outcomes come back one per
-    recipient, in the group's order; a recipient not attached here gets the 550 that
-    sends the caller looking for it elsewhere."""
-    outcomes: list[Outcome] = [NOT_HERE_OUTCOME] * len(group.recipients)
+    channel, naming the recipients attached over it, each within its channel's bounds.
+    The outcomes come back one per recipient, in the group's order; a recipient not
+    attached here gets the 550 that sends the caller looking for it elsewhere.
+    ``on_taken`` is called once every channel has queued (or refused) its data, when at
+    least one queued it: this pod then has custody (services/relay/jobs.py)."""
+    outcomes: list[Outcome] = [NOT_HERE] * len(group.recipients)
     channels: dict[ApexChannel, list[int]] = {}
     for index, endpoint in enumerate(group.recipients):
-        held = local.get(endpoint)
-        if held is not None:
-            channels.setdefault(held[0], []).append(index)
+        channel = table.channel_of(endpoint)
+        if channel is not None:
+            channels.setdefault(channel, []).append(index)
     result: asyncio.Future[tuple[Outcome, ...]] = asyncio.get_running_loop().create_future()
     if not channels:
         result.set_result(tuple(outcomes))
         return result
     waiting = len(channels)
 
-    def answered(indexes: list[int], future: asyncio.Future[Outcome]) -> None:
+    def answered(indexes: list[int], outcome: Outcome) -> None:
         nonlocal waiting
-        outcome = future.result()
         for index in indexes:
             outcomes[index] = outcome
         waiting -= 1
         if waiting == 0 and not result.done():
             result.set_result(tuple(outcomes))
 
+    undecided = len(channels)
+    queued = False
+
+    def decided(taken: Taken) -> None:
+        nonlocal undecided, queued
+        undecided -= 1
+        queued = queued or taken is None
+        if undecided == 0 and queued and on_taken is not None:
+            on_taken()
+
+    def waited(future: asyncio.Future[Taken]) -> None:
+        decided(ENDPOINT_DETACHED if future.cancelled() else future.result())
+
     for channel, indexes in channels.items():
-        delivery = channel.deliver(group.payload(indexes))
-        delivery.add_done_callback(functools.partial(answered, indexes))
+        taken = channel.queue_data(group.payload(indexes), functools.partial(answered, indexes))
+        if isinstance(taken, asyncio.Future):
+            taken.add_done_callback(waited)
+        else:
+            decided(taken)
     return result
 
 

@@ -190,6 +190,8 @@ class Holder:
         key = str(endpoint)
         owner = f"{self._pod_id}/{secrets.token_hex(6)}"
         try:
+            if not await self.store.has_held(key):
+                return  # nothing held: no lease to take (data held later wakes a drain)
             while self._attached(endpoint) is not None:
                 if await self.store.claim_drain(key, owner) is not None:
                     return  # another pod drains; it re-reads before it lets go

@@ -49,6 +49,9 @@ _log = logging.getLogger(__name__)
 
 #: Seconds to find, reach and bind to a relay of another domain.
 CONNECT_TIMEOUT_SECONDS = 10.0
+#: Data in flight (sent, not answered) to one other domain's relay; more wait.
+MAX_IN_FLIGHT_PER_DOMAIN = 1024
+
 #: Seconds a DNS answer that a domain has no apex-mesh relay is believed.
 NEGATIVE_TTL_SECONDS = 60.0
 
@@ -98,6 +101,7 @@ class MeshPool:
         credentials: dict[str, str],
         use_dns: bool = True,
         resolver: dns.asyncresolver.Resolver | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT_PER_DOMAIN,
     ) -> None:
         self.domain = domain
         self.routes = routes
@@ -109,19 +113,40 @@ class MeshPool:
         self._links: dict[str, _Link] = {}
         self._connecting: dict[str, asyncio.Task[_Link]] = {}
         self._no_relay: dict[str, float] = {}
+        #: Data in flight to each domain (sent, not answered): bounded, others wait.
+        self._in_flight: dict[str, asyncio.Semaphore] = {}
+        self.max_in_flight = max_in_flight
         #: Reads what the peer relay sends back over each link (set by the relay once its
         #: router exists; RFC 3340 section 2.1). Without it a link is one-way.
         self.serve_link: LinkServer | None = None
         self._serving: set[asyncio.Task[None]] = set()
 
-    def send(self, domain: str, payload: bytes) -> asyncio.Future[Outcome]:
-        """Send data (already rewritten for this hop) to a relay of ``domain``."""
-        return asyncio.ensure_future(self._send(domain, payload))
+    def send(
+        self, domain: str, payload: bytes, taken: Callable[[], None] | None = None
+    ) -> asyncio.Future[Outcome]:
+        """Send data (already rewritten for this hop) to a relay of ``domain``; ``taken``
+        is called once it is on the link (within :attr:`max_in_flight` per domain): this
+        relay answers its sender then, not when the other domain's relay answers, so
+        that data crossing a link twice (a forwarding loop) never waits for itself
+        behind the link's in-order replies (RFC 3080 2.6.1)."""
+        return asyncio.ensure_future(self._send(domain, payload, taken))
 
-    async def _send(self, domain: str, payload: bytes) -> Outcome:
+    async def _send(self, domain: str, payload: bytes, taken: Callable[[], None] | None) -> Outcome:
+        slots = self._in_flight.get(domain)
+        if slots is None:
+            slots = self._in_flight[domain] = asyncio.Semaphore(self.max_in_flight)
+        async with slots:
+            return await self._send_on_link(domain, payload, taken)
+
+    async def _send_on_link(
+        self, domain: str, payload: bytes, taken: Callable[[], None] | None
+    ) -> Outcome:
         try:
             link = await self._link(domain)
-            reply = await link.channel.request(payload)
+            request = link.channel.send(payload)
+            if taken is not None:
+                taken()
+            reply = await request
         except MeshError as exc:
             return exc.outcome
         except (ConnectionClosedError, OSError) as exc:

@@ -26,14 +26,13 @@ from typing import Final
 
 import grpc
 
-from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
-from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.ops.logs import correlation_id
 from apexmesh.rpc.channels import internal_channel
 from services.relay.grouping import Group
-from services.relay.outcomes import DELIVERED, Outcome, resolver
+from services.relay.outcomes import DELIVERED, POD_UNAVAILABLE, Outcome, outcome_of, resolver
 
 _log = logging.getLogger(__name__)
 
@@ -41,36 +40,42 @@ _log = logging.getLogger(__name__)
 #: stream message stays far below the gRPC message limit whatever is queued.
 BATCH_OCTETS = 1 << 20
 
+#: Deliveries in flight on one stream (sent, not answered) before senders wait for room:
+#: the stream, the peer pod and this pod hold no more than that for each other.
+MAX_IN_FLIGHT_PER_STREAM = 8192
+
 #: Seconds a TerminateAttachment call to another pod may take.
 TERMINATE_TIMEOUT_SECONDS = 5.0
 
-UNAVAILABLE = Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "relay pod not available")
+UNAVAILABLE = POD_UNAVAILABLE
 
 #: Call metadata of a DeliverStream whose caller reads ``DeliverOutcomes.delivered``
 #: (plain successes as packed ids): a pod answers that way only when asked, so pods of
 #: two versions keep working together during a rolling upgrade.
 PACKED_OUTCOMES: Final = ("apexmesh-outcomes", "packed")
 
+#: Call metadata of a DeliverStream whose caller reads ``DeliverOutcomes.taken``: the
+#: answering pod says when a delivery is queued on the endpoint's channel (custody,
+#: services/relay/jobs.py), before the endpoint answers. Asked for, like
+#: :data:`PACKED_OUTCOMES`, so that pods of two versions keep working together.
+CUSTODY_TAKEN: Final = ("apexmesh-custody", "taken")
+
 #: Called with the outcome of one delivery.
 Settle = Callable[[Outcome], None]
+#: Called once the peer pod has queued a delivery on the endpoint's channel.
+Taken = Callable[[], None]
 #: Called with the outcomes of a group, one per recipient in the group's order.
 SettleGroup = Callable[[tuple[Outcome, ...]], None]
-
-
-def outcome_of(status: common_pb2.ApexStatus) -> Outcome:
-    """The outcome a peer pod reported."""
-    code = status.code
-    text = status.text
-    if code == ApexReplyCode.SUCCESS and not text:
-        return DELIVERED
-    return Outcome(code, text)
 
 
 class _Stream:
     """One DeliverStream to one peer pod."""
 
-    def __init__(self, address: str, options: list[tuple[str, int]]) -> None:
+    def __init__(self, address: str, options: list[tuple[str, int]], max_in_flight: int) -> None:
         self.address = address
+        self.max_in_flight = max_in_flight
+        #: Senders waiting for room (see :meth:`room`).
+        self._senders: deque[asyncio.Future[None]] = deque()
         self.channel = internal_channel(address, options=options)
         self._stub = relay_pb2_grpc.RelayServiceStub(self.channel)
         #: Batches cut and not yet handed to gRPC, then the batch being filled.
@@ -80,26 +85,70 @@ class _Stream:
         self._wake = asyncio.Event()
         self._closing = False
         self._pending: dict[int, Settle] = {}
+        #: Deliveries whose custody a caller awaits (see :data:`CUSTODY_TAKEN`).
+        self._custody: dict[int, Taken] = {}
         self._groups: dict[int, tuple[SettleGroup, int]] = {}
         self._ids = itertools.count(1)
         self.loop = asyncio.get_running_loop()
         self._task = self.loop.create_task(self._run())
         self.broken = False
 
-    def send(self, recipient: str, originator: str, payload: bytes, settle: Settle) -> None:
-        """Queue one delivery; ``settle`` gets its outcome (from the loop, later)."""
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending) + len(self._groups)
+
+    def has_room(self) -> bool:
+        return self.in_flight < self.max_in_flight and not self._senders
+
+    def room(self) -> asyncio.Future[None] | None:
+        """None when a delivery may be sent now, else a future done once it may."""
+        if self.has_room() or self.broken:
+            return None
+        waiter: asyncio.Future[None] = self.loop.create_future()
+        self._senders.append(waiter)
+        return waiter
+
+    def _wake_senders(self) -> None:
+        room = self.max_in_flight - self.in_flight
+        waiting = self._senders
+        while waiting and (room > 0 or self.broken):
+            waiter = waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                room -= 1
+
+    def send(
+        self,
+        recipient: str,
+        originator: str,
+        payload: bytes,
+        settle: Settle,
+        taken: Taken | None = None,
+    ) -> None:
+        """Queue one delivery; ``settle`` gets its outcome and ``taken`` is called once the
+        peer pod queued it for the endpoint (from the loop, later)."""
         request_id = next(self._ids)
         self._pending[request_id] = settle
+        if taken is not None:
+            self._custody[request_id] = taken
         self._room(len(payload))
         self._batch.requests.add(
-            recipient=recipient, originator=originator, payload=payload, id=request_id
+            recipient=recipient,
+            originator=originator,
+            payload=payload,
+            id=request_id,
+            correlation_id=correlation_id.get(),
         )
         self._wake.set()
 
-    def send_group(self, group: Group, originator: str, settle: SettleGroup) -> None:
+    def send_group(
+        self, group: Group, originator: str, settle: SettleGroup, taken: Taken | None = None
+    ) -> None:
         """Queue one data for several recipients attached to the peer pod."""
         request_id = next(self._ids)
         self._groups[request_id] = (settle, len(group.recipients))
+        if taken is not None:
+            self._custody[request_id] = taken
         self._room(len(group.head) + len(group.tail) + sum(map(len, group.elements)))
         self._batch.requests.add(
             originator=originator,
@@ -108,6 +157,7 @@ class _Stream:
             group_elements=group.elements,
             head=group.head,
             tail=group.tail,
+            correlation_id=correlation_id.get(),
         )
         self._wake.set()
 
@@ -136,29 +186,43 @@ class _Stream:
 
     async def _run(self) -> None:
         try:
-            call = self._stub.DeliverStream(self._outgoing(), metadata=(PACKED_OUTCOMES,))
+            call = self._stub.DeliverStream(
+                self._outgoing(), metadata=(PACKED_OUTCOMES, CUSTODY_TAKEN)
+            )
             async for outcomes in call:
+                custody = self._custody
+                if custody:
+                    for request_id in outcomes.taken:
+                        taken = custody.pop(request_id, None)
+                        if taken is not None:
+                            taken()
                 pending = self._pending
                 for request_id in outcomes.delivered:
                     settle = pending.pop(request_id, None)
                     if settle is not None:
+                        custody.pop(request_id, None)
                         settle(DELIVERED)
                 for response in outcomes.responses:
+                    custody.pop(response.id, None)
                     settle = pending.pop(response.id, None)
                     if settle is not None:
                         settle(outcome_of(response.status))
                     else:
                         self._settle_group(response)
+                if self._senders:
+                    self._wake_senders()
         except grpc.aio.AioRpcError as exc:
             _log.warning("delivery stream to %s broke: %s", self.address, exc.code())
         finally:
             self.broken = True
+            self._custody = {}
             pending, self._pending = self._pending, {}
             for settle in pending.values():
                 settle(UNAVAILABLE)
             groups, self._groups = self._groups, {}
             for settle_group, size in groups.values():
                 settle_group((UNAVAILABLE,) * size)
+            self._wake_senders()  # they send on a new stream
 
     def _settle_group(self, response: relay_pb2.DeliverResponse) -> None:
         entry = self._groups.pop(response.id, None)
@@ -181,7 +245,13 @@ class PeerDelivery:
     message limit): the channels admit a stream message that size and some.
     """
 
-    def __init__(self, max_message: int = MAX_MESSAGE_OCTETS) -> None:
+    def __init__(
+        self,
+        max_message: int = MAX_MESSAGE_OCTETS,
+        *,
+        max_in_flight: int = MAX_IN_FLIGHT_PER_STREAM,
+    ) -> None:
+        self.max_in_flight = max_in_flight
         #: The largest stream message, either way: one delivery of the largest payload
         #: (batches are cut before they pass :data:`BATCH_OCTETS`), with room to spare.
         self.max_message_bytes = max_message + BATCH_OCTETS
@@ -199,28 +269,34 @@ class PeerDelivery:
         originator: Endpoint,
         payload: bytes,
         settle: Settle,
+        taken: Taken | None = None,
     ) -> None:
         """Deliver to the pod at ``address``; ``settle`` gets the outcome (no future: the
-        per-data path of the relay)."""
-        self._stream(address).send(str(recipient), str(originator), payload, settle)
+        per-data path of the relay), ``taken`` is told when that pod has queued it."""
+        self._stream(address).send(str(recipient), str(originator), payload, settle, taken)
 
     def deliver(
-        self, address: str, recipient: Endpoint, originator: Endpoint, payload: bytes
+        self,
+        address: str,
+        recipient: Endpoint,
+        originator: Endpoint,
+        payload: bytes,
+        taken: Taken | None = None,
     ) -> asyncio.Future[Outcome]:
         """:meth:`send` with the outcome as a future."""
         stream = self._stream(address)
         future: asyncio.Future[Outcome] = stream.loop.create_future()
-        stream.send(str(recipient), str(originator), payload, resolver(future))
+        stream.send(str(recipient), str(originator), payload, resolver(future), taken)
         return future
 
     def deliver_group(
-        self, address: str, group: Group, originator: Endpoint
+        self, address: str, group: Group, originator: Endpoint, taken: Taken | None = None
     ) -> asyncio.Future[tuple[Outcome, ...]]:
         """Deliver one data to several endpoints attached to the pod at ``address``; the
         outcomes come back one per endpoint of the group, in its order."""
         stream = self._stream(address)
         future: asyncio.Future[tuple[Outcome, ...]] = stream.loop.create_future()
-        stream.send_group(group, str(originator), resolver(future))
+        stream.send_group(group, str(originator), resolver(future), taken)
         return future
 
     def _stream(self, address: str) -> _Stream:
@@ -228,8 +304,19 @@ class PeerDelivery:
         if stream is None or stream.broken:
             if stream is not None:
                 asyncio.get_running_loop().create_task(stream.close())
-            stream = self._streams[address] = _Stream(address, self._options)
+            stream = self._streams[address] = _Stream(address, self._options, self.max_in_flight)
         return stream
+
+    def has_room(self, address: str) -> bool:
+        """True when a delivery to the pod at ``address`` may be sent now."""
+        stream = self._streams.get(address)
+        return stream is None or stream.broken or stream.has_room()
+
+    def room(self, address: str) -> asyncio.Future[None] | None:
+        """None when a delivery to the pod at ``address`` may be sent now, else a future
+        done once it may (the stream's bound on deliveries in flight)."""
+        stream = self._streams.get(address)
+        return None if stream is None else stream.room()
 
     def drain(self, address: str, endpoint: Endpoint) -> None:
         """Ask the pod at ``address`` to deliver what is held for ``endpoint`` (gRPC

@@ -10,8 +10,9 @@ attachment this pod holds with a relay-initiated terminate (section 4.4.3).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -23,22 +24,36 @@ from apexmesh.apex.elements import parse_message
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.party import OVERRIDE_CODE
+from apexmesh.common.cache import BoundedCache
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.ops.logs import correlation_id
+from services.relay.flow import Taken
 from services.relay.grouping import Group, deliver_here
-from services.relay.outcomes import DELIVERED, NOT_HERE_OUTCOME, Outcome
-from services.relay.peers import PACKED_OUTCOMES
+from services.relay.outcomes import NOT_HERE, Outcome
+from services.relay.peers import CUSTODY_TAKEN, PACKED_OUTCOMES
 from services.relay.router import Router
 
 if TYPE_CHECKING:
     from services.relay.edge import ApexChannel
 
 
+#: Submissions whose answer a retry with the same ``submission_id`` gets instead of a
+#: second relaying: a pubsub pod retries a fan-out cut off mid-flight within seconds, and
+#: a busy pod takes tens of thousands of submissions a minute.
+SUBMISSIONS_REMEMBERED = 65_536
+#: Seconds a submission id is remembered: retries come within seconds; an id seen again
+#: much later is a new submission that happens to reuse it, and is relayed.
+SUBMISSION_MEMORY_SECONDS = 300.0
+#: Longest submission id accepted (a retry key, not content).
+MAX_SUBMISSION_ID = 256
+
+
 def _status(outcome: Outcome) -> common_pb2.ApexStatus:
-    return common_pb2.ApexStatus(code=outcome.code, text=outcome.text)
+    return outcome.to_status()
 
 
-def _retrieve(task: asyncio.Future[None]) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     """Retrieve how a stream's reader ended (a broken stream is the caller's to see)."""
     if not task.cancelled():
         task.exception()
@@ -49,10 +64,12 @@ class _Answers:
     its writer: a stream message costs far more than a response in it, and answers of a
     burst of deliveries arrive together (peers.py says the same of requests)."""
 
-    def __init__(self, *, packed: bool) -> None:
+    def __init__(self, *, packed: bool, custody: bool = False) -> None:
         #: Plain successes go to ``delivered`` rather than a response each (the caller
         #: asked for it, see services/relay/peers.py PACKED_OUTCOMES).
         self.packed = packed
+        #: The caller wants to know when a delivery is queued here (CUSTODY_TAKEN).
+        self.custody = custody
         self.batch = relay_pb2.DeliverOutcomes()
         self.wake = asyncio.Event()
         #: Deliveries sent on and not answered yet.
@@ -61,11 +78,26 @@ class _Answers:
         self.finished = False
 
     def single(self, request_id: int, outcome: Outcome) -> None:
-        if outcome is DELIVERED and self.packed:
+        if self.packed and outcome.delivered and not outcome.text:
             self.batch.delivered.append(request_id)
         else:
             self.batch.responses.add(id=request_id, status=_status(outcome))
         self.wake.set()
+
+    def taken(self, request_id: int) -> None:
+        """The delivery is queued on the endpoint's channel here (custody)."""
+        if self.custody:
+            self.batch.taken.append(request_id)
+            self.wake.set()
+
+    def taken_when(self, request_id: int) -> Callable[[asyncio.Future[Taken]], None]:
+        """A callback telling :meth:`taken` once a waiting delivery found room."""
+
+        def decided(future: asyncio.Future[Taken]) -> None:
+            if not future.cancelled() and future.result() is None:
+                self.taken(request_id)
+
+        return decided
 
     def group(self, request_id: int, outcomes: tuple[Outcome, ...]) -> None:
         self.batch.responses.add(id=request_id, statuses=map(_status, outcomes))
@@ -97,7 +129,8 @@ class _Answers:
     @property
     def empty(self) -> bool:
         """True when nothing was gathered since the last take."""
-        return not self.batch.responses and not self.batch.delivered
+        batch = self.batch
+        return not batch.responses and not batch.delivered and not batch.taken
 
     def take(self) -> relay_pb2.DeliverOutcomes | None:
         """The responses gathered since the last take, None when there are none."""
@@ -118,9 +151,14 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         self._router = router
         metrics = router.metrics
         self._from_pod = metrics.deliveries.labels("from-pod")
+        self._metrics = metrics
+        #: Answers of recent submissions by id (see :data:`SUBMISSIONS_REMEMBERED`).
+        self._submissions: BoundedCache[str, asyncio.Future[relay_pb2.SubmitResponse]] = (
+            BoundedCache("submissions", SUBMISSIONS_REMEMBERED)
+        )
 
     def _deliver_group(
-        self, request: relay_pb2.DeliverRequest
+        self, request: relay_pb2.DeliverRequest, taken: Callable[[], None]
     ) -> asyncio.Future[tuple[Outcome, ...]] | tuple[Outcome, ...]:
         """A group of recipients (see services/relay/grouping.py), split by channel."""
         try:
@@ -132,14 +170,14 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
             return (invalid,) * len(recipients)
         group = Group(recipients, tuple(request.group_elements), request.head, request.tail)
         self._from_pod.inc(len(recipients))
-        return deliver_here(group, self._router.local)
+        return deliver_here(group, self._router.table, on_taken=taken)
 
     def _answer(self, request: relay_pb2.DeliverRequest, answers: _Answers) -> None:
         """Deliver one request; its response goes to ``answers`` now or once the
         endpoint has answered."""
         request_id = request.id
         if request.group:
-            grouped = self._deliver_group(request)
+            grouped = self._deliver_group(request, functools.partial(answers.taken, request_id))
             if isinstance(grouped, tuple):
                 answers.group(request_id, grouped)
             else:
@@ -150,12 +188,16 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         except EndpointError as exc:
             answers.single(request_id, Outcome(ApexReplyCode.PARAMETER_INVALID, str(exc)))
             return
-        held = self._router.local.get(endpoint)
-        if held is None:
-            answers.single(request_id, NOT_HERE_OUTCOME)
+        channel = self._router.table.channel_of(endpoint)
+        if channel is None:
+            answers.single(request_id, NOT_HERE)
             return
         self._from_pod.inc()
-        held[0].send_data(request.payload, answers.single_later(request_id))
+        queued = channel.queue_data(request.payload, answers.single_later(request_id))
+        if queued is None:
+            answers.taken(request_id)
+        elif isinstance(queued, asyncio.Future):
+            queued.add_done_callback(answers.taken_when(request_id))
 
     async def Deliver(  # noqa: N802  (gRPC method name)
         self, request: relay_pb2.DeliverRequest, context: grpc.aio.ServicerContext
@@ -172,13 +214,15 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         request_iterator: AsyncIterator[relay_pb2.DeliverBatch],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[relay_pb2.DeliverOutcomes]:
-        metadata = context.invocation_metadata() or ()
-        answers = _Answers(packed=PACKED_OUTCOMES in tuple(metadata))
+        metadata = tuple(context.invocation_metadata() or ())
+        answers = _Answers(packed=PACKED_OUTCOMES in metadata, custody=CUSTODY_TAKEN in metadata)
 
         async def read() -> None:
             try:
                 async for batch in request_iterator:
                     for request in batch.requests:
+                        # Its log lines here carry the sender's id (apexmesh/ops/logs.py).
+                        correlation_id.set(request.correlation_id)
                         self._answer(request, answers)
             finally:
                 answers.finish()
@@ -198,9 +242,31 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
     async def Submit(  # noqa: N802
         self, request: relay_pb2.SubmitRequest, context: grpc.aio.ServicerContext
     ) -> relay_pb2.SubmitResponse:
+        """Relay data a service originates; a retry (same ``submission_id``) is answered
+        as the first attempt was, or will be, and relays nothing a second time."""
+        submission = request.submission_id
+        if not submission:
+            return await self._submit(request)
+        if len(submission) > MAX_SUBMISSION_ID:
+            return relay_pb2.SubmitResponse(
+                status=_status(Outcome(ApexReplyCode.PARAMETER_INVALID, "submission id too long"))
+            )
+        now = asyncio.get_running_loop().time()
+        answer = self._submissions.get(submission, now)
+        if answer is None:
+            # A task of its own: a caller that gives up (its deadline) stops waiting,
+            # not the relaying, whose answer its retry then gets.
+            answer = asyncio.ensure_future(self._submit(request))
+            answer.add_done_callback(_retrieve)
+            self._submissions.put(submission, answer, expires=now + SUBMISSION_MEMORY_SECONDS)
+        else:
+            self._metrics.count(self._metrics.data, "resubmitted")
+        return await asyncio.shield(answer)
+
+    async def _submit(self, request: relay_pb2.SubmitRequest) -> relay_pb2.SubmitResponse:
         try:
             payload = parse_payload(request.payload)
-            element = parse_message(payload.control)
+            element = parse_message(payload.control, self._router.memo)
         except ApexError as exc:
             return relay_pb2.SubmitResponse(status=_status(Outcome(int(exc.code), str(exc))))
         if not isinstance(element, Data):
@@ -215,9 +281,11 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
                     Outcome(ApexReplyCode.NOT_AUTHORIZED, "originator differs from the submitter")
                 )
             )
-        error = self._router.originate(element, payload, request.payload)
-        if error is not None:
-            return relay_pb2.SubmitResponse(status=_status(Outcome(int(error.code), error.text)))
+        try:
+            # Answered once in custody (services/relay/jobs.py), or refused.
+            await self._router.originate(element, payload, request.payload)
+        except ApexError as exc:
+            return relay_pb2.SubmitResponse(status=_status(Outcome(int(exc.code), str(exc))))
         return relay_pb2.SubmitResponse(status=_status(Outcome(ApexReplyCode.SUCCESS)))
 
     async def TerminateAttachment(  # noqa: N802
@@ -250,6 +318,6 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
         """The attachment of endpoint ``text`` on this pod, None when it is not here (or
         ``text`` is no endpoint)."""
         try:
-            return self._router.local.get(Endpoint.parse(text))
+            return self._router.table.get(Endpoint.parse(text))
         except EndpointError:
             return None

@@ -7,7 +7,8 @@
 - ``APEXMESH_RELAY_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7401``): pod-to-pod gRPC.
 - ``APEXMESH_RELAY_ADVERTISE_HOST`` (the gRPC host): address other pods dial.
 - ``APEXMESH_RELAY_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8401``): health, metrics.
-- ``APEXMESH_REDIS_URL``, ``APEXMESH_REDIS_PREFIX``: as for every service.
+- ``APEXMESH_REDIS_URL``, ``APEXMESH_REDIS_PREFIX``, ``APEXMESH_REDIS_MAX_CONNECTIONS``,
+  ``APEXMESH_REDIS_POOL_TIMEOUT_SECONDS``: as for every service.
 - ``APEXMESH_ACCESS_ADDRESS`` (required): gRPC address of the access service.
 - ``APEXMESH_REPORT_ADDRESS``: gRPC address of the report service (statusRequest).
 - ``APEXMESH_PRESENCE_ADDRESS``: gRPC address of the presence service, told about
@@ -54,6 +55,16 @@
   sends the transient reports of held data that are due.
 - ``APEXMESH_RELAY_MIN_TRANSIT_MS`` (``0``): the least time a hop to another relay takes;
   dataTiming deadlines closer than that fail early (RFC 3342 section 2.1, prediction).
+- Flow control (services/relay/flow.py): ``APEXMESH_RELAY_ENDPOINT_IN_FLIGHT`` (``256``)
+  data and ``APEXMESH_RELAY_ENDPOINT_OCTETS`` (4 MiB) sent to one endpoint and not answered;
+  ``APEXMESH_RELAY_ENDPOINT_WAITING`` (``4096``) deliveries waiting for room before new
+  ones are shed; ``APEXMESH_RELAY_SLOW_CONSUMER_SECONDS`` (``10``): a delivery waiting that
+  long makes the endpoint a slow consumer (its data shed, counted, reported, until it
+  catches up); ``APEXMESH_RELAY_POD_STREAM_IN_FLIGHT`` (``8192``) deliveries in flight to
+  one other pod; ``APEXMESH_RELAY_SERVICE_CALLS`` (``256``) calls in flight to one pod of a
+  well-known service; ``APEXMESH_RELAY_DOMAIN_IN_FLIGHT`` (``1024``) data in flight to one
+  other domain; ``APEXMESH_RELAY_RETRY_SERVICES`` (``pubsub``): services whose calls cut
+  off mid-flight are retried with the same delivery id (they do the work once per id).
 - ``APEXMESH_RELAY_TRACE`` (``1``): record where each data with a statusRequest went
   (one Redis stream entry per such data; ``apexctl trace``, services/relay/tracing.py).
 - ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
@@ -91,6 +102,8 @@ from apexmesh.ops.settings import (
     env_pairs,
     required_domains,
 )
+from apexmesh.store.connection import RedisPoolSettings
+from services.relay.flow import DEFAULT_LIMITS, FlowLimits
 
 
 def _service_addresses(env: Mapping[str, str], name: str) -> dict[str, tuple[str, ...]]:
@@ -154,6 +167,7 @@ class RelaySettings:
     http_port: int
     redis_url: str
     redis_prefix: str
+    redis_pool: RedisPoolSettings
     access_address: str
     report_address: str | None
     presence_address: str | None
@@ -172,6 +186,11 @@ class RelaySettings:
     hold_sweep_ms: int = 250
     min_transit_ms: int = 0
     service_timeout_ms: int = 30_000
+    flow_limits: FlowLimits = DEFAULT_LIMITS
+    pod_stream_in_flight: int = 8192
+    service_calls: int = 256
+    domain_in_flight: int = 1024
+    retry_services: tuple[str, ...] = ("pubsub",)
     #: Offer only TLS until it is on (RFC 3080 section 9); the default outside dev runs.
     require_privacy: bool = False
     #: Every name this relay answers to (domains, host names, certificate names): the
@@ -234,6 +253,7 @@ class RelaySettings:
                 env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
             ),
             redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
+            redis_pool=RedisPoolSettings.from_env(env),
             access_address=access,
             report_address=env.get("APEXMESH_REPORT_ADDRESS") or None,
             presence_address=env.get("APEXMESH_PRESENCE_ADDRESS") or None,
@@ -258,6 +278,15 @@ class RelaySettings:
             min_transit_ms=env_int(
                 env, "APEXMESH_RELAY_MIN_TRANSIT_MS", 0, low=0, high=_MAX_MILLISECS
             ),
+            flow_limits=_flow_limits(env),
+            pod_stream_in_flight=env_int(
+                env, "APEXMESH_RELAY_POD_STREAM_IN_FLIGHT", 8192, low=1, high=1 << 20
+            ),
+            service_calls=env_int(env, "APEXMESH_RELAY_SERVICE_CALLS", 256, low=1, high=65_536),
+            domain_in_flight=env_int(
+                env, "APEXMESH_RELAY_DOMAIN_IN_FLIGHT", 1024, low=1, high=1 << 20
+            ),
+            retry_services=env_list(env, "APEXMESH_RELAY_RETRY_SERVICES", ("pubsub",)),
             require_privacy=require_privacy,
             host_names=host_names,
             sasl_throttle=_sasl_throttle(env),
@@ -265,6 +294,19 @@ class RelaySettings:
             trace=env_flag(env, "APEXMESH_RELAY_TRACE", default=True),
             admin=admin_tokens(env, dev=dev),
         )
+
+
+def _flow_limits(env: Mapping[str, str]) -> FlowLimits:
+    """What one channel of this pod may hold for its endpoint (services/relay/flow.py)."""
+    slow = env_float(env, "APEXMESH_RELAY_SLOW_CONSUMER_SECONDS", 10.0)
+    if not 0.1 <= slow <= 3600:
+        raise SettingsError("APEXMESH_RELAY_SLOW_CONSUMER_SECONDS must be 0.1 .. 3600")
+    return FlowLimits(
+        max_in_flight=env_int(env, "APEXMESH_RELAY_ENDPOINT_IN_FLIGHT", 256, low=1, high=65_536),
+        max_octets=env_int(env, "APEXMESH_RELAY_ENDPOINT_OCTETS", 4 << 20, low=1, high=1 << 30),
+        max_waiting=env_int(env, "APEXMESH_RELAY_ENDPOINT_WAITING", 4096, low=0, high=1 << 20),
+        slow_after_seconds=slow,
+    )
 
 
 _MAX_MILLISECS = 2_147_483_647

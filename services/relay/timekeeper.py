@@ -31,7 +31,7 @@ from apexmesh.apex.timing import (
     delivered,
     tick,
 )
-from services.relay.outcomes import HELD, Outcome
+from services.relay.outcomes import Outcome
 
 if TYPE_CHECKING:
     from services.relay.metrics import RelayMetrics
@@ -148,7 +148,7 @@ class Timekeeper:
                 result.set_result(Outcome(ApexReplyCode.ACTION_ABORTED, "local error"))
                 return
             outcome = done.result()
-            if outcome.ok and outcome is not HELD:  # held: the drain reports on it later
+            if outcome.delivered:  # held: the drain reports on it later
                 self.report(delivered(current, self.now()))
             result.set_result(outcome)
 

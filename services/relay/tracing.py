@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from apexmesh.apex.options import STATUS_REQUEST
 from apexmesh.ops.logs import correlation_id
 from apexmesh.store.hops import Hop, HopLog, HopOutcome
-from services.relay.outcomes import HELD, Outcome
+from services.relay.outcomes import Outcome, Reason
+from services.relay.routing import RouteKind
 from services.relay.timekeeper import wall_ms
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class HopTracer:
         received_ms: int,
         results: Mapping[Endpoint, Outcome],
         reported_by: tuple[str, ...],
+        where: Mapping[Endpoint, tuple[RouteKind, str]] | None = None,
     ) -> None:
         """Every recipient of ``data`` has its outcome: record the hop (in the
         background). Data without a statusRequest is not traced."""
@@ -61,7 +63,7 @@ class HopTracer:
         if not trans_ids:
             return
         task = asyncio.get_running_loop().create_task(
-            self._record(data, trans_ids, received_ms, dict(results), reported_by)
+            self._record(data, trans_ids, received_ms, dict(results), reported_by, where or {})
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -73,6 +75,7 @@ class HopTracer:
         received_ms: int,
         results: dict[Endpoint, Outcome],
         reported_by: tuple[str, ...],
+        where: Mapping[Endpoint, tuple[RouteKind, str]],
     ) -> None:
         router = self._router
         originator = data.originator.identity
@@ -88,7 +91,7 @@ class HopTracer:
                     recipient=str(endpoint),
                     code=int(outcome.code),
                     text=outcome.text,
-                    route=await self._route(endpoint, outcome),
+                    route=await self._route(endpoint, outcome, where.get(endpoint)),
                 )
                 for endpoint, outcome in results.items()
             ]
@@ -109,15 +112,25 @@ class HopTracer:
         except Exception as exc:  # noqa: BLE001  (Redis away: a missing trace, nothing more)
             _log.warning("cannot record the hop of data from %s: %s", originator, exc)
 
-    async def _route(self, endpoint: Endpoint, outcome: Outcome) -> str:
+    async def _route(
+        self, endpoint: Endpoint, outcome: Outcome, taken: tuple[RouteKind, str] | None
+    ) -> str:
+        """How the data went to ``endpoint``: the route the executor took when it is
+        known (the endpoint may have moved or left since), else looked up now."""
         router = self._router
-        if outcome is HELD:
+        if outcome.reason is Reason.HELD:
             return "held"
+        if taken is not None:
+            kind, address = taken
+            if kind is RouteKind.LOCAL:
+                return f"local {self._pod}"
+            if kind is RouteKind.POD:
+                return f"pod {router.locations.pod_at(address) or address}"
         if endpoint.domain not in router.domains:
             return f"mesh {endpoint.domain}"
         if endpoint.is_service:
             return f"service {endpoint}"
-        if endpoint in router.local:
+        if endpoint in router.table:
             return f"local {self._pod}"
         found = await router.attachments.locate(str(endpoint))
         return "none" if found is None else f"pod {found[0]}"

@@ -10,9 +10,12 @@ to send statusResponse data (section 5.1).
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import logging
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
 
 import grpc
 
@@ -28,10 +31,11 @@ from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
 from apexmesh.rpc.access import AccessClient
-from services.relay.outcomes import DELIVERED, Outcome
+from services.relay.outcomes import DELIVERED, SERVICE_UNAVAILABLE, Outcome, outcome_of
 
-if TYPE_CHECKING:
-    from services.relay.router import Router
+#: How the relay originates data itself (services/relay/router.py ``Router.originate``):
+#: the access service's replies go out as apex=access@DOMAIN.
+Originate = Callable[[Data, Payload, bytes], "asyncio.Future[None]"]
 
 _log = logging.getLogger(__name__)
 
@@ -39,6 +43,25 @@ _log = logging.getLogger(__name__)
 #: default (``APEXMESH_RELAY_SERVICE_TIMEOUT_MS``): a publication to 1,000 subscribers
 #: under load takes seconds, and a pubsub pod finishes a fan-out it has started anyway.
 SERVICE_TIMEOUT_SECONDS = 30.0
+
+#: Calls to one pod of a service in flight at once; more wait (flow control: the data
+#: they carry stay unanswered, and their senders' windows close).
+MAX_CALLS_PER_POD: Final = 256
+
+#: Attempts at one delivery to a service whose calls may be retried (the first included).
+ATTEMPTS: Final = 3
+#: Seconds before each retry of a call cut off mid-flight (its outcome unknown).
+RETRY_BACKOFF_SECONDS: Final = (0.05, 0.25)
+
+#: A call that ended this way may or may not have reached the service.
+_CUT_OFF: Final = frozenset(
+    {
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    }
+)
 
 ACCESS = "access"
 REPORT = "report"
@@ -55,16 +78,32 @@ class WellKnownServices:
         report: grpc.aio.Channel | None,
         *,
         timeout: float = SERVICE_TIMEOUT_SECONDS,
+        retried: frozenset[str] = frozenset({"pubsub"}),
+        delivery_prefix: str = "relay",
+        max_calls_per_pod: int = MAX_CALLS_PER_POD,
     ) -> None:
         self._access = access
         self._timeout = timeout
+        #: Services that honour ``delivery_id`` (their work happens once per id): a call
+        #: cut off mid-flight is retried (on the next pod) with the same id.
+        self._retried = retried
         #: The pods of each service, and where the next round-robin turn starts.
         self._endpoints = {
             name: [endpoint_pb2_grpc.WellKnownEndpointStub(channel) for channel in pods]
             for name, pods in channels.items()
         }
+        self._calls = {
+            name: [asyncio.Semaphore(max_calls_per_pod) for _ in pods]
+            for name, pods in channels.items()
+        }
         self._turns = dict.fromkeys(self._endpoints, 0)
         self._report = None if report is None else report_pb2_grpc.ReportServiceStub(report)
+        #: Unique to this process: the counter after it restarts with the process, and a
+        #: delivery id must never name two deliveries (a service does each id once).
+        self._prefix = f"{delivery_prefix}-{secrets.token_hex(6)}"
+        self._ids = itertools.count(1)
+        #: How this relay originates data (set by the router that owns these services).
+        self.originate: Originate | None = None
 
     def deliver(
         self,
@@ -72,10 +111,10 @@ class WellKnownServices:
         data: Data,
         payload: bytes,
         parts: tuple[MimePart, ...],
-        router: Router,
     ) -> asyncio.Future[Outcome]:
-        """Hand ``payload`` (data for ``recipient`` only) to its service."""
-        return asyncio.ensure_future(self._deliver(recipient, data, payload, parts, router))
+        """Hand ``payload`` (data for ``recipient`` only) to its service; the outcome is
+        the service's answer (the copy's custody, services/relay/jobs.py)."""
+        return asyncio.ensure_future(self._deliver(recipient, data, payload, parts))
 
     async def _deliver(
         self,
@@ -83,12 +122,11 @@ class WellKnownServices:
         data: Data,
         payload: bytes,
         parts: tuple[MimePart, ...],
-        router: Router,
     ) -> Outcome:
         name = recipient.address.removeprefix("apex=")
         try:
             if name == ACCESS:
-                return await self._access_operation(recipient, data, parts, router)
+                return await self._access_operation(recipient, data, parts)
             pods = self._endpoints.get(name)
             if not pods:
                 return Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "unknown endpoint identity")
@@ -96,6 +134,7 @@ class WellKnownServices:
                 recipient=str(recipient),
                 originator=str(data.originator.identity),
                 payload=payload,
+                delivery_id=f"{self._prefix}-{next(self._ids)}",
             )
             return await self._call(name, pods, request)
         except ApexError as exc:
@@ -107,24 +146,37 @@ class WellKnownServices:
         pods: list[endpoint_pb2_grpc.WellKnownEndpointStub],
         request: endpoint_pb2.EndpointDeliverRequest,
     ) -> Outcome:
-        """Deliver through the service's pods, round-robin; only an UNAVAILABLE pod (the
-        call reached nobody, so nothing can be done twice) moves on to the next one."""
+        """Deliver through the service's pods, round-robin. An UNAVAILABLE pod (the call
+        reached nobody, so nothing can be done twice) moves on to the next one at once.
+        A call cut off mid-flight (its outcome unknown) is retried, with the same
+        ``delivery_id``, only for a service that honours it; :data:`ATTEMPTS` at most,
+        then 421 (counted and reported like any failed delivery)."""
         first = self._turns[name]
         self._turns[name] = (first + 1) % len(pods)
-        for turn in range(len(pods)):
-            stub = pods[(first + turn) % len(pods)]
+        calls = self._calls[name]
+        retries = name in self._retried
+        attempts = 0
+        position = 0
+        while True:
+            index = (first + position) % len(pods)
             try:
-                response = await stub.Deliver(request, timeout=self._timeout)
+                async with calls[index]:
+                    response = await pods[index].Deliver(request, timeout=self._timeout)
             except grpc.aio.AioRpcError as exc:
-                _log.warning("service %s pod %d unreachable: %s", name, turn, exc.code())
-                if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                    continue
-                return Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "service not available")
-            return Outcome(response.status.code, response.status.text)
-        return Outcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "service not available")
+                code = exc.code()
+                _log.warning("service %s pod %d: %s", name, index, code)
+                position += 1
+                if code == grpc.StatusCode.UNAVAILABLE and position < len(pods):
+                    continue  # reached nobody: the next pod at once
+                attempts += 1
+                if not retries or code not in _CUT_OFF or attempts >= ATTEMPTS:
+                    return SERVICE_UNAVAILABLE
+                await asyncio.sleep(RETRY_BACKOFF_SECONDS[attempts - 1])
+                continue
+            return outcome_of(response.status)
 
     async def _access_operation(
-        self, recipient: Endpoint, data: Data, parts: tuple[MimePart, ...], router: Router
+        self, recipient: Endpoint, data: Data, parts: tuple[MimePart, ...]
     ) -> Outcome:
         content = resolve_content(data, {p.content_id: p for p in parts if p.content_id})
         body = content.content if isinstance(content, DataContent) else content.body
@@ -136,9 +188,16 @@ class WellKnownServices:
             except ValueError:
                 continue
             answer = inline_data(service, target, outbound.content)
-            error = router.originate(answer, Payload(control=b""), beep_xml(answer.to_xml()))
-            if error is not None:
-                _log.warning("could not send access reply to %s: %s", target, error.text)
+            originate = self.originate
+            if originate is None:
+                _log.warning("no relay to send the access reply to %s", target)
+                continue
+            try:
+                sent = originate(answer, Payload(control=b""), beep_xml(answer.to_xml()))
+            except ApexError as exc:
+                _log.warning("could not send access reply to %s: %s", target, exc)
+                continue
+            sent.add_done_callback(functools.partial(_reply_sent, target))
         return DELIVERED
 
     async def report(
@@ -176,6 +235,12 @@ class WellKnownServices:
             _log.warning(
                 "report to %s refused: %s %s", recipient, answer.status.code, answer.status.text
             )
+
+
+def _reply_sent(target: Endpoint, sent: asyncio.Future[None]) -> None:
+    """An access reply the relay originated was taken, or refused (logged)."""
+    if not sent.cancelled() and (error := sent.exception()) is not None:
+        _log.warning("could not send access reply to %s: %s", target, error)
 
 
 def _status(code: int, text: str) -> common_pb2.ApexStatus:

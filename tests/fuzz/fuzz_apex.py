@@ -6,7 +6,7 @@ DTDs: RFC 3341, RFC 3343, draft-schwartz-apex-pubsub).
 the peer is answered with. It feeds the octets to what a relay and the services parse
 from a peer: the BEEP payload (MIME) and its control element, the element parser, and
 the access, presence and pubsub operation parsers; and it checks that a document the
-relay recognizes without parsing (:func:`apexmesh.apex.data.known_data`) is what the
+relay recognizes without parsing (``ParseMemo.known_data``, apexmesh/apex/memo.py) is what the
 full parser makes of it. Any other exception, or a disagreement, is a bug.
 
 Run it with atheris when installed, or for a bounded time with the seeded mutator that
@@ -30,13 +30,13 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script (atheris, --seconds): the checkout on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from apexmesh.apex import data as data_module
 from apexmesh.apex.access import AccessError, TokenRegistry
 from apexmesh.apex.access import parse_operation as parse_access
 from apexmesh.apex.content import parse_payload
-from apexmesh.apex.data import data_from, known_data
+from apexmesh.apex.data import data_from
 from apexmesh.apex.elements import Data, parse_apex, parse_message
 from apexmesh.apex.errors import ApexError
+from apexmesh.apex.memo import ParseMemo
 from apexmesh.apex.presence import parse_operation as parse_presence
 from apexmesh.apex.presence import parse_service_message as parse_presence_message
 from apexmesh.beep.xml import XmlError, parse_xml
@@ -102,10 +102,14 @@ SEEDS: tuple[bytes, ...] = (
 _REFUSALS = (ApexError, AccessError)
 
 
+#: What the fuzzer's "relay" remembers between inputs (a relay's memo, bounded).
+MEMO = ParseMemo()
+
+
 def check_known_data(raw: bytes) -> None:
     """A document recognized without parsing must be what the full parser makes of it,
     and one the full parser refuses must never be recognized."""
-    known = known_data(raw)
+    known = MEMO.known_data(raw)
     if known is None:
         return
     try:
@@ -114,6 +118,11 @@ def check_known_data(raw: bytes) -> None:
         raise AssertionError(f"known_data accepted what the parser refuses: {exc}") from None
     if known != full:
         raise AssertionError(f"known_data disagrees with the parser:\n{known}\n{full}")
+
+
+def remembering_parse(data: bytes) -> object:
+    """parse_apex as a relay calls it, remembering documents in :data:`MEMO`."""
+    return parse_apex(data, MEMO)
 
 
 def fuzz_one(data: bytes) -> None:
@@ -125,7 +134,7 @@ def fuzz_one(data: bytes) -> None:
     if payload is not None:
         with contextlib.suppress(_REFUSALS):
             parse_message(payload.control)
-    for parse in (parse_apex, parse_presence, parse_presence_message, parse_pubsub,
+    for parse in (remembering_parse, parse_presence, parse_presence_message, parse_pubsub,
                   parse_pubsub_message):  # fmt: skip
         try:
             element = parse(data)
@@ -172,8 +181,6 @@ def run(seconds: float, *, seed: int = 3340, limit: int | None = None) -> int:
     while time.monotonic() < deadline and (limit is None or done < limit):
         fuzz_one(mutate(rng, rng.choice(SEEDS), rng.choice(SEEDS)))
         done += 1
-        if done % 50_000 == 0:
-            data_module._KNOWN.clear()  # as a relay's bounded table does when full
     return done
 
 

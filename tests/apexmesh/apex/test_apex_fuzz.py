@@ -2,7 +2,7 @@
 
 ``tests/fuzz/fuzz_apex.py`` holds the target (usable by atheris, or by its seeded
 mutator for long runs). Here it runs for a bounded number of mutated inputs and
-Hypothesis examples; a property test holds :func:`apexmesh.apex.data.known_data` (the
+Hypothesis examples; a property test holds ``ParseMemo.known_data`` (the
 relay's parse-free path for data that differ only in their content reference) against
 the full parser.
 """
@@ -16,21 +16,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apexmesh.apex import data as data_module
-from apexmesh.apex.data import data_from, known_data
+from apexmesh.apex.data import data_from
 from apexmesh.apex.elements import parse_apex
 from apexmesh.apex.errors import ApexError
+from apexmesh.apex.memo import ParseMemo
 from apexmesh.beep.xml import XmlError, parse_xml
 from tests.support.fuzzing import load_target
 
 pytestmark = pytest.mark.unit
 
 target = load_target("fuzz_apex")
-
-
-@pytest.fixture(autouse=True)
-def _forget() -> None:
-    data_module._KNOWN.clear()
 
 
 def test_the_seeds_parse_and_never_raise() -> None:
@@ -101,12 +96,12 @@ def test_known_data_is_what_the_full_parser_makes(first: str, second: str, rest:
     """A sender's data differ in the content reference only: the relay recognizes the
     second from the first's parse. Whatever the values, it must agree with the full
     parser, and never accept what the parser refuses."""
-    data_module._KNOWN.clear()
+    memo = ParseMemo()
     earlier = f"<data content='{first}'>{rest}".encode()
     later = f"<data content='{second}'>{rest}".encode()
     with contextlib.suppress(ApexError):
-        parse_apex(earlier)  # remembered when it parses
-    known = known_data(later)
+        parse_apex(earlier, memo)  # remembered when it parses
+    known = memo.known_data(later)
     try:
         full = data_from(parse_xml(later), later)
     except (ApexError, XmlError):

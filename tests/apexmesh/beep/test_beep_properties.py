@@ -289,14 +289,17 @@ def test_random_operations_keep_windows_and_numbering_consistent(
                 session.send_rpy(ch, msgno, payload)
                 replies.setdefault(asker, {})[msgno] = ("RPY", payload)
     pump()
-    # Answer whatever is left, so that every exchange completes.
-    for (on_ini, ch), msgnos in pending.items():
-        for msgno in reversed(msgnos):
-            payload = body(b"late")
-            _session(pair, on_ini).send_rpy(ch, msgno, payload)
-            replies.setdefault((not on_ini, ch), {})[msgno] = ("RPY", payload)
-        msgnos.clear()
-    pump()
+    # Answer whatever is left, so that every exchange completes. Unanswered MSGs hold
+    # the window closed (RFC 3081 3.1.3), so a MSG may only arrive once earlier ones
+    # are answered: answer until nothing is pending.
+    while any(pending.values()):
+        for (on_ini, ch), msgnos in pending.items():
+            for msgno in reversed(msgnos):
+                payload = body(b"late")
+                _session(pair, on_ini).send_rpy(ch, msgno, payload)
+                replies.setdefault((not on_ini, ch), {})[msgno] = ("RPY", payload)
+            msgnos.clear()
+        pump()
     assert not any(replies.values())
     assert not any(outstanding.values())
     note_event(f"msgs sent: {min(sum(map(len, msgs.values())), 5)}")

@@ -719,3 +719,90 @@ def test_message_numbers_wrap_and_skip_those_still_awaiting_replies() -> None:
     pair.ini._channels[ch].next_msgno = (1 << 31) - 1  # as if 2**31 MSGs had gone
     numbers = [pair.ini.send_msg(ch, body(b"%d" % n)) for n in range(3)]
     assert numbers == [(1 << 31) - 1, 2, 3]
+
+
+def test_a_late_seq_after_a_thousand_channel_cycles_is_still_ignored() -> None:
+    """The record of recently closed channels is a bounded FIFO, never wiped: after more
+    open/close cycles than MAX_CHANNELS, a SEQ the peer sent for the channel closed last
+    (before it saw the close) is still recognised and ignored, not a framing error that
+    ends the whole session (it once did, after about 1,030 cycles)."""
+    from apexmesh.beep.frames import encode_seq
+    from apexmesh.beep.limits import MAX_CHANNELS
+
+    pair = Pair()
+    closed = []
+    for _ in range(MAX_CHANNELS + 2):
+        closed.append(pair.open_channel())
+        pair.ini.close_channel(closed[-1])
+        pair.pump()
+    # The channel closed before the last one: a record wiped when full forgot it.
+    events = pair.lis.receive_data(encode_seq(closed[-2], 0, 8192))
+    assert not only(events, ev.SessionTerminated)
+    assert pair.lis.state is State.OPEN
+    assert_clean(pair)
+
+
+def test_unanswered_msgs_hold_the_window_closed_until_answered() -> None:
+    """RFC 3081 3.1.3: the window advances as the application accepts responsibility for
+    what it received. MSGs the application has not answered stay in the window, so a
+    peer whose MSGs wait (a relay holding data back under load) stops the sender on that
+    channel; answers open the window again, and nothing is lost or reordered."""
+    window = 8192
+    pair = Pair(listener=SessionConfig(profiles=(ECHO,), receive_window_octets=window))
+    ch = pair.open_channel()
+    payloads = [body(bytes([65 + i % 26]) * 1000) for i in range(20)]
+    for payload in payloads:
+        pair.ini.send_msg(ch, payload)
+    _, lis = pair.pump()
+    first = only(lis, ev.MessageReceived)
+    assert 0 < len(first) < len(payloads)
+    assert sum(len(m.payload) for m in first) <= window
+    received = list(first)
+    while len(received) < len(payloads):
+        for message in first:
+            pair.lis.send_rpy(ch, message.msgno, body(b"ok"))
+        _, lis = pair.pump()
+        first = only(lis, ev.MessageReceived)
+        assert first, "answers must open the window again"
+        received += first
+    assert [m.payload for m in received] == payloads
+    for message in first:
+        pair.lis.send_rpy(ch, message.msgno, body(b"ok"))
+    pair.pump()
+    assert_clean(pair)
+
+
+def test_a_message_larger_than_the_window_still_arrives() -> None:
+    """Only complete MSGs hold window space: the frames of one message larger than the
+    window keep flowing until it is whole."""
+    pair = Pair(listener=SessionConfig(profiles=(ECHO,), receive_window_octets=4096))
+    ch = pair.open_channel()
+    payload = body(b"x" * 50_000)
+    pair.ini.send_msg(ch, payload)
+    _, lis = pair.pump()
+    assert [m.payload for m in only(lis, ev.MessageReceived)] == [payload]
+    assert_clean(pair)
+
+
+def test_the_window_never_moves_its_right_edge_left() -> None:
+    """RFC 3081 3.1.4: the right edge of the advertised window only moves right, even
+    while unanswered MSGs shrink the space available."""
+    pair = Pair(listener=SessionConfig(profiles=(ECHO,), receive_window_octets=16384))
+    ch = pair.open_channel()
+    for _ in range(40):
+        pair.ini.send_msg(ch, body(b"y" * 700))
+    pair.pump()
+    sender = pair.ini._channels[ch]
+    edges = [sender.send_seqno + sender.send_credit]
+    answered = 0
+    while answered < 40:
+        waiting = only(pair.lis_events, ev.MessageReceived)[answered:]
+        assert waiting, "unanswered MSGs must not keep the window closed once answered"
+        for message in waiting:
+            pair.lis.send_rpy(ch, message.msgno, body(b"ok"))
+            answered += 1
+            pair.pump()
+            edges.append(sender.send_seqno + sender.send_credit)
+    assert edges == sorted(edges)
+    assert pair.lis._channels[ch].unanswered_octets == 0
+    assert_clean(pair)

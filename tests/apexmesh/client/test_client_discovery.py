@@ -49,7 +49,7 @@ async def test_an_unreachable_target_falls_back_to_the_next(mesh: Mesh) -> None:
         client = await connect_domain("example.com", resolver=resolver)
         async with client:
             await client.attach("barney@example.com")
-    assert mesh.b.router.local == {}  # released with the session
+    assert len(mesh.b.router.table) == 0  # released with the session
 
 
 async def test_a_domain_without_records_is_550() -> None:

@@ -2,8 +2,8 @@
 
 Receivers take shortcuts for exactly this layout: the canonical MIME split
 (``content._canonical``) and data recognized from an earlier parse
-(``data.known_data``). Each is written by hand on both sides, so these tests tie the
-writer to the readers."""
+(``ParseMemo.known_data``, apexmesh/apex/memo.py). Each is written by hand on both
+sides, so these tests tie the writer to the readers."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from apexmesh.apex import data as data_module
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.elements import parse_apex
 from apexmesh.apex.errors import ApexError
+from apexmesh.apex.memo import ParseMemo
 from apexmesh.beep.xml import parse_xml
 from apexmesh.client import outgoing
 from apexmesh.client.outgoing import as_endpoint, as_recipients, encode_data
@@ -35,11 +36,11 @@ def test_the_sdks_payload_takes_the_canonical_split() -> None:
 
 
 def test_the_sdks_next_data_is_recognized_from_the_first_parse() -> None:
-    data_module._KNOWN.clear()
+    memo = ParseMemo()
     first = content.parse_payload(payload(b"one")).control
-    parse_apex(first)
+    parse_apex(first, memo)
     second = content.parse_payload(payload(b"two")).control
-    known = data_module.known_data(second)
+    known = memo.known_data(second)
     assert known is not None
     assert known.content != parse_apex(first).content  # a fresh Content-ID each data
     assert known == data_module.data_from(parse_xml(second), second)

@@ -479,3 +479,11 @@ def test_hop_budget_shrinks_across_servers() -> None:
     assert core.hops_left(received) == 3
     assert core.hops_left(_data((data_hopping_option(5, 0),))) == core.DEFAULT_HOPS
     assert core.hops_left(_data(), default=2) == 2
+
+
+def test_a_subscriber_with_two_subscriptions_gets_one_copy() -> None:
+    """Schema v2 keys subscriptions by id as well: still one data per subscriber."""
+    plan = core.publish(
+        PUBLISHER, exists=True, allowed=True, subscriptions=[sub(MIKE), sub(MIKE)], now_ms=NOW
+    )
+    assert plan.recipients == (MIKE,)

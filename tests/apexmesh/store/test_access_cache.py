@@ -124,3 +124,26 @@ async def test_lost_subscription_bypasses_then_recovers(redis: Redis, keys: Keys
         await eventually(lambda: len(checker) == 0 and checker.synced)
         await checker.check(FRED, "a@b.org", "core:data")
         assert len(checker) == 1
+
+
+async def test_a_full_cache_evicts_the_least_recent_decision_not_everything(
+    redis: Redis, keys: Keys
+) -> None:
+    """Past ``max_decisions`` one decision makes room (LRU), so the working set stays
+    cached; an owner's invalidation still drops exactly its decisions, and the owner
+    index stays bounded however many decisions came and went."""
+    store = AccessEntryStore(redis, keys)
+    source = StoreSource(store)
+    async with CachedAccessChecker(source, redis, keys, max_decisions=4) as checker:
+        for index in range(4):
+            await checker.check(FRED, f"a{index}@x.org", "core:data")
+        await checker.check(FRED, "a0@x.org", "core:data")  # a0 used again: a1 is oldest
+        await checker.check("barney@example.com", "a9@x.org", "core:data")
+        assert len(checker) == 4
+        assert checker.lookup(FRED, "a1@x.org", "core:data") is None
+        assert checker.lookup(FRED, "a0@x.org", "core:data") is not None
+        for index in range(100):  # churn: the index is rebuilt, never more than 2x
+            await checker.check(FRED, f"b{index}@x.org", "core:data")
+        assert checker._indexed <= 8
+        checker._notified(f"{checker.version + 1} {FRED}")
+        assert all(key[0] != FRED for key in checker._decisions)

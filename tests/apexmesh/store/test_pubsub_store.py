@@ -58,18 +58,8 @@ async def test_topics_subscriptions_and_versions(redis: Redis, keys: Keys) -> No
     view = await store.read_topic(DOMAIN, TOPIC)
     assert view.subscriptions == {MIKE: sub(MIKE, NOW + 5)}
     assert await store.next_expiry(DOMAIN) == NOW + 5
-    # The publish path: journal written, subscribers only when the cache is stale.
-    known, version, subs = await store.accept_publish(DOMAIN, TOPIC, 0, None, NOW)
-    assert known
-    assert version == view.version
-    assert subs == view.subscriptions
-    known, version, subs = await store.accept_publish(DOMAIN, TOPIC, version, None, NOW)
-    assert known
-    assert subs is None
-    unknown = await store.accept_publish(DOMAIN, "no.such", 0, new_entry("publish"), NOW)
-    assert unknown == (False, 0, None)
     entries = await store.orphans(DOMAIN, NOW + 10**6, retry_after_ms=1)
-    # The unknown topic's entry was not written: the reply and the topic's presence tuple.
+    # The journal: the reply and the topic's presence tuple.
     assert sorted(e.kind for e in entries) == ["presence", "send"]
     assert reply.id in {e.id for e in entries}
 
@@ -191,18 +181,16 @@ def test_core_outcome_fits_the_store() -> None:
     assert core.DEFAULT_HOPS > 1
 
 
-async def test_placement_follows_the_relays_attachment_table(redis: Redis, keys: Keys) -> None:
+async def test_counts_are_the_domains_topics_and_subscriptions(redis: Redis, keys: Keys) -> None:
+    """What the leader's gauges read every second: counted in Redis, per domain."""
     store = PubsubStore(redis, keys, "pod-a")
+    await _create(store)
+    other = [TopicCreated("elsewhere", MIKE)]
+    assert await store.commit("other.com", "elsewhere", None, other, [], NOW) is not None
     bob = Endpoint.parse("bob@example.com")
-    gone = Endpoint.parse("gone@example.com")
-    await redis.set(keys.attachment(str(MIKE)), "relay-1")
-    await redis.set(keys.attachment(str(bob)), "relay-2")
-    await redis.set(keys.attachment(str(gone)), "relay-dead")
-    await redis.set(keys.relay_pod("relay-1"), "127.0.0.1:1001")
-    await redis.set(keys.relay_pod("relay-2"), "127.0.0.1:1002")
-    nobody = Endpoint.parse("nobody@example.com")
-    assert await store.placement([MIKE, bob, gone, nobody]) == {
-        MIKE: "127.0.0.1:1001",
-        bob: "127.0.0.1:1002",
-    }
-    assert await store.placement([]) == {}
+    subs = [Subscribed(sub(MIKE, NOW + 5), False), Subscribed(sub(bob, NOW + 9), False)]
+    assert await store.commit(DOMAIN, TOPIC, None, subs, [], NOW) is not None
+    assert await store.counts(DOMAIN) == (1, 2)
+    assert await store.counts("other.com") == (1, 0)
+    await store.claim_expired(DOMAIN, NOW + 5)
+    assert await store.counts(DOMAIN) == (1, 1)

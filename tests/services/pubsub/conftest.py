@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Final
 
 import pytest
-import uvloop
 
 from apexmesh.client import ApexClient, Attachment
 from apexmesh.client.pubsub import PubsubClient
@@ -35,6 +34,7 @@ from services.relay.app import RelayApp
 from services.relay.settings import RelaySettings
 from services.report.app import ReportApp
 from services.report.settings import ReportSettings
+from tests.support.loops import LoopFactories, loop_factories
 from tests.support.mesh import base_env, endpoint_client, relay_env, retried
 from tests.support.redis_server import RedisServer, free_port
 
@@ -300,9 +300,5 @@ async def attach(mesh: PubsubMesh) -> AsyncIterator[Attach]:
 UVLOOP_MODULES: Final = frozenset({"test_pubsub_processes.py"})
 
 
-def pytest_asyncio_loop_factories(
-    config: pytest.Config, item: pytest.Item
-) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
-    if item.path.name in UVLOOP_MODULES:
-        return {"uvloop": uvloop.new_event_loop}
-    return {"asyncio": asyncio.new_event_loop}
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> LoopFactories:
+    return loop_factories(item, UVLOOP_MODULES)

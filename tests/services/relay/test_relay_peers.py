@@ -17,6 +17,7 @@ import pytest
 
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.ops.logs import correlation_id
 from apexmesh.rpc.server import create_server
 from services.relay.outcomes import DELIVERED, Outcome
 from services.relay.peers import BATCH_OCTETS, PACKED_OUTCOMES, UNAVAILABLE, PeerDelivery
@@ -41,6 +42,7 @@ class Recorder(relay_pb2_grpc.RelayServiceServicer):
         self.hang = False
         self.old = False
         self.asked_packed: list[bool] = []
+        self.correlation_ids: list[str] = []
 
     async def DeliverStream(  # noqa: N802
         self,
@@ -52,6 +54,7 @@ class Recorder(relay_pb2_grpc.RelayServiceServicer):
         async for batch in request_iterator:
             self.batches.append([len(r.payload) for r in batch.requests])
             self.payloads += [r.payload for r in batch.requests]
+            self.correlation_ids += [r.correlation_id for r in batch.requests]
             if self.hang:
                 await asyncio.Event().wait()
             outcomes = relay_pb2.DeliverOutcomes()
@@ -160,3 +163,21 @@ def test_the_servicer_packs_plain_successes_only_when_asked(packed: bool) -> Non
         3: (250, "delivered, with a word"),
     }
     assert answers.take() is None
+
+
+async def test_each_delivery_carries_the_correlation_id_of_its_data(
+    pod: tuple[Recorder, grpc.aio.Server, str],
+) -> None:
+    """The receiving pod's log lines about a delivery carry the sending pod's id."""
+    recorder, _, address = pod
+    peers = PeerDelivery()
+    try:
+        for cid in ("c-one", "c-two"):
+            token = correlation_id.set(cid)
+            try:
+                await peers.deliver(address, BARNEY, FRED, b"x")
+            finally:
+                correlation_id.reset(token)
+        assert recorder.correlation_ids == ["c-one", "c-two"]
+    finally:
+        await peers.close()

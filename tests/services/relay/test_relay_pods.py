@@ -25,7 +25,7 @@ from apexmesh.client import (
 from apexmesh.client.outgoing import as_recipients, encode_data
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.store.keys import Keys
-from services.relay.router import LOCATION_TTL_SECONDS
+from services.relay.locations import LOCATION_TTL_SECONDS
 from tests.support.grpc_channels import ready_channel
 from tests.support.mesh import (
     Mesh,
@@ -206,7 +206,8 @@ async def test_a_location_past_its_ttl_is_used_while_it_is_asked_again(mesh: Mes
     in the background (no data waits for the lookup), and after that it is not."""
     now = [1000.0]
     router = mesh.a.router
-    router.clock = lambda: now[0]
+    locations = router.locations
+    locations.clock = lambda: now[0]
     async with (
         endpoint_client(mesh.a.edge_port) as one,
         endpoint_client(mesh.b.edge_port) as two,
@@ -216,14 +217,15 @@ async def test_a_location_past_its_ttl_is_used_while_it_is_asked_again(mesh: Mes
         await fred.send("barney@example.com", b"first")  # located through Redis
         assert (await receive(barney)).content == b"first"
         endpoint = barney.endpoint
-        expires = router._locations[endpoint][0]
+        expires = locations.expiry(endpoint)
+        assert expires is not None
         tasks = [d.task for d in router._dispatchers.values()]
         now[0] = expires + LOCATION_TTL_SECONDS / 2
         await fred.send("barney@example.com", b"second")  # the old entry, refreshed
         assert (await receive(barney)).content == b"second"
         assert [d.task for d in router._dispatchers.values()] == tasks  # routed at once
-        await eventually(lambda: router._locations[endpoint][0] > expires)
-        assert not router._refreshing
+        await eventually(lambda: (locations.expiry(endpoint) or 0) > expires)
+        assert not locations.refreshing
         now[0] += 3 * LOCATION_TTL_SECONDS  # far past: asked again before delivery
         await fred.send("barney@example.com", b"third")
         assert (await receive(barney)).content == b"third"

@@ -61,7 +61,7 @@ async def deliver_many(addresses: list[str], count: int) -> list[int]:
     codes = []
     try:
         for _ in range(count):
-            outcome = await services.deliver(PUBSUB, DATA, b"payload", (), router=None)  # type: ignore[arg-type]
+            outcome = await services.deliver(PUBSUB, DATA, b"payload", ())
             codes.append(outcome.code)
     finally:
         for channel in (*channels, access):
@@ -85,6 +85,49 @@ async def test_an_unreachable_pod_is_skipped(pods: list[tuple[CountingEndpoint, 
 async def test_no_pod_reachable_is_421() -> None:
     codes = await deliver_many([f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"], 1)
     assert codes == [421]
+
+
+class CutOffOnce(endpoint_pb2_grpc.WellKnownEndpointServicer):
+    """Fails its first call as a pod killed mid-call would (outcome unknown)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    async def Deliver(  # noqa: N802
+        self, request: endpoint_pb2.EndpointDeliverRequest, context: grpc.aio.ServicerContext
+    ) -> endpoint_pb2.EndpointDeliverResponse:
+        self.ids.append(request.delivery_id)
+        if len(self.ids) == 1:
+            await context.abort(grpc.StatusCode.INTERNAL, "pod went away mid-call")
+        return endpoint_pb2.EndpointDeliverResponse(status=common_pb2.ApexStatus(code=250))
+
+
+@pytest.mark.parametrize(
+    ("service", "attempts", "code"), [("pubsub", 2, 250), ("presence", 1, 421)]
+)
+async def test_a_call_cut_off_is_retried_with_its_delivery_id_where_the_service_allows(
+    service: str, attempts: int, code: int
+) -> None:
+    """A service that honours delivery_id (pubsub) gets the retry of a call whose outcome
+    is unknown, with the same id; any other service is not asked twice (421)."""
+    servicer = CutOffOnce()
+    server, port = await create_server(
+        [lambda s: endpoint_pb2_grpc.add_WellKnownEndpointServicer_to_server(servicer, s)]
+    )
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    access = grpc.aio.insecure_channel(f"127.0.0.1:{free_port()}")
+    services = WellKnownServices(AccessClient(access), {service: [channel]}, None)
+    recipient = Endpoint.parse(f"apex={service}/news@example.com")
+    try:
+        outcome = await services.deliver(recipient, DATA, b"payload", ())
+    finally:
+        await channel.close()
+        await access.close()
+        await server.stop(None)
+    assert outcome.code == code
+    assert len(servicer.ids) == attempts
+    assert len(set(servicer.ids)) == 1
+    assert servicer.ids[0]
 
 
 @pytest.mark.unit

@@ -6,6 +6,7 @@ Messages shared by every apex-mesh gRPC contract."""
 
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -17,6 +18,50 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _Reason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Reason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REASON_UNSPECIFIED: _Reason.ValueType  # 0
+    """The code says everything there is to say (250 delivered, or the error returned)."""
+    REASON_NOT_HERE: _Reason.ValueType  # 1
+    """The pod asked does not hold the endpoint's attachment: look it up again (550)."""
+    REASON_UNAVAILABLE: _Reason.ValueType  # 2
+    """The next hop could not be reached; nothing was done there (421)."""
+    REASON_DETACHED: _Reason.ValueType  # 3
+    """The attachment ended before the endpoint answered (550)."""
+    REASON_SHED: _Reason.ValueType  # 4
+    """The endpoint's queue stayed full past the slow-consumer limit: this copy was shed,
+    counted and reported, the other recipients' copies were not held back (421).
+    """
+    REASON_HELD: _Reason.ValueType  # 5
+    """Held for the endpoint (hold4Endpoint, RFC 3342 section 3) until it attaches (250)."""
+    REASON_UNKNOWN_ENDPOINT: _Reason.ValueType  # 6
+    """The endpoint is attached nowhere in the domain (550)."""
+
+class Reason(_Reason, metaclass=_ReasonEnumTypeWrapper):
+    """What a delivery's outcome means for whoever routed it."""
+
+REASON_UNSPECIFIED: Reason.ValueType  # 0
+"""The code says everything there is to say (250 delivered, or the error returned)."""
+REASON_NOT_HERE: Reason.ValueType  # 1
+"""The pod asked does not hold the endpoint's attachment: look it up again (550)."""
+REASON_UNAVAILABLE: Reason.ValueType  # 2
+"""The next hop could not be reached; nothing was done there (421)."""
+REASON_DETACHED: Reason.ValueType  # 3
+"""The attachment ended before the endpoint answered (550)."""
+REASON_SHED: Reason.ValueType  # 4
+"""The endpoint's queue stayed full past the slow-consumer limit: this copy was shed,
+counted and reported, the other recipients' copies were not held back (421).
+"""
+REASON_HELD: Reason.ValueType  # 5
+"""Held for the endpoint (hold4Endpoint, RFC 3342 section 3) until it attaches (250)."""
+REASON_UNKNOWN_ENDPOINT: Reason.ValueType  # 6
+"""The endpoint is attached nowhere in the domain (550)."""
+Global___Reason: _TypeAlias = Reason  # noqa: Y015
+
 @_typing.final
 class ApexStatus(_message.Message):
     """An APEX reply code (RFC 3340 section 10) with its diagnostic text: what a reply
@@ -27,17 +72,23 @@ class ApexStatus(_message.Message):
 
     CODE_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     code: _builtins.int
     text: _builtins.str
+    reason: Global___Reason.ValueType
+    """Why, where the code alone does not tell the caller what to do next. Callers act on
+    the reason, never on the text (which is for people).
+    """
     def __init__(
         self,
         *,
         code: _builtins.int = ...,
         text: _builtins.str = ...,
+        reason: Global___Reason.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "reason", b"reason", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

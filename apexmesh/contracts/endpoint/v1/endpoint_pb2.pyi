@@ -27,22 +27,30 @@ class EndpointDeliverRequest(_message.Message):
     RECIPIENT_FIELD_NUMBER: _builtins.int
     ORIGINATOR_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    DELIVERY_ID_FIELD_NUMBER: _builtins.int
     recipient: _builtins.str
     """The well-known endpoint addressed (apex=NAME[/SUB]@DOMAIN)."""
     originator: _builtins.str
     """The data's originator."""
     payload: _builtins.bytes
     """The complete BEEP message entity: a data element naming only this recipient."""
+    delivery_id: _builtins.str
+    """The same for every attempt of one delivery: a relay retries a call that failed
+    mid-flight (its outcome unknown) with the id of the first attempt, so a service
+    whose work would otherwise happen twice does it once (the pubsub service derives the
+    ids of its fan-out submissions from it).
+    """
     def __init__(
         self,
         *,
         recipient: _builtins.str = ...,
         originator: _builtins.str = ...,
         payload: _builtins.bytes = ...,
+        delivery_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["originator", b"originator", "payload", b"payload", "recipient", b"recipient"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivery_id", b"delivery_id", "originator", b"originator", "payload", b"payload", "recipient", b"recipient"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

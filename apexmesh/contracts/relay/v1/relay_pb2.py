@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from apexmesh.contracts.common.v1 import common_pb2 as apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'apexmesh/contracts/relay/v1/relay.proto\x12\x1b\x61pexmesh.contracts.relay.v1\x1a)apexmesh/contracts/common/v1/common.proto\"\x97\x01\n\x0e\x44\x65liverRequest\x12\x11\n\trecipient\x18\x01 \x01(\t\x12\x12\n\noriginator\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\n\n\x02id\x18\x04 \x01(\x04\x12\r\n\x05group\x18\x05 \x03(\t\x12\x16\n\x0egroup_elements\x18\x06 \x03(\x0c\x12\x0c\n\x04head\x18\x07 \x01(\x0c\x12\x0c\n\x04tail\x18\x08 \x01(\x0c\"\x93\x01\n\x0f\x44\x65liverResponse\x12\x38\n\x06status\x18\x01 \x01(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus\x12\n\n\x02id\x18\x02 \x01(\x04\x12:\n\x08statuses\x18\x03 \x03(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus\"M\n\x0c\x44\x65liverBatch\x12=\n\x08requests\x18\x01 \x03(\x0b\x32+.apexmesh.contracts.relay.v1.DeliverRequest\"e\n\x0f\x44\x65liverOutcomes\x12?\n\tresponses\x18\x01 \x03(\x0b\x32,.apexmesh.contracts.relay.v1.DeliverResponse\x12\x11\n\tdelivered\x18\x02 \x03(\x04\"4\n\rSubmitRequest\x12\x12\n\noriginator\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"J\n\x0eSubmitResponse\x12\x38\n\x06status\x18\x01 \x01(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus\"J\n\x1aTerminateAttachmentRequest\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\"1\n\x1bTerminateAttachmentResponse\x12\x12\n\nterminated\x18\x01 \x01(\x08\"$\n\x10\x44rainHeldRequest\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\"%\n\x11\x44rainHeldResponse\x12\x10\n\x08\x64raining\x18\x01 \x01(\x08\x32\xbc\x04\n\x0cRelayService\x12\x64\n\x07\x44\x65liver\x12+.apexmesh.contracts.relay.v1.DeliverRequest\x1a,.apexmesh.contracts.relay.v1.DeliverResponse\x12l\n\rDeliverStream\x12).apexmesh.contracts.relay.v1.DeliverBatch\x1a,.apexmesh.contracts.relay.v1.DeliverOutcomes(\x01\x30\x01\x12\x61\n\x06Submit\x12*.apexmesh.contracts.relay.v1.SubmitRequest\x1a+.apexmesh.contracts.relay.v1.SubmitResponse\x12\x88\x01\n\x13TerminateAttachment\x12\x37.apexmesh.contracts.relay.v1.TerminateAttachmentRequest\x1a\x38.apexmesh.contracts.relay.v1.TerminateAttachmentResponse\x12j\n\tDrainHeld\x12-.apexmesh.contracts.relay.v1.DrainHeldRequest\x1a..apexmesh.contracts.relay.v1.DrainHeldResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'apexmesh/contracts/relay/v1/relay.proto\x12\x1b\x61pexmesh.contracts.relay.v1\x1a)apexmesh/contracts/common/v1/common.proto\"\xaf\x01\n\x0e\x44\x65liverRequest\x12\x11\n\trecipient\x18\x01 \x01(\t\x12\x12\n\noriginator\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\n\n\x02id\x18\x04 \x01(\x04\x12\r\n\x05group\x18\x05 \x03(\t\x12\x16\n\x0egroup_elements\x18\x06 \x03(\x0c\x12\x0c\n\x04head\x18\x07 \x01(\x0c\x12\x0c\n\x04tail\x18\x08 \x01(\x0c\x12\x16\n\x0e\x63orrelation_id\x18\t \x01(\t\"\x93\x01\n\x0f\x44\x65liverResponse\x12\x38\n\x06status\x18\x01 \x01(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus\x12\n\n\x02id\x18\x02 \x01(\x04\x12:\n\x08statuses\x18\x03 \x03(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus\"M\n\x0c\x44\x65liverBatch\x12=\n\x08requests\x18\x01 \x03(\x0b\x32+.apexmesh.contracts.relay.v1.DeliverRequest\"t\n\x0f\x44\x65liverOutcomes\x12?\n\tresponses\x18\x01 \x03(\x0b\x32,.apexmesh.contracts.relay.v1.DeliverResponse\x12\x11\n\tdelivered\x18\x02 \x03(\x04\x12\r\n\x05taken\x18\x03 \x03(\x04\"K\n\rSubmitRequest\x12\x12\n\noriginator\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x15\n\rsubmission_id\x18\x03 \x01(\t\"J\n\x0eSubmitResponse\x12\x38\n\x06status\x18\x01 \x01(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus\"J\n\x1aTerminateAttachmentRequest\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\"1\n\x1bTerminateAttachmentResponse\x12\x12\n\nterminated\x18\x01 \x01(\x08\"$\n\x10\x44rainHeldRequest\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\"%\n\x11\x44rainHeldResponse\x12\x10\n\x08\x64raining\x18\x01 \x01(\x08\x32\xbc\x04\n\x0cRelayService\x12\x64\n\x07\x44\x65liver\x12+.apexmesh.contracts.relay.v1.DeliverRequest\x1a,.apexmesh.contracts.relay.v1.DeliverResponse\x12l\n\rDeliverStream\x12).apexmesh.contracts.relay.v1.DeliverBatch\x1a,.apexmesh.contracts.relay.v1.DeliverOutcomes(\x01\x30\x01\x12\x61\n\x06Submit\x12*.apexmesh.contracts.relay.v1.SubmitRequest\x1a+.apexmesh.contracts.relay.v1.SubmitResponse\x12\x88\x01\n\x13TerminateAttachment\x12\x37.apexmesh.contracts.relay.v1.TerminateAttachmentRequest\x1a\x38.apexmesh.contracts.relay.v1.TerminateAttachmentResponse\x12j\n\tDrainHeld\x12-.apexmesh.contracts.relay.v1.DrainHeldRequest\x1a..apexmesh.contracts.relay.v1.DrainHeldResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,25 +34,25 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'apexmesh.contracts.relay.v1
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DELIVERREQUEST']._serialized_start=116
-  _globals['_DELIVERREQUEST']._serialized_end=267
-  _globals['_DELIVERRESPONSE']._serialized_start=270
-  _globals['_DELIVERRESPONSE']._serialized_end=417
-  _globals['_DELIVERBATCH']._serialized_start=419
-  _globals['_DELIVERBATCH']._serialized_end=496
-  _globals['_DELIVEROUTCOMES']._serialized_start=498
-  _globals['_DELIVEROUTCOMES']._serialized_end=599
-  _globals['_SUBMITREQUEST']._serialized_start=601
-  _globals['_SUBMITREQUEST']._serialized_end=653
-  _globals['_SUBMITRESPONSE']._serialized_start=655
-  _globals['_SUBMITRESPONSE']._serialized_end=729
-  _globals['_TERMINATEATTACHMENTREQUEST']._serialized_start=731
-  _globals['_TERMINATEATTACHMENTREQUEST']._serialized_end=805
-  _globals['_TERMINATEATTACHMENTRESPONSE']._serialized_start=807
-  _globals['_TERMINATEATTACHMENTRESPONSE']._serialized_end=856
-  _globals['_DRAINHELDREQUEST']._serialized_start=858
-  _globals['_DRAINHELDREQUEST']._serialized_end=894
-  _globals['_DRAINHELDRESPONSE']._serialized_start=896
-  _globals['_DRAINHELDRESPONSE']._serialized_end=933
-  _globals['_RELAYSERVICE']._serialized_start=936
-  _globals['_RELAYSERVICE']._serialized_end=1508
+  _globals['_DELIVERREQUEST']._serialized_end=291
+  _globals['_DELIVERRESPONSE']._serialized_start=294
+  _globals['_DELIVERRESPONSE']._serialized_end=441
+  _globals['_DELIVERBATCH']._serialized_start=443
+  _globals['_DELIVERBATCH']._serialized_end=520
+  _globals['_DELIVEROUTCOMES']._serialized_start=522
+  _globals['_DELIVEROUTCOMES']._serialized_end=638
+  _globals['_SUBMITREQUEST']._serialized_start=640
+  _globals['_SUBMITREQUEST']._serialized_end=715
+  _globals['_SUBMITRESPONSE']._serialized_start=717
+  _globals['_SUBMITRESPONSE']._serialized_end=791
+  _globals['_TERMINATEATTACHMENTREQUEST']._serialized_start=793
+  _globals['_TERMINATEATTACHMENTREQUEST']._serialized_end=867
+  _globals['_TERMINATEATTACHMENTRESPONSE']._serialized_start=869
+  _globals['_TERMINATEATTACHMENTRESPONSE']._serialized_end=918
+  _globals['_DRAINHELDREQUEST']._serialized_start=920
+  _globals['_DRAINHELDREQUEST']._serialized_end=956
+  _globals['_DRAINHELDRESPONSE']._serialized_start=958
+  _globals['_DRAINHELDRESPONSE']._serialized_end=995
+  _globals['_RELAYSERVICE']._serialized_start=998
+  _globals['_RELAYSERVICE']._serialized_end=1570
 # @@protoc_insertion_point(module_scope)

@@ -34,6 +34,7 @@ class DeliverRequest(_message.Message):
     GROUP_ELEMENTS_FIELD_NUMBER: _builtins.int
     HEAD_FIELD_NUMBER: _builtins.int
     TAIL_FIELD_NUMBER: _builtins.int
+    CORRELATION_ID_FIELD_NUMBER: _builtins.int
     recipient: _builtins.str
     """The attached endpoint (RFC 3340 section 2.2 syntax)."""
     originator: _builtins.str
@@ -45,6 +46,10 @@ class DeliverRequest(_message.Message):
     head: _builtins.bytes
     """The payload up to the first recipient element, and from after the last one."""
     tail: _builtins.bytes
+    correlation_id: _builtins.str
+    """The correlation id of the data (apexmesh/ops/logs.py): the receiving pod's log
+    lines about this delivery carry the same id as the sending pod's.
+    """
     @_builtins.property
     def group(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """A group (RFC 3340 4.4.4.1: "a relay may choose to optimize its behavior by grouping
@@ -69,10 +74,11 @@ class DeliverRequest(_message.Message):
         group_elements: _abc.Iterable[_builtins.bytes] | None = ...,
         head: _builtins.bytes = ...,
         tail: _builtins.bytes = ...,
+        correlation_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "group_elements", b"group_elements", "head", b"head", "id", b"id", "originator", b"originator", "payload", b"payload", "recipient", b"recipient", "tail", b"tail"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["correlation_id", b"correlation_id", "group", b"group", "group_elements", b"group_elements", "head", b"head", "id", b"id", "originator", b"originator", "payload", b"payload", "recipient", b"recipient", "tail", b"tail"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -133,6 +139,7 @@ class DeliverOutcomes(_message.Message):
 
     RESPONSES_FIELD_NUMBER: _builtins.int
     DELIVERED_FIELD_NUMBER: _builtins.int
+    TAKEN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeliverResponse]: ...
     @_builtins.property
@@ -141,15 +148,23 @@ class DeliverOutcomes(_message.Message):
         of nearly every delivery, sent packed instead of as a DeliverResponse each.
         """
 
+    @_builtins.property
+    def taken(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Ids of deliveries (single or group) now queued on the endpoints' channels of the
+        answering pod: that pod has taken custody, the outcome follows once the endpoints
+        answer. Sent only to a caller that asks (call metadata "apexmesh-custody: taken").
+        """
+
     def __init__(
         self,
         *,
         responses: _abc.Iterable[Global___DeliverResponse] | None = ...,
         delivered: _abc.Iterable[_builtins.int] | None = ...,
+        taken: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivered", b"delivered", "responses", b"responses"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivered", b"delivered", "responses", b"responses", "taken", b"taken"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -161,19 +176,26 @@ class SubmitRequest(_message.Message):
 
     ORIGINATOR_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    SUBMISSION_ID_FIELD_NUMBER: _builtins.int
     originator: _builtins.str
     """apex=NAME@DOMAIN of the calling service; must be a well-known endpoint of the domain."""
     payload: _builtins.bytes
     """The complete BEEP message entity holding one data element."""
+    submission_id: _builtins.str
+    """The same for every attempt of one submission (a retry after a call cut off
+    mid-flight): a pod that has seen it answers as it did for the first attempt and
+    sends nothing twice. Empty: no retry will come, nothing is remembered.
+    """
     def __init__(
         self,
         *,
         originator: _builtins.str = ...,
         payload: _builtins.bytes = ...,
+        submission_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["originator", b"originator", "payload", b"payload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["originator", b"originator", "payload", b"payload", "submission_id", b"submission_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -186,7 +208,11 @@ class SubmitResponse(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def status(self) -> _common_pb2.ApexStatus:
-        """250 when the data was accepted for relaying, the RFC's error code otherwise."""
+        """250 once the relay took the data (RFC 3340 4.4.4.1 step 3): every recipient's copy
+        is queued on the channel of this pod that delivers it, or the next hop (another pod,
+        a service, another domain's relay) answered for it. Under load the answer waits for
+        room (flow control); the error code when the data is refused.
+        """
 
     def __init__(
         self,

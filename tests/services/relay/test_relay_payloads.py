@@ -15,7 +15,8 @@ from apexmesh.apex.options import OptionRegistry
 from apexmesh.apex.party import DATA_HOPPING, data_hopping_option
 from apexmesh.apex.timing import DATA_TIMING, DataTiming, data_timing_option
 from apexmesh.client.outgoing import encode_data
-from services.relay.router import Job, job_payload
+from services.relay.jobs import Job
+from services.relay.payloads import job_payload
 
 pytestmark = pytest.mark.unit
 

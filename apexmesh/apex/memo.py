@@ -1,0 +1,96 @@
+"""What a reader of many similar APEX documents remembers between them, owned by it.
+
+A relay, an endpoint SDK or a service parses thousands of documents that differ from
+earlier ones in one attribute (a fresh Content-ID) and name the same recipients and
+options again and again. A :class:`ParseMemo` keeps, each in its own bounded cache:
+
+* parsed ``data`` by the rest of their document (:func:`apexmesh.apex.data.document_shape`),
+  so a document that differs from one parsed before in its ``content`` value only is
+  answered without the hardened parser and the DTD checks;
+* options by their serialization;
+* recipients without options by endpoint (one shared immutable object each, whose
+  serialization is made once).
+
+The memo belongs to whoever parses (one per relay process, per SDK client, per service);
+the parsing functions take it as an argument and parse everything without one. Nothing
+is remembered at module level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Final
+
+from apexmesh.apex.data import KNOWN_DOCUMENTS, Data, Recipient, document_shape, rememberable
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.options import Option
+from apexmesh.common.cache import BoundedCache
+
+#: Options remembered by serialization.
+KNOWN_OPTIONS: Final = 4096
+#: Longest option serialization remembered.
+MAX_OPTION_KEY_OCTETS: Final = 1024
+#: Recipients without options remembered (a fan-out names each subscriber every time).
+KNOWN_RECIPIENTS: Final = 65536
+
+
+class ParseMemo:
+    """See the module docstring."""
+
+    __slots__ = ("_documents", "_made", "_options", "_recipients")
+
+    def __init__(
+        self,
+        *,
+        documents: int = KNOWN_DOCUMENTS,
+        options: int = KNOWN_OPTIONS,
+        recipients: int = KNOWN_RECIPIENTS,
+    ) -> None:
+        self._documents: BoundedCache[bytes, Data] = BoundedCache("parsed data", documents)
+        self._options: BoundedCache[bytes, Option] = BoundedCache("parsed options", options)
+        self._made: BoundedCache[Hashable, Option] = BoundedCache("built options", options)
+        self._recipients: BoundedCache[Endpoint, Recipient] = BoundedCache(
+            "plain recipients", recipients
+        )
+
+    def known_data(self, raw: bytes) -> Data | None:
+        """The data of document ``raw`` when one that differed only in its ``content``
+        value was remembered, else None."""
+        shape = document_shape(raw)
+        if shape is None:
+            return None
+        known = self._documents.get(shape[0])
+        if known is None:
+            return None
+        return known.with_content(shape[1])
+
+    def remember_data(self, raw: bytes, data: Data) -> None:
+        """Keep ``data``, parsed from ``raw`` by the full parser, for :meth:`known_data`."""
+        shape = document_shape(raw)
+        if shape is not None and rememberable(shape[0]):
+            self._documents.put(shape[0], data)
+
+    def option_made(self, key: Hashable, build: Callable[[], Option]) -> Option:
+        """An option this reader builds again and again (the dataHopping of every
+        publication of a topic), built once per ``key``: an Option checks and
+        canonicalizes its content when built, which costs more than the lookup."""
+        return self._made.get_or_build(key, build)
+
+    def option(self, key: bytes) -> Option | None:
+        """The option serialized as ``key``, when remembered."""
+        return self._options.get(key)
+
+    def remember_option(self, key: bytes, option: Option) -> None:
+        if len(key) <= MAX_OPTION_KEY_OCTETS:
+            self._options.put(key, option)
+
+    def recipient(self, identity: Endpoint) -> Recipient:
+        """The shared recipient element without options for ``identity``."""
+        known = self._recipients.get(identity)
+        if known is None:
+            known = Recipient(identity=identity)
+            self._recipients.put(identity, known)
+        return known
+
+
+__all__ = ["KNOWN_OPTIONS", "KNOWN_RECIPIENTS", "ParseMemo"]

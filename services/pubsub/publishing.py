@@ -1,0 +1,185 @@
+"""Section 4.7.1: a publication, from the relay's ``Deliver`` to the fan-out's ``Submit``.
+
+The path, and what it costs per publication in the common case:
+
+1. the topic and its subscriptions from the pod's cache (:mod:`apexmesh.store.pubsub_cache`,
+   kept current by the event log): no Redis round trip once the topic is loaded;
+2. ``core:data`` from the access decision cache: no round trip once decided;
+3. :func:`apexmesh.pubsub.core.publish`: the active subscribers (leases filtered by time);
+4. where each subscriber is attached (placement, cached per endpoint and read again in
+   the background), and :func:`apexmesh.pubsub.fanout.plan_fanout`: one data element per
+   relay pod and chunk of at most 1,000 recipients, each with a submission id derived
+   from the publication's ``delivery_id`` (:func:`delivery_key`);
+5. one ``Submit`` per chunk to the relay pod that holds its recipients (any relay for
+   the others), at most ``APEXMESH_PUBSUB_MAX_SUBMITS`` out at once per pod: a
+   publication waits for room, so the relay's call waits and its sender's BEEP window
+   closes (flow control). Calls cut off mid-flight are retried with the same id
+   (:class:`apexmesh.rpc.relay.RelaySubmitter`).
+
+The publication is answered 250 only once every chunk was answered 250 (each recipient's
+copy is in a relay's custody); otherwise with the first failing code, and every chunk no
+relay took is counted (``apexmesh_pubsub_fanout_failures``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+from redis.exceptions import RedisError
+
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.memo import ParseMemo
+from apexmesh.pubsub import core
+from apexmesh.pubsub.elements import topic_endpoint
+from apexmesh.pubsub.fanout import FanoutChunk, plan_fanout
+from apexmesh.pubsub.wire import delivered_content, forward_payload
+from apexmesh.rpc.relay import RelaySubmitter
+from apexmesh.store.pubsub_cache import SubscriberCache
+from services.pubsub.metrics import PubsubMetrics
+
+_log = logging.getLogger(__name__)
+
+#: ``allowed(owner, actor)``: whether ``actor`` holds ``core:data`` on ``owner``.
+DataCheck = Callable[[Endpoint, Endpoint], Awaitable[bool]]
+
+#: Why a chunk was not taken, by the submitter's outcome source.
+_REASONS = {"unavailable": "unavailable", "aborted": "aborted", "relay": "refused"}
+
+
+def delivery_key(delivery_id: str, payload: bytes) -> str:
+    """What a publication's fan-out ids derive from: the relay's ``delivery_id`` with a
+    digest of the payload, the same on every retry of the delivery (the relay sends the
+    same request again). The digest keeps a delivery id the relay reuses for other data
+    (its counter restarted with the process) from reusing the ids of an earlier
+    publication, which the relay pods would answer without relaying. Without a
+    delivery id (a relay that sets none) a fresh one: nothing to be idempotent with."""
+    if not delivery_id:
+        return uuid.uuid4().hex
+    return f"{delivery_id}:{hashlib.blake2b(payload, digest_size=16).hexdigest()}"
+
+
+class Publisher:
+    """Publications of one pod; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        cache: SubscriberCache,
+        allowed: DataCheck,
+        fanout: RelaySubmitter,
+        direct: Mapping[str, RelaySubmitter],
+        metrics: PubsubMetrics,
+        clock: Callable[[], int],
+        hops: int,
+    ) -> None:
+        self._cache = cache
+        self._allowed = allowed
+        self._fanout = fanout
+        #: One submitter per relay address, to reach the pod holding a recipient.
+        self._direct = direct
+        self._metrics = metrics
+        self._clock = clock
+        self._hops = hops
+        #: What this pod's parses of publications and fan-outs share (bounded caches).
+        self._memo = ParseMemo()
+
+    async def publish(
+        self, domain: str, topic: str, originator: Endpoint, payload: bytes, delivery_id: str = ""
+    ) -> tuple[int, str]:
+        """(code, text) for the delivering relay. ``delivery_id``: the relay's id of this
+        delivery, the same on every retry of it (one is made up when there is none)."""
+        try:
+            state = await self._cache.topic(domain, topic)
+        except (RedisError, OSError) as exc:
+            _log.warning("publication to %s@%s: store unavailable: %s", topic, domain, exc)
+            raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
+        owner = topic_endpoint(topic, domain)
+        allowed = state.exists and await self._allowed(owner, originator)
+        plan = core.publish(
+            originator,
+            exists=state.exists,
+            allowed=allowed,
+            subscriptions=state.subscriptions.values(),
+            now_ms=self._clock(),
+        )
+        if plan.code != ApexReplyCode.SUCCESS or not plan.recipients:
+            self._metrics.publications.labels(str(plan.code)).inc()
+            text = {550: "no such topic", 537: "action not authorized"}.get(plan.code, "")
+            return plan.code, text
+        data, _body, parts = delivered_content(payload, self._memo)
+        hops = core.hops_left(data, self._hops)
+        chunks = plan_fanout(
+            plan.recipients,
+            await self._placement(plan.recipients),
+            delivery_key(delivery_id, payload),
+            topic=f"{topic}@{domain}",
+        )
+        codes = await asyncio.gather(
+            *(
+                self._forward(
+                    owner,
+                    chunk,
+                    forward_payload(
+                        core.forward_data(
+                            data,
+                            topic,
+                            domain,
+                            chunk.recipients,
+                            hops=hops,
+                            trans_id=chunk.trans_id,
+                            memo=self._memo,
+                        ),
+                        parts,
+                    ),
+                )
+                for chunk in chunks
+            )
+        )
+        failed = [code for code in codes if code != ApexReplyCode.SUCCESS]
+        if failed:
+            self._metrics.publications.labels(str(failed[0])).inc()
+            return failed[0], "forwarding failed"
+        self._metrics.forwarded.inc(len(plan.recipients))
+        self._metrics.publications.labels("250").inc()
+        return 250, ""
+
+    async def _placement(self, recipients: Sequence[Endpoint]) -> dict[Endpoint, str]:
+        """The relay pod of each recipient this pod can submit to directly ("" for the
+        others: other domains, not attached, a pod not configured). Only an optimization:
+        without it every chunk goes to any relay, which forwards."""
+        try:
+            placed = await self._cache.placement(recipients)
+        except (RedisError, OSError) as exc:
+            _log.warning("placement unavailable (%s): submitting through any relay", exc)
+            return {}
+        return {r: a for r, a in placed.items() if a in self._direct}
+
+    async def _forward(self, owner: Endpoint, chunk: FanoutChunk, payload: bytes) -> int:
+        submitter = self._direct.get(chunk.address, self._fanout)
+        outcome = await submitter.submit(
+            str(owner), payload, key=str(owner), submission_id=chunk.submission_id
+        )
+        if outcome.source == "unavailable" and submitter is not self._fanout:
+            outcome = await self._fanout.submit(
+                str(owner), payload, key=str(owner), submission_id=chunk.submission_id
+            )
+        if outcome.code != ApexReplyCode.SUCCESS:
+            self._metrics.fanout_failures.labels(_REASONS.get(outcome.source, "refused")).inc()
+            _log.warning(
+                "fan-out of %s to %d recipients (%s): %d %s",
+                owner,
+                len(chunk.recipients),
+                chunk.address or "any relay",
+                outcome.code,
+                outcome.text,
+            )
+        return outcome.code
+
+
+__all__ = ["DataCheck", "Publisher"]

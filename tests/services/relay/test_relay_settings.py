@@ -1,0 +1,59 @@
+"""Relay settings: the flow-control bounds an operator sets (services/relay/settings.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from apexmesh.ops.settings import SettingsError
+from services.relay.flow import FlowLimits
+from services.relay.settings import RelaySettings
+
+pytestmark = pytest.mark.unit
+
+BASE = {
+    "APEXMESH_DEV": "1",
+    "APEXMESH_DOMAINS": "example.com",
+    "APEXMESH_ACCESS_ADDRESS": "127.0.0.1:7400",
+}
+
+
+def test_flow_defaults() -> None:
+    settings = RelaySettings.from_env(BASE)
+    assert settings.flow_limits == FlowLimits()
+    assert settings.pod_stream_in_flight == 8192
+    assert settings.service_calls == 256
+    assert settings.domain_in_flight == 1024
+    assert settings.retry_services == ("pubsub",)
+
+
+def test_flow_bounds_from_the_environment() -> None:
+    settings = RelaySettings.from_env(
+        {
+            **BASE,
+            "APEXMESH_RELAY_ENDPOINT_IN_FLIGHT": "64",
+            "APEXMESH_RELAY_ENDPOINT_OCTETS": "1048576",
+            "APEXMESH_RELAY_ENDPOINT_WAITING": "10",
+            "APEXMESH_RELAY_SLOW_CONSUMER_SECONDS": "2.5",
+            "APEXMESH_RELAY_POD_STREAM_IN_FLIGHT": "100",
+            "APEXMESH_RELAY_RETRY_SERVICES": "pubsub,presence",
+        }
+    )
+    assert settings.flow_limits == FlowLimits(
+        max_in_flight=64, max_octets=1 << 20, max_waiting=10, slow_after_seconds=2.5
+    )
+    assert settings.pod_stream_in_flight == 100
+    assert settings.retry_services == ("pubsub", "presence")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("APEXMESH_RELAY_ENDPOINT_IN_FLIGHT", "0"),
+        ("APEXMESH_RELAY_SLOW_CONSUMER_SECONDS", "0"),
+        ("APEXMESH_RELAY_SLOW_CONSUMER_SECONDS", "lots"),
+        ("APEXMESH_RELAY_POD_STREAM_IN_FLIGHT", "-1"),
+    ],
+)
+def test_nonsense_bounds_are_refused_with_the_variable_named(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        RelaySettings.from_env({**BASE, name: value})

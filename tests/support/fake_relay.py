@@ -1,0 +1,86 @@
+"""A relay pod's ``RelayService.Submit`` as a real gRPC server, scripted: it fails the
+first calls with given codes, can hold calls open, remembers submission ids as a relay
+pod does (a seen id is answered without relaying again), and records what it relayed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import grpc
+
+from apexmesh.apex.content import parse_payload
+from apexmesh.apex.data import Data
+from apexmesh.apex.elements import parse_message
+from apexmesh.apex.errors import ApexError
+from apexmesh.contracts.common.v1 import common_pb2
+from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.rpc.server import create_server
+
+
+class ScriptedRelay(relay_pb2_grpc.RelayServiceServicer):
+    def __init__(
+        self, *failures: grpc.StatusCode, hold: asyncio.Event | None = None, code: int = 250
+    ) -> None:
+        self.failures = list(failures)
+        self.hold = hold
+        self.code = code
+        #: The submission id of every call, in order.
+        self.calls: list[str] = []
+        #: Each submission relayed once: (id, recipients of its data).
+        self.relayed: dict[str, tuple[str, ...]] = {}
+        self.inflight = 0
+        self.peak = 0
+
+    async def Submit(  # noqa: N802
+        self, request: relay_pb2.SubmitRequest, context: grpc.aio.ServicerContext
+    ) -> relay_pb2.SubmitResponse:
+        self.calls.append(request.submission_id)
+        self.inflight += 1
+        self.peak = max(self.peak, self.inflight)
+        try:
+            if self.hold is not None:
+                await self.hold.wait()
+            key = request.submission_id or f"anonymous-{len(self.calls)}"
+            if key not in self.relayed:
+                self.relayed[key] = recipients_of(request.payload)
+            if self.failures:
+                await context.abort(self.failures.pop(0), "scripted")
+            return relay_pb2.SubmitResponse(status=common_pb2.ApexStatus(code=self.code))
+        finally:
+            self.inflight -= 1
+
+    def delivered(self) -> list[str]:
+        """Every recipient named in what this relay relayed (once per submission)."""
+        return [name for names in self.relayed.values() for name in names]
+
+
+def recipients_of(payload: bytes) -> tuple[str, ...]:
+    """The recipients named by the data of ``payload`` (none when it is no data)."""
+    try:
+        element = parse_message(parse_payload(payload).control)
+    except ApexError:
+        return ()
+    return tuple(str(r.identity) for r in element.recipients) if isinstance(element, Data) else ()
+
+
+@asynccontextmanager
+async def scripted_relays(*servicers: ScriptedRelay) -> AsyncIterator[list[str]]:
+    """Serve each servicer on its own loopback port; yield their addresses."""
+    servers: list[grpc.aio.Server] = []
+    addresses: list[str] = []
+    try:
+        for servicer in servicers:
+            server, port = await create_server(
+                [lambda s, sv=servicer: relay_pb2_grpc.add_RelayServiceServicer_to_server(sv, s)]
+            )
+            servers.append(server)
+            addresses.append(f"127.0.0.1:{port}")
+        yield addresses
+    finally:
+        for server in servers:
+            await server.stop(0)
+
+
+__all__ = ["ScriptedRelay", "scripted_relays"]
