@@ -41,6 +41,7 @@ import grpc
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.rpc.batched import BatchedCaller
 from apexmesh.rpc.observe import observed_channel
 
 _log = logging.getLogger(__name__)
@@ -105,10 +106,8 @@ class RelaySubmitter:
     ) -> None:
         self._observe = observe
         self._channels = [(address, channel_factory(address)) for address in addresses]
-        self._stubs = [
-            (address, relay_pb2_grpc.RelayServiceStub(channel))
-            for address, channel in self._channels
-        ]
+        #: Submits to each relay batched over one stream (apexmesh/rpc/batched.py).
+        self._stubs = [(address, _caller(address, channel)) for address, channel in self._channels]
         self._timeout = timeout
         self._attempts = max(1, attempts)
         self._backoff = backoff
@@ -153,7 +152,7 @@ class RelaySubmitter:
             address, stub = self._stubs[turn % count]
             async with self._room():
                 try:
-                    response = await stub.Submit(request, timeout=self._timeout)
+                    response = await stub.call(request, timeout=self._timeout)
                 except grpc.aio.AioRpcError as exc:
                     code = exc.code()
                 else:
@@ -212,9 +211,24 @@ class RelaySubmitter:
             self._observe(address, outcome)
 
     async def aclose(self) -> None:
-        channels, self._channels, self._stubs = self._channels, [], []
+        channels, self._channels = self._channels, []
+        callers, self._stubs = self._stubs, []
+        for _, caller in callers:
+            await caller.aclose()
         for _, channel in channels:
             await channel.close()
+
+
+def _caller(
+    address: str, channel: grpc.aio.Channel
+) -> BatchedCaller[relay_pb2.SubmitRequest, relay_pb2.SubmitResponse]:
+    stub = relay_pb2_grpc.RelayServiceStub(channel)
+    return BatchedCaller(
+        stub.SubmitStream,
+        stub.Submit,
+        relay_pb2.SubmitResponse.FromString,
+        name=f"relay {address} submit",
+    )
 
 
 __all__ = [

@@ -46,9 +46,10 @@ from apexmesh.apex.presence import (
 from apexmesh.apex.presence_core import FOREVER, Outbound, PresenceCore, refusal
 from apexmesh.beep.mime import beep_xml
 from apexmesh.contracts.common.v1 import common_pb2
-from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
+from apexmesh.contracts.endpoint.v1 import endpoint_pb2
 from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
 from apexmesh.rpc.access import AccessClient
+from apexmesh.rpc.endpoint import WellKnownEndpointServicer
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.store.presence import PresenceStore
 
@@ -225,7 +226,7 @@ def _data(message: object) -> Data:
     return message
 
 
-class PresenceEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
+class PresenceEndpointServicer(WellKnownEndpointServicer):
     """``WellKnownEndpoint.Deliver`` for data addressed to ``apex=presence@DOMAIN``.
 
     The delivery itself is answered 250 once the operation is handled (its outcome goes

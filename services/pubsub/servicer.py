@@ -39,7 +39,7 @@ from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.presence_core import error_reply
 from apexmesh.contracts.common.v1 import common_pb2
-from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
+from apexmesh.contracts.endpoint.v1 import endpoint_pb2
 from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
 from apexmesh.pubsub import core
 from apexmesh.pubsub.core import Outcome, Send
@@ -72,6 +72,7 @@ from apexmesh.pubsub.wire import (
     reply_code,
 )
 from apexmesh.rpc.access import AccessClient
+from apexmesh.rpc.endpoint import WellKnownEndpointServicer
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.pubsub import JournalEntry, PubsubStore, TopicView, new_entry
@@ -690,7 +691,7 @@ def _status(code: int, text: str = "") -> common_pb2.ApexStatus:
     return common_pb2.ApexStatus(code=int(code), text=text)
 
 
-class PubsubEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
+class PubsubEndpointServicer(WellKnownEndpointServicer):
     """``WellKnownEndpoint.Deliver`` for ``apex=pubsub@D`` and ``apex=pubsub/TOPIC@D``.
 
     An operation is answered 250 once handled (its outcome goes to the originator as a

@@ -380,6 +380,7 @@ class RelayApp:
         await self.mesh.close()
         await self.peers.close()
         await self.checker.aclose()
+        await self.router.services.aclose()
         for channel in (
             self._access_channel,
             *(c for pods in self._service_channels.values() for c in pods),

@@ -28,6 +28,7 @@ from apexmesh.common.cache import BoundedCache
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.ops.logs import correlation_id
+from apexmesh.rpc.batched import serve_batched
 from services.relay.flow import Taken
 from services.relay.grouping import Group, deliver_here
 from services.relay.outcomes import NOT_HERE, Outcome
@@ -238,6 +239,17 @@ class RelayServicer(relay_pb2_grpc.RelayServiceServicer):
                     yield batch
         finally:
             reader.cancel()
+
+    async def SubmitStream(  # noqa: N802
+        self,
+        request_iterator: AsyncIterator[common_pb2.CallBatch],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[common_pb2.CallBatch]:
+        """Submit, many calls to one stream message (apexmesh/rpc/batched.py)."""
+        async for batch in serve_batched(
+            request_iterator, context, self.Submit, relay_pb2.SubmitRequest.FromString
+        ):
+            yield batch
 
     async def Submit(  # noqa: N802
         self, request: relay_pb2.SubmitRequest, context: grpc.aio.ServicerContext

@@ -31,6 +31,7 @@ from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
 from apexmesh.rpc.access import AccessClient
+from apexmesh.rpc.batched import BatchedCaller
 from services.relay.outcomes import DELIVERED, SERVICE_UNAVAILABLE, Outcome, outcome_of
 
 #: How the relay originates data itself (services/relay/router.py ``Router.originate``):
@@ -87,9 +88,10 @@ class WellKnownServices:
         #: Services that honour ``delivery_id`` (their work happens once per id): a call
         #: cut off mid-flight is retried (on the next pod) with the same id.
         self._retried = retried
-        #: The pods of each service, and where the next round-robin turn starts.
+        #: The pods of each service (calls batched over one stream per pod,
+        #: apexmesh/rpc/batched.py), and where the next round-robin turn starts.
         self._endpoints = {
-            name: [endpoint_pb2_grpc.WellKnownEndpointStub(channel) for channel in pods]
+            name: [_caller(name, index, channel) for index, channel in enumerate(pods)]
             for name, pods in channels.items()
         }
         self._calls = {
@@ -143,7 +145,7 @@ class WellKnownServices:
     async def _call(
         self,
         name: str,
-        pods: list[endpoint_pb2_grpc.WellKnownEndpointStub],
+        pods: list[_EndpointCaller],
         request: endpoint_pb2.EndpointDeliverRequest,
     ) -> Outcome:
         """Deliver through the service's pods, round-robin. An UNAVAILABLE pod (the call
@@ -161,7 +163,7 @@ class WellKnownServices:
             index = (first + position) % len(pods)
             try:
                 async with calls[index]:
-                    response = await pods[index].Deliver(request, timeout=self._timeout)
+                    response = await pods[index].call(request, timeout=self._timeout)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 _log.warning("service %s pod %d: %s", name, index, code)
@@ -200,6 +202,13 @@ class WellKnownServices:
             sent.add_done_callback(functools.partial(_reply_sent, target))
         return DELIVERED
 
+    async def aclose(self) -> None:
+        """End the delivery streams to the services' pods (their channels are the
+        caller's to close)."""
+        for pods in self._endpoints.values():
+            for caller in pods:
+                await caller.aclose()
+
     async def report(
         self,
         domain: str,
@@ -235,6 +244,21 @@ class WellKnownServices:
             _log.warning(
                 "report to %s refused: %s %s", recipient, answer.status.code, answer.status.text
             )
+
+
+_EndpointCaller = BatchedCaller[
+    endpoint_pb2.EndpointDeliverRequest, endpoint_pb2.EndpointDeliverResponse
+]
+
+
+def _caller(name: str, index: int, channel: grpc.aio.Channel) -> _EndpointCaller:
+    stub = endpoint_pb2_grpc.WellKnownEndpointStub(channel)
+    return BatchedCaller(
+        stub.DeliverStream,
+        stub.Deliver,
+        endpoint_pb2.EndpointDeliverResponse.FromString,
+        name=f"service {name} pod {index}",
+    )
 
 
 def _reply_sent(target: Endpoint, sent: asyncio.Future[None]) -> None:

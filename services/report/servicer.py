@@ -47,8 +47,9 @@ from apexmesh.apex.report import (
 )
 from apexmesh.beep.mime import beep_xml
 from apexmesh.contracts.common.v1 import common_pb2
-from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
+from apexmesh.contracts.endpoint.v1 import endpoint_pb2
 from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
+from apexmesh.rpc.endpoint import WellKnownEndpointServicer
 from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.relay import ChannelFactory, RelaySubmitter
 
@@ -302,7 +303,7 @@ class ReportServicer(report_pb2_grpc.ReportServiceServicer):
         return report_pb2.ReportResponse(status=_status(outcome.code, outcome.text))
 
 
-class ReportEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
+class ReportEndpointServicer(WellKnownEndpointServicer):
     """``WellKnownEndpoint.Deliver`` for data addressed to ``apex=report@DOMAIN``.
 
     RFC 3340 section 6.2: "A consumer of the service does not initiate communications

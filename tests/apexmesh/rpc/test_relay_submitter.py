@@ -115,3 +115,12 @@ async def wait_for(predicate: Callable[[], bool], within: float = 5.0) -> None:
     async with asyncio.timeout(within):
         while not predicate():  # noqa: ASYNC110 - polling the servicer's counters
             await asyncio.sleep(0.005)
+
+
+async def test_a_relay_of_an_earlier_version_gets_unary_submits_retried_alike() -> None:
+    relay = ScriptedRelay(grpc.StatusCode.UNKNOWN, streams=False)
+    async with scripted_relays(relay) as addresses, submitter(addresses) as client:
+        outcome = await client.submit("apex=pubsub@example.com", b"x", submission_id="s9")
+    assert outcome.code == 250
+    assert relay.calls == ["s9", "s9"]  # unary, cut off once, retried with its id
+    assert relay.batches == 0

@@ -14,6 +14,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.rpc.access import AccessClient
+from apexmesh.rpc.endpoint import WellKnownEndpointServicer
 from apexmesh.rpc.server import create_server
 from services.relay.settings import _service_addresses
 from services.relay.wellknown import WellKnownServices
@@ -29,7 +30,7 @@ DATA = Data(
 )
 
 
-class CountingEndpoint(endpoint_pb2_grpc.WellKnownEndpointServicer):
+class CountingEndpoint(WellKnownEndpointServicer):
     def __init__(self) -> None:
         self.calls = 0
 
@@ -87,7 +88,7 @@ async def test_no_pod_reachable_is_421() -> None:
     assert codes == [421]
 
 
-class CutOffOnce(endpoint_pb2_grpc.WellKnownEndpointServicer):
+class CutOffOnce(WellKnownEndpointServicer):
     """Fails its first call as a pod killed mid-call would (outcome unknown)."""
 
     def __init__(self) -> None:

@@ -25,15 +25,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)apexmesh/contracts/common/v1/common.proto\x12\x1c\x61pexmesh.contracts.common.v1\"^\n\nApexStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x34\n\x06reason\x18\x03 \x01(\x0e\x32$.apexmesh.contracts.common.v1.Reason*\xa1\x01\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x13\n\x0fREASON_NOT_HERE\x10\x01\x12\x16\n\x12REASON_UNAVAILABLE\x10\x02\x12\x13\n\x0fREASON_DETACHED\x10\x03\x12\x0f\n\x0bREASON_SHED\x10\x04\x12\x0f\n\x0bREASON_HELD\x10\x05\x12\x1b\n\x17REASON_UNKNOWN_ENDPOINT\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)apexmesh/contracts/common/v1/common.proto\x12\x1c\x61pexmesh.contracts.common.v1\"^\n\nApexStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x34\n\x06reason\x18\x03 \x01(\x0e\x32$.apexmesh.contracts.common.v1.Reason\"m\n\tCallBatch\x12\x0b\n\x03ids\x18\x01 \x03(\x04\x12\x10\n\x08messages\x18\x02 \x03(\x0c\x12\x12\n\nfailed_ids\x18\x03 \x03(\x04\x12\x17\n\x0f\x63orrelation_ids\x18\x04 \x03(\t\x12\x14\n\x0c\x66\x61iled_codes\x18\x05 \x03(\r*\xa1\x01\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x13\n\x0fREASON_NOT_HERE\x10\x01\x12\x16\n\x12REASON_UNAVAILABLE\x10\x02\x12\x13\n\x0fREASON_DETACHED\x10\x03\x12\x0f\n\x0bREASON_SHED\x10\x04\x12\x0f\n\x0bREASON_HELD\x10\x05\x12\x1b\n\x17REASON_UNKNOWN_ENDPOINT\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'apexmesh.contracts.common.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REASON']._serialized_start=172
-  _globals['_REASON']._serialized_end=333
+  _globals['_REASON']._serialized_start=283
+  _globals['_REASON']._serialized_end=444
   _globals['_APEXSTATUS']._serialized_start=75
   _globals['_APEXSTATUS']._serialized_end=169
+  _globals['_CALLBATCH']._serialized_start=171
+  _globals['_CALLBATCH']._serialized_end=280
 # @@protoc_insertion_point(module_scope)

@@ -4,8 +4,10 @@
 isort:skip_file
 Messages shared by every apex-mesh gRPC contract."""
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -93,3 +95,59 @@ class ApexStatus(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ApexStatus: _TypeAlias = ApexStatus  # noqa: Y015
+
+@_typing.final
+class CallBatch(_message.Message):
+    """Many calls of one unary method in one stream message (apexmesh/rpc/batched.py): a gRPC
+    message costs the sender and the receiver a few hundred microseconds of CPU, the
+    request in it a few; a busy caller sends whatever is queued while its previous message
+    is written as one batch. `messages` holds the serialized requests (or responses) of the
+    method the stream stands for; `ids`, in the same order, pairs each response with its
+    request (responses come back in the order they are ready, not the order asked).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDS_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    FAILED_IDS_FIELD_NUMBER: _builtins.int
+    CORRELATION_IDS_FIELD_NUMBER: _builtins.int
+    FAILED_CODES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    @_builtins.property
+    def failed_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Responses only: requests whose handler failed (a unary call would have ended with
+        UNKNOWN; the caller sees the same).
+        """
+
+    @_builtins.property
+    def correlation_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Requests only, in the order of `ids`: the correlation id of the data each call is
+        about (apexmesh/ops/logs.py), which a unary call carries as metadata.
+        """
+
+    @_builtins.property
+    def failed_codes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Responses only, in the order of `failed_ids`: the gRPC status code (its number) the
+        unary call would have ended with (a handler that aborted with a code, else UNKNOWN).
+        """
+
+    def __init__(
+        self,
+        *,
+        ids: _abc.Iterable[_builtins.int] | None = ...,
+        messages: _abc.Iterable[_builtins.bytes] | None = ...,
+        failed_ids: _abc.Iterable[_builtins.int] | None = ...,
+        correlation_ids: _abc.Iterable[_builtins.str] | None = ...,
+        failed_codes: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["correlation_ids", b"correlation_ids", "failed_codes", b"failed_codes", "failed_ids", b"failed_ids", "ids", b"ids", "messages", b"messages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CallBatch: _TypeAlias = CallBatch  # noqa: Y015

@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from apexmesh.contracts.common.v1 import common_pb2 as apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-apexmesh/contracts/endpoint/v1/endpoint.proto\x12\x1e\x61pexmesh.contracts.endpoint.v1\x1a)apexmesh/contracts/common/v1/common.proto\"e\n\x16\x45ndpointDeliverRequest\x12\x11\n\trecipient\x18\x01 \x01(\t\x12\x12\n\noriginator\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x13\n\x0b\x64\x65livery_id\x18\x04 \x01(\t\"S\n\x17\x45ndpointDeliverResponse\x12\x38\n\x06status\x18\x01 \x01(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus2\x8f\x01\n\x11WellKnownEndpoint\x12z\n\x07\x44\x65liver\x12\x36.apexmesh.contracts.endpoint.v1.EndpointDeliverRequest\x1a\x37.apexmesh.contracts.endpoint.v1.EndpointDeliverResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-apexmesh/contracts/endpoint/v1/endpoint.proto\x12\x1e\x61pexmesh.contracts.endpoint.v1\x1a)apexmesh/contracts/common/v1/common.proto\"e\n\x16\x45ndpointDeliverRequest\x12\x11\n\trecipient\x18\x01 \x01(\t\x12\x12\n\noriginator\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x13\n\x0b\x64\x65livery_id\x18\x04 \x01(\t\"S\n\x17\x45ndpointDeliverResponse\x12\x38\n\x06status\x18\x01 \x01(\x0b\x32(.apexmesh.contracts.common.v1.ApexStatus2\xf6\x01\n\x11WellKnownEndpoint\x12z\n\x07\x44\x65liver\x12\x36.apexmesh.contracts.endpoint.v1.EndpointDeliverRequest\x1a\x37.apexmesh.contracts.endpoint.v1.EndpointDeliverResponse\x12\x65\n\rDeliverStream\x12\'.apexmesh.contracts.common.v1.CallBatch\x1a\'.apexmesh.contracts.common.v1.CallBatch(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,5 +38,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENDPOINTDELIVERRESPONSE']._serialized_start=227
   _globals['_ENDPOINTDELIVERRESPONSE']._serialized_end=310
   _globals['_WELLKNOWNENDPOINT']._serialized_start=313
-  _globals['_WELLKNOWNENDPOINT']._serialized_end=456
+  _globals['_WELLKNOWNENDPOINT']._serialized_end=559
 # @@protoc_insertion_point(module_scope)

@@ -4,6 +4,7 @@
 import grpc
 import warnings
 
+from apexmesh.contracts.common.v1 import common_pb2 as apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2 as apexmesh_dot_contracts_dot_endpoint_dot_v1_dot_endpoint__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -40,6 +41,11 @@ class WellKnownEndpointStub:
                 request_serializer=apexmesh_dot_contracts_dot_endpoint_dot_v1_dot_endpoint__pb2.EndpointDeliverRequest.SerializeToString,
                 response_deserializer=apexmesh_dot_contracts_dot_endpoint_dot_v1_dot_endpoint__pb2.EndpointDeliverResponse.FromString,
                 _registered_method=True)
+        self.DeliverStream = channel.stream_stream(
+                '/apexmesh.contracts.endpoint.v1.WellKnownEndpoint/DeliverStream',
+                request_serializer=apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.SerializeToString,
+                response_deserializer=apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.FromString,
+                _registered_method=True)
 
 
 class WellKnownEndpointServicer:
@@ -53,6 +59,16 @@ class WellKnownEndpointServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeliverStream(self, request_iterator, context):
+        """Deliver as a long-lived stream of batches (CallBatch of EndpointDeliverRequest,
+        answered by CallBatch of EndpointDeliverResponse), each request handled as Deliver
+        would. A service that does not implement it answers UNIMPLEMENTED and the relay
+        falls back to Deliver.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WellKnownEndpointServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -60,6 +76,11 @@ def add_WellKnownEndpointServicer_to_server(servicer, server):
                     servicer.Deliver,
                     request_deserializer=apexmesh_dot_contracts_dot_endpoint_dot_v1_dot_endpoint__pb2.EndpointDeliverRequest.FromString,
                     response_serializer=apexmesh_dot_contracts_dot_endpoint_dot_v1_dot_endpoint__pb2.EndpointDeliverResponse.SerializeToString,
+            ),
+            'DeliverStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.DeliverStream,
+                    request_deserializer=apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.FromString,
+                    response_serializer=apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -89,6 +110,33 @@ class WellKnownEndpoint:
             '/apexmesh.contracts.endpoint.v1.WellKnownEndpoint/Deliver',
             apexmesh_dot_contracts_dot_endpoint_dot_v1_dot_endpoint__pb2.EndpointDeliverRequest.SerializeToString,
             apexmesh_dot_contracts_dot_endpoint_dot_v1_dot_endpoint__pb2.EndpointDeliverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeliverStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/apexmesh.contracts.endpoint.v1.WellKnownEndpoint/DeliverStream',
+            apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.SerializeToString,
+            apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.FromString,
             options,
             channel_credentials,
             insecure,

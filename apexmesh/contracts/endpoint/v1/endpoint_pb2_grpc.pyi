@@ -6,6 +6,7 @@ Implemented by every service reachable as a well-known endpoint (apex=NAME@DOMAI
 the relay hands it data addressed to that endpoint (RFC 3340 section 6).
 """
 
+from apexmesh.contracts.common.v1 import common_pb2 as _common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2 as _endpoint_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
@@ -38,6 +39,12 @@ class WellKnownEndpointStub:
     """Process data addressed to this service, as an attached application would
     (RFC 3340 4.4.4.2); 250 means ok, any other code is the error returned.
     """
+    DeliverStream: _grpc.StreamStreamMultiCallable[_common_pb2.CallBatch, _common_pb2.CallBatch]
+    """Deliver as a long-lived stream of batches (CallBatch of EndpointDeliverRequest,
+    answered by CallBatch of EndpointDeliverResponse), each request handled as Deliver
+    would. A service that does not implement it answers UNIMPLEMENTED and the relay
+    falls back to Deliver.
+    """
 
 @_typing.type_check_only
 class WellKnownEndpointAsyncStub(WellKnownEndpointStub):
@@ -45,6 +52,12 @@ class WellKnownEndpointAsyncStub(WellKnownEndpointStub):
     Deliver: _aio.UnaryUnaryMultiCallable[_endpoint_pb2.EndpointDeliverRequest, _endpoint_pb2.EndpointDeliverResponse]  # type: ignore[assignment]
     """Process data addressed to this service, as an attached application would
     (RFC 3340 4.4.4.2); 250 means ok, any other code is the error returned.
+    """
+    DeliverStream: _aio.StreamStreamMultiCallable[_common_pb2.CallBatch, _common_pb2.CallBatch]  # type: ignore[assignment]
+    """Deliver as a long-lived stream of batches (CallBatch of EndpointDeliverRequest,
+    answered by CallBatch of EndpointDeliverResponse), each request handled as Deliver
+    would. A service that does not implement it answers UNIMPLEMENTED and the relay
+    falls back to Deliver.
     """
 
 class WellKnownEndpointServicer(metaclass=_abc_1.ABCMeta):
@@ -56,6 +69,18 @@ class WellKnownEndpointServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_endpoint_pb2.EndpointDeliverResponse, _abc.Awaitable[_endpoint_pb2.EndpointDeliverResponse]]:
         """Process data addressed to this service, as an attached application would
         (RFC 3340 4.4.4.2); 250 means ok, any other code is the error returned.
+        """
+
+    @_abc_1.abstractmethod
+    def DeliverStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_common_pb2.CallBatch],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_common_pb2.CallBatch], _abc.AsyncIterator[_common_pb2.CallBatch]]:
+        """Deliver as a long-lived stream of batches (CallBatch of EndpointDeliverRequest,
+        answered by CallBatch of EndpointDeliverResponse), each request handled as Deliver
+        would. A service that does not implement it answers UNIMPLEMENTED and the relay
+        falls back to Deliver.
         """
 
 def add_WellKnownEndpointServicer_to_server(servicer: WellKnownEndpointServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

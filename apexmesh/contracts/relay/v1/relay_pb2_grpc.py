@@ -4,6 +4,7 @@
 import grpc
 import warnings
 
+from apexmesh.contracts.common.v1 import common_pb2 as apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2
 from apexmesh.contracts.relay.v1 import relay_pb2 as apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -51,6 +52,11 @@ class RelayServiceStub:
                 request_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.SubmitRequest.SerializeToString,
                 response_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.SubmitResponse.FromString,
                 _registered_method=True)
+        self.SubmitStream = channel.stream_stream(
+                '/apexmesh.contracts.relay.v1.RelayService/SubmitStream',
+                request_serializer=apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.SerializeToString,
+                response_deserializer=apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.FromString,
+                _registered_method=True)
         self.TerminateAttachment = channel.unary_unary(
                 '/apexmesh.contracts.relay.v1.RelayService/TerminateAttachment',
                 request_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.TerminateAttachmentRequest.SerializeToString,
@@ -95,6 +101,15 @@ class RelayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitStream(self, request_iterator, context):
+        """Submit as a long-lived stream of batches (CallBatch of SubmitRequest, answered by
+        CallBatch of SubmitResponse): what a service submits while its previous batch is
+        being written travels together, one stream message for many submissions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def TerminateAttachment(self, request, context):
         """Terminate an attachment held by this pod (relay-initiated terminate, 4.4.3).
         """
@@ -127,6 +142,11 @@ def add_RelayServiceServicer_to_server(servicer, server):
                     servicer.Submit,
                     request_deserializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.SubmitRequest.FromString,
                     response_serializer=apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.SubmitResponse.SerializeToString,
+            ),
+            'SubmitStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SubmitStream,
+                    request_deserializer=apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.FromString,
+                    response_serializer=apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.SerializeToString,
             ),
             'TerminateAttachment': grpc.unary_unary_rpc_method_handler(
                     servicer.TerminateAttachment,
@@ -221,6 +241,33 @@ class RelayService:
             '/apexmesh.contracts.relay.v1.RelayService/Submit',
             apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.SubmitRequest.SerializeToString,
             apexmesh_dot_contracts_dot_relay_dot_v1_dot_relay__pb2.SubmitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/apexmesh.contracts.relay.v1.RelayService/SubmitStream',
+            apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.SerializeToString,
+            apexmesh_dot_contracts_dot_common_dot_v1_dot_common__pb2.CallBatch.FromString,
             options,
             channel_credentials,
             insecure,

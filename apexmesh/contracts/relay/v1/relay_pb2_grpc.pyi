@@ -6,6 +6,7 @@ The relay's internal contract: pod-to-pod delivery inside one administrative dom
 data originated by APEX services, and relay-initiated terminate of an attachment.
 """
 
+from apexmesh.contracts.common.v1 import common_pb2 as _common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2 as _relay_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
@@ -52,6 +53,11 @@ class RelayServiceStub:
     """Originate data as a well-known endpoint of this pod's domain (RFC 3340 section 6):
     the relay processes it as data received from that endpoint (RFC 3340 4.4.4.1).
     """
+    SubmitStream: _grpc.StreamStreamMultiCallable[_common_pb2.CallBatch, _common_pb2.CallBatch]
+    """Submit as a long-lived stream of batches (CallBatch of SubmitRequest, answered by
+    CallBatch of SubmitResponse): what a service submits while its previous batch is
+    being written travels together, one stream message for many submissions.
+    """
     TerminateAttachment: _grpc.UnaryUnaryMultiCallable[_relay_pb2.TerminateAttachmentRequest, _relay_pb2.TerminateAttachmentResponse]
     """Terminate an attachment held by this pod (relay-initiated terminate, 4.4.3)."""
     DrainHeld: _grpc.UnaryUnaryMultiCallable[_relay_pb2.DrainHeldRequest, _relay_pb2.DrainHeldResponse]
@@ -79,6 +85,11 @@ class RelayServiceAsyncStub(RelayServiceStub):
     Submit: _aio.UnaryUnaryMultiCallable[_relay_pb2.SubmitRequest, _relay_pb2.SubmitResponse]  # type: ignore[assignment]
     """Originate data as a well-known endpoint of this pod's domain (RFC 3340 section 6):
     the relay processes it as data received from that endpoint (RFC 3340 4.4.4.1).
+    """
+    SubmitStream: _aio.StreamStreamMultiCallable[_common_pb2.CallBatch, _common_pb2.CallBatch]  # type: ignore[assignment]
+    """Submit as a long-lived stream of batches (CallBatch of SubmitRequest, answered by
+    CallBatch of SubmitResponse): what a service submits while its previous batch is
+    being written travels together, one stream message for many submissions.
     """
     TerminateAttachment: _aio.UnaryUnaryMultiCallable[_relay_pb2.TerminateAttachmentRequest, _relay_pb2.TerminateAttachmentResponse]  # type: ignore[assignment]
     """Terminate an attachment held by this pod (relay-initiated terminate, 4.4.3)."""
@@ -122,6 +133,17 @@ class RelayServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_relay_pb2.SubmitResponse, _abc.Awaitable[_relay_pb2.SubmitResponse]]:
         """Originate data as a well-known endpoint of this pod's domain (RFC 3340 section 6):
         the relay processes it as data received from that endpoint (RFC 3340 4.4.4.1).
+        """
+
+    @_abc_1.abstractmethod
+    def SubmitStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_common_pb2.CallBatch],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_common_pb2.CallBatch], _abc.AsyncIterator[_common_pb2.CallBatch]]:
+        """Submit as a long-lived stream of batches (CallBatch of SubmitRequest, answered by
+        CallBatch of SubmitResponse): what a service submits while its previous batch is
+        being written travels together, one stream message for many submissions.
         """
 
     @_abc_1.abstractmethod

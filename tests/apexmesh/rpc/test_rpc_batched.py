@@ -1,0 +1,182 @@
+"""Unary calls batched over one stream (apexmesh/rpc/batched.py), against real gRPC
+servers: calls in flight share stream messages, each call keeps the unary contract
+(its response, its own failure code, its deadline), a broken stream tells "reached
+nobody" from "cut off", and a callee without the stream gets unary calls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import grpc
+import pytest
+
+from apexmesh.contracts.common.v1 import common_pb2
+from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
+from apexmesh.ops.logs import correlation_id
+from apexmesh.rpc.batched import BatchedCaller, serve_batched
+from apexmesh.rpc.channels import internal_channel
+from tests.support.fake_relay import ScriptedRelay, scripted_relays
+
+pytestmark = pytest.mark.integration
+
+Caller = BatchedCaller[relay_pb2.SubmitRequest, relay_pb2.SubmitResponse]
+
+
+@asynccontextmanager
+async def caller_of(address: str) -> AsyncIterator[Caller]:
+    channel = internal_channel(address)
+    stub = relay_pb2_grpc.RelayServiceStub(channel)
+    caller: Caller = BatchedCaller(
+        stub.SubmitStream, stub.Submit, relay_pb2.SubmitResponse.FromString, name="test"
+    )
+    try:
+        yield caller
+    finally:
+        await caller.aclose()
+        await channel.close()
+
+
+def request(n: int) -> relay_pb2.SubmitRequest:
+    return relay_pb2.SubmitRequest(originator="apex=pubsub@example.com", submission_id=f"s{n}")
+
+
+async def settle(calls: list[asyncio.Future[relay_pb2.SubmitResponse]]) -> list[object]:
+    return list(await asyncio.gather(*calls, return_exceptions=True))
+
+
+def code_of(outcome: object) -> object:
+    if isinstance(outcome, grpc.aio.AioRpcError):
+        return outcome.code()
+    assert isinstance(outcome, relay_pb2.SubmitResponse)
+    return outcome.status.code
+
+
+async def until(predicate: object, within: float = 5.0) -> None:
+    assert callable(predicate)
+    async with asyncio.timeout(within):
+        while not predicate():  # noqa: ASYNC110 - polling the servicer's counters
+            await asyncio.sleep(0.005)
+
+
+async def test_calls_in_flight_share_stream_messages() -> None:
+    relay = ScriptedRelay()
+    async with scripted_relays(relay) as (address,), caller_of(address) as caller:
+        outcomes = await settle(
+            [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(500)]
+        )
+    assert [code_of(o) for o in outcomes] == [250] * 500
+    assert sorted(relay.calls) == sorted(f"s{n}" for n in range(500))
+    assert 1 <= relay.batches <= 10  # 500 calls, a handful of stream messages
+
+
+async def test_an_idle_caller_sends_each_call_at_once() -> None:
+    relay = ScriptedRelay()
+    async with scripted_relays(relay) as (address,), caller_of(address) as caller:
+        for n in range(3):
+            response = await caller.call(request(n), timeout=5)
+            assert response.status.code == 250
+    assert relay.batches == 3
+
+
+async def test_a_handler_that_aborts_fails_its_call_only() -> None:
+    hold = asyncio.Event()
+    relay = ScriptedRelay(grpc.StatusCode.RESOURCE_EXHAUSTED, hold=hold)
+    async with scripted_relays(relay) as (address,), caller_of(address) as caller:
+        calls = [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(4)]
+        await until(lambda: relay.inflight == 4)
+        hold.set()
+        outcomes = await settle(calls)
+    codes = [code_of(o) for o in outcomes]
+    assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 1
+    assert codes.count(250) == 3
+
+
+async def test_a_call_not_answered_in_time_is_deadline_exceeded() -> None:
+    hold = asyncio.Event()
+    relay = ScriptedRelay(hold=hold)
+    async with scripted_relays(relay) as (address,), caller_of(address) as caller:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await caller.call(request(1), timeout=0.2)
+        hold.set()
+        # The stream outlives the call: the next one is answered on it.
+        assert (await caller.call(request(2), timeout=5)).status.code == 250
+    assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+async def test_the_correlation_id_of_each_call_reaches_its_handler() -> None:
+    relay = ScriptedRelay()
+
+    async def call_as(caller: Caller, cid: str, n: int) -> None:
+        correlation_id.set(cid)
+        await caller.call(request(n), timeout=5)
+
+    async with scripted_relays(relay) as (address,), caller_of(address) as caller:
+        await asyncio.gather(*(call_as(caller, f"cid-{n}", n) for n in range(20)))
+    assert sorted(zip(relay.calls, relay.correlation_ids, strict=True)) == sorted(
+        (f"s{n}", f"cid-{n}") for n in range(20)
+    )
+
+
+async def test_a_broken_stream_cuts_off_what_the_callee_took_and_then_reaches_nobody() -> None:
+    hold = asyncio.Event()
+    relay = ScriptedRelay(hold=hold)
+    async with scripted_relays(relay) as (address,), caller_of(address) as caller:
+        calls = [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(3)]
+        await until(lambda: relay.inflight == 3)
+        # The relay goes away with the three calls in its handlers.
+    outcomes = await settle(calls)
+    assert {code_of(o) for o in outcomes} <= {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.CANCELLED,
+    }  # cut off: the relay may have relayed them
+    async with caller_of(address) as caller:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await caller.call(request(9), timeout=5)
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE  # nothing listens: nobody
+
+
+async def test_a_callee_without_the_stream_gets_unary_calls() -> None:
+    relay = ScriptedRelay(streams=False)
+    async with scripted_relays(relay) as (address,), caller_of(address) as caller:
+        outcomes = await settle(
+            [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(5)]
+        )
+        later = await caller.call(request(5), timeout=5)
+    assert [code_of(o) for o in outcomes] == [250] * 5
+    assert later.status.code == 250
+    assert sorted(relay.calls) == [f"s{n}" for n in range(6)]
+    assert relay.batches == 0
+
+
+class BoundedRelay(ScriptedRelay):
+    """Handles at most three calls of a stream at once."""
+
+    async def SubmitStream(  # noqa: N802
+        self,
+        request_iterator: AsyncIterator[common_pb2.CallBatch],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[common_pb2.CallBatch]:
+        async for batch in serve_batched(
+            request_iterator,
+            context,
+            self.Submit,
+            relay_pb2.SubmitRequest.FromString,
+            max_handling=3,
+        ):
+            yield batch
+
+
+async def test_a_callee_handles_a_bounded_number_of_calls_of_a_stream_at_once() -> None:
+    hold = asyncio.Event()
+    relay = BoundedRelay(hold=hold)
+    async with scripted_relays(relay) as (address,), caller_of(address) as caller:
+        calls = [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(10)]
+        await until(lambda: relay.inflight == 3)
+        await asyncio.sleep(0.05)  # nothing more is handled while the three are held
+        assert relay.inflight == 3
+        hold.set()
+        outcomes = await settle(calls)
+    assert [code_of(o) for o in outcomes] == [250] * 10
+    assert relay.peak == 3
