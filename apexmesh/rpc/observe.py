@@ -10,7 +10,11 @@ dashboards for gRPC already use):
 
 A streaming call is one call: counted when it starts and when it ends, its time the
 stream's life (the relay's pod-to-pod ``DeliverStream`` carries thousands of messages
-in one call, which the relay counts itself).
+in one call, which the relay counts itself). The unary calls carried in batches over a
+stream (:mod:`apexmesh.rpc.batched`: ``WellKnownEndpoint.DeliverStream``,
+``RelayService.SubmitStream``) are counted as well, each as the unary call it stands for
+(``grpc_type="unary"``, the method without ``Stream``), timed from its batch's arrival
+to its answer's departure, with the code the unary call would have ended with.
 
 Correlation: a client call made while :data:`apexmesh.ops.logs.correlation_id` is set
 sends it as the metadata ``apexmesh-cid``; the server sets it again for the handler, so
@@ -27,6 +31,7 @@ from typing import Any, Final
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.ops.logs import correlation_id
 from apexmesh.rpc.channels import internal_channel
 
@@ -120,6 +125,8 @@ class ServerObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if handler.unary_stream is not None
             else grpc.stream_stream_rpc_method_handler
         )
+        if handler.request_deserializer == common_pb2.CallBatch.FromString:
+            behavior = self._batched(behavior, ("unary", service, method.removesuffix("Stream")))
         wrapped = (
             self._streaming(behavior, labels, cid)
             if inspect.isasyncgenfunction(behavior)
@@ -178,6 +185,43 @@ class ServerObserver(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 self._finish(labels, context, began, failed)
 
         return observed
+
+    def _batched(
+        self,
+        behavior: Callable[..., AsyncIterator[common_pb2.CallBatch]],
+        labels: tuple[str, str, str],
+    ) -> Callable[..., AsyncIterator[common_pb2.CallBatch]]:
+        started, handled, seconds = self.started, self.handled, self.seconds
+
+        async def observed(
+            requests: AsyncIterator[common_pb2.CallBatch], context: Any
+        ) -> AsyncIterator[common_pb2.CallBatch]:
+            began: dict[int, float] = {}
+
+            async def arriving() -> AsyncIterator[common_pb2.CallBatch]:
+                async for batch in requests:
+                    now = time.perf_counter()
+                    began.update(dict.fromkeys(batch.ids, now))
+                    started.labels(*labels).inc(len(batch.ids))
+                    yield batch
+
+            def finish(call_id: int, code: str, now: float) -> None:
+                handled.labels(*labels, code).inc()
+                seconds.labels(*labels).observe(now - began.pop(call_id, now))
+
+            async for answers in behavior(arriving(), context):
+                now = time.perf_counter()
+                for call_id in answers.ids:
+                    finish(call_id, "OK", now)
+                for call_id, number in zip(answers.failed_ids, answers.failed_codes, strict=False):
+                    finish(call_id, _CODE_NAMES.get(number, "UNKNOWN"), now)
+                yield answers
+
+        return observed
+
+
+#: gRPC status code names by number, for the codes of batched calls.
+_CODE_NAMES: Final = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
 class _CidClient(

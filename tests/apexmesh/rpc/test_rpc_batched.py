@@ -11,12 +11,14 @@ from contextlib import asynccontextmanager
 
 import grpc
 import pytest
+from prometheus_client import CollectorRegistry
 
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.ops.logs import correlation_id
 from apexmesh.rpc.batched import BatchedCaller, serve_batched
 from apexmesh.rpc.channels import internal_channel
+from apexmesh.rpc.server import create_server
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
 
 pytestmark = pytest.mark.integration
@@ -180,3 +182,31 @@ async def test_a_callee_handles_a_bounded_number_of_calls_of_a_stream_at_once() 
         outcomes = await settle(calls)
     assert [code_of(o) for o in outcomes] == [250] * 10
     assert relay.peak == 3
+
+
+async def test_batched_calls_are_counted_as_the_unary_calls_they_stand_for() -> None:
+    registry = CollectorRegistry()
+    relay = ScriptedRelay(grpc.StatusCode.RESOURCE_EXHAUSTED)
+    server, port = await create_server(
+        [lambda s: relay_pb2_grpc.add_RelayServiceServicer_to_server(relay, s)],
+        registry=registry,
+    )
+    try:
+        async with caller_of(f"127.0.0.1:{port}") as caller:
+            outcomes = await settle(
+                [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(6)]
+            )
+    finally:
+        await server.stop(None)
+    assert sorted(map(str, map(code_of, outcomes))) == sorted(
+        ["250"] * 5 + [str(grpc.StatusCode.RESOURCE_EXHAUSTED)]
+    )
+    service = "apexmesh.contracts.relay.v1.RelayService"
+    unary = {"grpc_type": "unary", "grpc_service": service, "grpc_method": "Submit"}
+    sample = registry.get_sample_value
+    assert sample("grpc_server_started_total", unary) == 6
+    assert sample("grpc_server_handled_total", {**unary, "grpc_code": "OK"}) == 5
+    assert sample("grpc_server_handled_total", {**unary, "grpc_code": "RESOURCE_EXHAUSTED"}) == 1
+    assert sample("grpc_server_handling_seconds_count", unary) == 6
+    stream = {"grpc_type": "bidi_stream", "grpc_service": service, "grpc_method": "SubmitStream"}
+    assert sample("grpc_server_started_total", stream) == 1
