@@ -23,6 +23,14 @@ MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 #: Seconds in-flight calls get to finish on shutdown (SIGTERM) before cancellation.
 DEFAULT_GRACE: Final = 5.0
 
+#: The shortest interval between keepalive pings a server accepts on a connection that
+#: carries no data (gRPC core's default is five minutes, after which the third early
+#: ping is answered with GOAWAY "too_many_pings"). The mesh's clients ping every 20 s
+#: (apexmesh/rpc/channels.py) and keep long-lived streams open between processes
+#: (apexmesh/rpc/batched.py, the relay's DeliverStream) that go quiet between bursts: a
+#: server must accept those pings or it cuts the idle streams every minute.
+ACCEPTED_PING_INTERVAL_MS: Final = 10_000
+
 #: A function adding one servicer to a server (``add_XServicer_to_server`` bound to a
 #: servicer instance).
 Registration = Callable[[grpc.aio.Server], None]
@@ -37,6 +45,7 @@ async def create_server(
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     options: Sequence[tuple[str, int]] = (),
     registry: CollectorRegistry | None = None,
+    accepted_ping_interval_ms: int = ACCEPTED_PING_INTERVAL_MS,
 ) -> tuple[grpc.aio.Server, int]:
     """Build, bind and start a grpc.aio server; return it with the port it listens on.
 
@@ -52,6 +61,7 @@ async def create_server(
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.so_reuseport", 0),
+            ("grpc.http2.min_ping_interval_without_data_ms", accepted_ping_interval_ms),
             *options,
         ],
     )
@@ -69,4 +79,11 @@ async def graceful_stop(server: grpc.aio.Server, grace: float = DEFAULT_GRACE) -
     await server.stop(grace)
 
 
-__all__ = ["DEFAULT_GRACE", "MAX_MESSAGE_BYTES", "Registration", "create_server", "graceful_stop"]
+__all__ = [
+    "ACCEPTED_PING_INTERVAL_MS",
+    "DEFAULT_GRACE",
+    "MAX_MESSAGE_BYTES",
+    "Registration",
+    "create_server",
+    "graceful_stop",
+]

@@ -35,8 +35,9 @@ class ScriptedRelay(relay_pb2_grpc.RelayServiceServicer):
         self.streams = streams
         #: The correlation id each call's handler ran with.
         self.correlation_ids: list[str] = []
-        #: Stream messages received by SubmitStream.
+        #: Stream messages received by SubmitStream, and the streams that carried them.
         self.batches = 0
+        self.streams_opened = 0
         self.hold = hold
         self.code = code
         #: The submission id of every call, in order.
@@ -81,6 +82,7 @@ class ScriptedRelay(relay_pb2_grpc.RelayServiceServicer):
     async def _counted(
         self, batches: AsyncIterator[common_pb2.CallBatch]
     ) -> AsyncIterator[common_pb2.CallBatch]:
+        self.streams_opened += 1
         async for batch in batches:
             self.batches += 1
             yield batch

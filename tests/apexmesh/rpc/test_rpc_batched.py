@@ -17,8 +17,8 @@ from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.ops.logs import correlation_id
 from apexmesh.rpc.batched import BatchedCaller, serve_batched
-from apexmesh.rpc.channels import internal_channel
-from apexmesh.rpc.server import create_server
+from apexmesh.rpc.channels import RECOVERY_OPTIONS, internal_channel
+from apexmesh.rpc.server import ACCEPTED_PING_INTERVAL_MS, create_server
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
 
 pytestmark = pytest.mark.integration
@@ -210,3 +210,43 @@ async def test_batched_calls_are_counted_as_the_unary_calls_they_stand_for() -> 
     assert sample("grpc_server_handling_seconds_count", unary) == 6
     stream = {"grpc_type": "bidi_stream", "grpc_service": service, "grpc_method": "SubmitStream"}
     assert sample("grpc_server_started_total", stream) == 1
+
+
+def test_servers_accept_the_keepalive_pings_of_the_mesh_clients() -> None:
+    client_interval = dict(RECOVERY_OPTIONS)["grpc.keepalive_time_ms"]
+    assert client_interval > ACCEPTED_PING_INTERVAL_MS
+
+
+async def test_an_idle_stream_outlives_keepalive_pings() -> None:
+    """The mesh's numbers scaled down 20-fold: a client pinging every second on a stream
+    that carries nothing, a server accepting a ping every half second. With gRPC's
+    default (a ping per five minutes) the server ends such a stream with GOAWAY
+    "too_many_pings" after the third ping, and every idle stream between services broke
+    once a minute."""
+    relay = ScriptedRelay()
+    server, port = await create_server(
+        [lambda s: relay_pb2_grpc.add_RelayServiceServicer_to_server(relay, s)],
+        accepted_ping_interval_ms=500,
+    )
+    channel = internal_channel(
+        f"127.0.0.1:{port}",
+        options=[
+            ("grpc.keepalive_time_ms", 1000),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.http2.min_time_between_pings_ms", 1000),
+            ("grpc.http2.min_sent_ping_interval_without_data_ms", 1000),
+        ],
+    )
+    stub = relay_pb2_grpc.RelayServiceStub(channel)
+    caller: Caller = BatchedCaller(
+        stub.SubmitStream, stub.Submit, relay_pb2.SubmitResponse.FromString, name="idle"
+    )
+    try:
+        assert (await caller.call(request(1), timeout=5)).status.code == 250
+        await asyncio.sleep(5)
+        assert (await caller.call(request(2), timeout=5)).status.code == 250
+    finally:
+        await caller.aclose()
+        await channel.close()
+        await server.stop(None)
+    assert relay.streams_opened == 1  # both calls on the one stream: it never broke
