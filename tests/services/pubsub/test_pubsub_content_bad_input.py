@@ -81,8 +81,9 @@ async def test_selectors_answered_with_their_codes(mesh: PubsubMesh, attach: Att
     assert ids == (other,)  # no 'b': the catastrophic one does not match
     assert sid != other
     assert took < 5.0, took
-    # Unharmed: the service answers and delivers as before.
-    await quotes.pubsub.publish(QUOTES, XmlContent(body("abc")))
+    # Unharmed: the service answers and delivers as before; a symbol that has the
+    # 2,000 a's and the b matches both.
+    await quotes.pubsub.publish(QUOTES, XmlContent(body("a" * 2_000 + "b")))
     _, ids, _ = await jade.pubsub.next_match()
     assert ids == tuple(sorted((sid, other)))
 
@@ -104,10 +105,11 @@ async def test_schemas_answered_with_their_codes(mesh: PubsubMesh, attach: Attac
         "<xs:element name='q' type='xs:string' default='&b;'/></xs:schema>"
         "</message-schema></createtopic>"
     )
-    await quotes.attachment.send(SERVICE, XmlContent(bomb.encode()))
+    # (sent as a MIME part: the SDK refuses to write a DOCTYPE inline)
+    await quotes.attachment.send(SERVICE, bomb.encode(), content_type="application/beep+xml")
     answer = await quotes.message()
     assert isinstance(answer, Reply)
-    assert answer.code in (500, 501)
+    assert answer.code == 501, answer
     # The configured schema, by its URI: accepted, and publications validated by it.
     assert (await create(quotes, 4, f"<message-schema uri='{LOCAL_SCHEMA_URI}' />")).code == 250
     jade = await attach("jade@example.com", pod="a")
