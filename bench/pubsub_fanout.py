@@ -323,9 +323,6 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
         f"on two relay pods, subscribed in {time.perf_counter() - started:.1f} s",
         flush=True,
     )
-    pids = apex.pids()
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    clock = time.perf_counter()
     if scenario.rate is None:
 
         async def publish() -> list[int]:
@@ -342,7 +339,17 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
                 lambda i, due: apex.send(scenario.topic(i), i, due), scenario.publications, rate
             )
 
-    result = await measured(tally, publish, fanout)
+    result = await with_cpu(apex, measured(tally, publish, fanout))
+    await apex.close_subscribers()
+    return result
+
+
+async def with_cpu(apex: ApexSide, run: Awaitable[Result]) -> Result:
+    """``run``, printing how many cores each process of the mesh kept busy meanwhile."""
+    pids = apex.pids()
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    clock = time.perf_counter()
+    result = await run
     elapsed = time.perf_counter() - clock
     busy = {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
     print(
@@ -350,7 +357,6 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
         + ", ".join(f"{name} {load:.2f}" for name, load in busy.items() if load >= 0.01),
         flush=True,
     )
-    await apex.close_subscribers()
     return result
 
 
@@ -395,24 +401,17 @@ async def run_content(apex: ApexSide, subscribers: int, publications: int) -> tu
         f"{time.perf_counter() - started:.1f} s",
         flush=True,
     )
-    pids = apex.pids()
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    clock = time.perf_counter()
-    mine = await measured(
-        tally,
-        lambda: windowed(
-            lambda i: apex.publish_content(CONTENT_TOPIC, i, time.perf_counter()),
-            publications,
-            IN_FLIGHT,
+    mine = await with_cpu(
+        apex,
+        measured(
+            tally,
+            lambda: windowed(
+                lambda i: apex.publish_content(CONTENT_TOPIC, i, time.perf_counter()),
+                publications,
+                IN_FLIGHT,
+            ),
+            fanout,
         ),
-        fanout,
-    )
-    elapsed = time.perf_counter() - clock
-    busy = {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
-    print(
-        "  apex-mesh CPU (cores busy): "
-        + ", ".join(f"{name} {load:.2f}" for name, load in busy.items() if load >= 0.01),
-        flush=True,
     )
     await apex.close_subscribers()
     return mine, base

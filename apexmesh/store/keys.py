@@ -160,8 +160,10 @@ class Keys:
         return f"{self.prefix}:pubsub:topics"
 
     def pubsub_subscriptions(self, domain: str, topic: str) -> str:
-        """HASH of one topic's subscriptions. Field: the subscriber endpoint; value: JSON
-        ``{"originator", "trans_id", "expires_ms"}``."""
+        """HASH of one topic's subscriptions. Field: the subscriber endpoint, followed by
+        ``"\\n<subscription id>"`` for a content-based one; value: JSON ``{"originator",
+        "trans_id", "expires_ms"}`` (content-based: with ``subscription_id``,
+        ``selector_class``, ``selector``, ``cached``)."""
         return f"{self.prefix}:pubsub:subs:{domain}:{topic}"
 
     def pubsub_version(self, domain: str, topic: str) -> str:
