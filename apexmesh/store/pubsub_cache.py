@@ -62,7 +62,7 @@ from apexmesh.pubsub.core import Subscription
 from apexmesh.pubsub.topic_index import TopicIndex
 from apexmesh.store.batching import Coalescer
 from apexmesh.store.keys import Keys
-from apexmesh.store.pubsub import subscription_from, topic_settings
+from apexmesh.store.pubsub_records import subscription_from, topic_settings
 
 _log = logging.getLogger(__name__)
 
