@@ -65,6 +65,8 @@ from apexmesh.pubsub.subscription_elements import (
 )
 
 DOMAIN = "example.com"
+#: Times an operation is sent before the bench gives up on its reply.
+REQUEST_ATTEMPTS = 5
 #: Sessions opened (or operations sent) at once while a scenario is set up.
 SETUP_WAVE = 500
 
@@ -117,7 +119,7 @@ async def measured(
 class ApexSide:
     """The local mesh, a publisher on relay pod 1 and subscribers on both pods."""
 
-    def __init__(self, topics: Sequence[str]) -> None:
+    def __init__(self, topics: Sequence[str], endpoints: Sequence[str] = ()) -> None:
         # No dashboard: its polls of every pod's admin API (all topics, all subscriptions)
         # would take a pubsub pod's core with 10,000 topics, and measure nothing asked.
         self.mesh = LocalMesh(
@@ -125,6 +127,7 @@ class ApexSide:
             dev=True,
             topics=topics,
             dashboard=False,
+            endpoints=endpoints,
         )
         self.clients: list[ApexClient] = []
         self.publisher: Attachment | None = None
@@ -154,13 +157,24 @@ class ApexSide:
     async def request(
         self, attachment: Attachment, target: str, xml: bytes, accept: tuple[int, ...] = (250,)
     ) -> None:
-        await attachment.send(target, XmlContent(xml))
-        while True:
-            answer = pubsub_message(await attachment.receive())
-            if isinstance(answer, Reply | SubscriptionReply):
-                if answer.code not in accept:
-                    raise RuntimeError(f"{attachment.endpoint}: {xml!r} answered {answer.code}")
-                return
+        """Send an operation and wait for its reply; sent again (the same operation:
+        idempotent) when no reply came within 10 s: a reply racing a fresh attachment's
+        registration can be refused 550 by the relay pod that does not see it yet."""
+        for _ in range(REQUEST_ATTEMPTS):
+            await attachment.send(target, XmlContent(xml))
+            try:
+                async with asyncio.timeout(10):
+                    while True:
+                        answer = pubsub_message(await attachment.receive())
+                        if isinstance(answer, Reply | SubscriptionReply):
+                            if answer.code not in accept:
+                                raise RuntimeError(
+                                    f"{attachment.endpoint}: {xml!r} answered {answer.code}"
+                                )
+                            return
+            except TimeoutError:
+                continue
+        raise RuntimeError(f"{attachment.endpoint}: no reply to {xml[:80]!r}")
 
     async def create_topics(self, topics: Sequence[str]) -> None:
         assert self.publisher is not None
@@ -454,7 +468,14 @@ async def main(argv: list[str]) -> None:
     if "content" in args.scenario:
         topics += [CONTENT_TOPIC, PLAIN_TOPIC]
     figures: list[dict[str, Any]] = []
-    async with ApexSide(topics) as apex:
+    # The local mesh's access service knows its endpoints by name (RFC 3341 step 2):
+    # the subscribers of this run are added to them.
+    names = [f"{s.name}-sub{i}@{DOMAIN}" for s in chosen for i in range(len(s.subscriber_topics()))]
+    if "content" in args.scenario:
+        names += [f"plain-sub{i}@{DOMAIN}" for i in range(args.content_subscribers // 100)]
+        names += [f"content-sub{i}@{DOMAIN}" for i in range(args.content_subscribers)]
+    names += [f"creator{i}@{DOMAIN}" for i in range(50)]
+    async with ApexSide(topics, names) as apex:
         if "content" in args.scenario:
             print(
                 f"content: 1 topic x {args.content_subscribers:,} selectors (1 % each), "

@@ -129,6 +129,7 @@ class LocalMesh:
         topics: Sequence[str] = (),
         log_level: str = "INFO",
         dashboard: bool = True,
+        endpoints: Sequence[str] = (),
     ) -> None:
         self.workdir = workdir
         self.python = python
@@ -140,6 +141,9 @@ class LocalMesh:
         self.log_level = log_level
         #: Run the web dashboard too (services/dashboard/).
         self.dashboard = dashboard
+        #: Endpoints the access service takes to exist besides :data:`ENDPOINTS` (a
+        #: benchmark's subscribers; they attach anonymously in a development run).
+        self.endpoints = tuple(endpoints)
         #: Bearer tokens of every service's admin API (apexmesh/ops/admin.py).
         self.admin_token = secrets.token_urlsafe(24)
         self.read_token = secrets.token_urlsafe(24)
@@ -196,7 +200,9 @@ class LocalMesh:
             # The domain's endpoints (RFC 3341 step 2: an owner must be a valid address).
             directory = self.workdir / f"endpoints-{domain}"
             directory.write_text(
-                "".join(f"{e}\n" for e in ENDPOINTS if e.endswith("@" + domain)),
+                "".join(
+                    f"{e}\n" for e in (*ENDPOINTS, *self.endpoints) if e.endswith("@" + domain)
+                ),
                 encoding="utf-8",
             )
             seeds[f"endpoints:{domain}"] = directory
