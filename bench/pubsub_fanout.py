@@ -9,7 +9,13 @@ its own on a free port, and runs, each on both systems:
 * ``topics``: 10,000 topics with one subscriber each (10,000 sessions; Redis: 10,000
   connections, one channel each); 100,000 publications spread over the topics;
 * ``latency``: one topic, one subscriber, publications offered at 2,000/s for 5 s
-  (open loop); p50 / p99 / p99.9 from when each was due to its delivery.
+  (open loop); p50 / p99 / p99.9 from when each was due to its delivery;
+* ``content`` (issue #18): one content-based topic, 1,000 subscribers on two relay pods,
+  each with a JMS selector ``g = k`` (k = its index mod 100), publications of
+  ``<m g='...'/>`` each matching 1 % (10 subscribers): deliveries/s beside, as the
+  baseline, the same run's topic fan-out to 10 plain subscribers of another topic
+  (the same deliveries per publication without selection). Redis has no selection, so
+  no Redis figure here.
 
 The publisher keeps 100 publications in flight (apex-mesh: one session, the relay's
 ``ok`` answers one, and comes once every subscriber's copy is in a relay's custody;
@@ -52,8 +58,15 @@ from apexmesh.client.outgoing import XmlContent
 from apexmesh.client.pubsub import pubsub_message
 from apexmesh.ops.localmesh import LocalMesh
 from apexmesh.pubsub.elements import CreateTopic, Subscribe, topic_endpoint
+from apexmesh.pubsub.subscription_elements import (
+    ContentSubscribe,
+    SelectorSpec,
+    SubscriptionReply,
+)
 
 DOMAIN = "example.com"
+#: Times an operation is sent before the bench gives up on its reply.
+REQUEST_ATTEMPTS = 5
 #: Sessions opened (or operations sent) at once while a scenario is set up.
 SETUP_WAVE = 500
 
@@ -140,16 +153,27 @@ class ApexSide:
         found["bench (endpoints)"] = os.getpid()
         return found
 
-    async def _request(
+    async def request(
         self, attachment: Attachment, target: str, xml: bytes, accept: tuple[int, ...] = (250,)
     ) -> None:
-        await attachment.send(target, XmlContent(xml))
-        while True:
-            answer = pubsub_message(await attachment.receive())
-            if isinstance(answer, Reply):
-                if answer.code not in accept:
-                    raise RuntimeError(f"{attachment.endpoint}: {xml!r} answered {answer.code}")
-                return
+        """Send an operation and wait for its reply; sent again (the same operation:
+        idempotent) when no reply came within 10 s: a reply racing a fresh attachment's
+        registration can be refused 550 by the relay pod that does not see it yet."""
+        for _ in range(REQUEST_ATTEMPTS):
+            await attachment.send(target, XmlContent(xml))
+            try:
+                async with asyncio.timeout(10):
+                    while True:
+                        answer = pubsub_message(await attachment.receive())
+                        if isinstance(answer, Reply | SubscriptionReply):
+                            if answer.code not in accept:
+                                raise RuntimeError(
+                                    f"{attachment.endpoint}: {xml!r} answered {answer.code}"
+                                )
+                            return
+            except TimeoutError:
+                continue
+        raise RuntimeError(f"{attachment.endpoint}: no reply to {xml[:80]!r}")
 
     async def create_topics(self, topics: Sequence[str]) -> None:
         assert self.publisher is not None
@@ -165,14 +189,21 @@ class ApexSide:
             for name in names:
                 self._trans += 1
                 op = CreateTopic(topic=name, trans_id=self._trans % 2_147_483_647 or 1)
-                await self._request(creator, service, op.to_xml(), (250, 553))  # 553: exists
+                await self.request(creator, service, op.to_xml(), (250, 553))  # 553: exists
 
         shares = [topics[i :: len(creators)] for i in range(len(creators))]
         await asyncio.gather(*(create(c, s) for c, s in zip(creators, shares, strict=True)))
 
-    async def subscribe(self, prefix: str, topic_of: Sequence[str], tally: Tally) -> None:
+    async def subscribe(
+        self,
+        prefix: str,
+        topic_of: Sequence[str],
+        tally: Tally,
+        selector_of: Callable[[int], str] | None = None,
+    ) -> None:
         """One subscriber session per entry of ``topic_of`` (its topic), alternating
-        between the two relay pods; each subscribes, then reads into ``tally``."""
+        between the two relay pods; each subscribes (with the JMS selector
+        ``selector_of(index)`` when given), then reads into ``tally``."""
         attachments: list[Attachment] = []
         service = f"apex=pubsub@{DOMAIN}"
         for start in range(0, len(topic_of), SETUP_WAVE):
@@ -180,13 +211,21 @@ class ApexSide:
             async def one(index: int) -> Attachment:
                 client = await self._connect(index % 2)
                 attachment = await client.attach(f"{prefix}{index}@{DOMAIN}")
-                op = Subscribe(
+                op: Subscribe | ContentSubscribe = Subscribe(
                     subscriber=attachment.endpoint,
                     topic=topic_of[index],
                     trans_id=1,
                     duration=3600,
                 )
-                await self._request(attachment, service, op.to_xml())
+                if selector_of is not None:
+                    op = ContentSubscribe(
+                        subscriber=attachment.endpoint,
+                        topic=topic_of[index],
+                        trans_id=1,
+                        duration=3600,
+                        selector=SelectorSpec(selector_class="JMS", text=selector_of(index)),
+                    )
+                await self.request(attachment, service, op.to_xml())
                 return attachment
 
             indices = range(start, min(len(topic_of), start + SETUP_WAVE))
@@ -194,13 +233,23 @@ class ApexSide:
 
         async def reader(attachment: Attachment) -> None:
             while True:
-                tally.seen((await attachment.receive()).content)
+                content = (await attachment.receive()).content
+                if content.startswith(b"<m "):
+                    content = content.split(b"'")[3]  # the stamp of a content publication
+                tally.seen(content)
 
         self._readers = [asyncio.ensure_future(reader(a)) for a in attachments]
 
     def publish(self, topic: str, index: int, sent: float) -> asyncio.Future[Any]:
         assert self.publisher is not None
         return self.publisher.submit(str(topic_endpoint(topic, DOMAIN)), stamp(index, sent))
+
+    def publish_content(self, topic: str, index: int, sent: float) -> asyncio.Future[Any]:
+        """``<m g='index mod 100' s='stamp'/>``: matches the subscribers of one group."""
+        assert self.publisher is not None
+        head = f"{sent:<24.9f}{index:<10}"
+        body = f"<m g='{index % CONTENT_GROUPS}' s='{head}'/>".encode()
+        return self.publisher.submit(str(topic_endpoint(topic, DOMAIN)), XmlContent(body))
 
     async def send(self, topic: str, index: int, due: float) -> object:
         assert self.publisher is not None
@@ -287,9 +336,6 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
         f"on two relay pods, subscribed in {time.perf_counter() - started:.1f} s",
         flush=True,
     )
-    pids = apex.pids()
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    clock = time.perf_counter()
     if scenario.rate is None:
 
         async def publish() -> list[int]:
@@ -306,7 +352,17 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
                 lambda i, due: apex.send(scenario.topic(i), i, due), scenario.publications, rate
             )
 
-    result = await measured(tally, publish, fanout)
+    result = await with_cpu(apex, measured(tally, publish, fanout))
+    await apex.close_subscribers()
+    return result
+
+
+async def with_cpu(apex: ApexSide, run: Awaitable[Result]) -> Result:
+    """``run``, printing how many cores each process of the mesh kept busy meanwhile."""
+    pids = apex.pids()
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    clock = time.perf_counter()
+    result = await run
     elapsed = time.perf_counter() - clock
     busy = {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
     print(
@@ -314,11 +370,64 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
         + ", ".join(f"{name} {load:.2f}" for name, load in busy.items() if load >= 0.01),
         flush=True,
     )
-    await apex.close_subscribers()
     return result
 
 
-SCENARIOS = ("fanout", "topics", "latency")
+SCENARIOS = ("fanout", "topics", "latency", "content")
+
+#: Content scenario: selector groups (each publication matches one: 1 %).
+CONTENT_GROUPS = 100
+CONTENT_TOPIC = "bench.content"
+PLAIN_TOPIC = "bench.plain"
+
+
+async def run_content(apex: ApexSide, subscribers: int, publications: int) -> tuple[Result, Result]:
+    """(content-based, topic fan-out baseline) on the same mesh, in this order: the
+    baseline first, 10 plain subscribers of another topic, then 1,000 selectors."""
+    assert apex.publisher is not None
+    for index, name in enumerate((CONTENT_TOPIC, PLAIN_TOPIC), start=1):
+        op = CreateTopic(topic=name, trans_id=index)  # by the publisher's own session
+        await apex.request(apex.publisher, f"apex=pubsub@{DOMAIN}", op.to_xml(), (250, 553))
+    per_publication = subscribers // CONTENT_GROUPS
+    fanout = [per_publication] * publications
+    tally = Tally(fanout)
+    await apex.subscribe("plain-sub", [PLAIN_TOPIC] * per_publication, tally)
+    base = await measured(
+        tally,
+        lambda: windowed(
+            lambda i: apex.publish(PLAIN_TOPIC, i, time.perf_counter()), publications, IN_FLIGHT
+        ),
+        fanout,
+    )
+    report("content-baseline", "topic fan-out", base)
+    await apex.close_subscribers()
+    tally = Tally(fanout)
+    started = time.perf_counter()
+    await apex.subscribe(
+        "content-sub",
+        [CONTENT_TOPIC] * subscribers,
+        tally,
+        selector_of=lambda i: f"g = {i % CONTENT_GROUPS}",
+    )
+    print(
+        f"  apex-mesh: {subscribers:,} content subscribers (JMS selectors) subscribed in "
+        f"{time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
+    mine = await with_cpu(
+        apex,
+        measured(
+            tally,
+            lambda: windowed(
+                lambda i: apex.publish_content(CONTENT_TOPIC, i, time.perf_counter()),
+                publications,
+                IN_FLIGHT,
+            ),
+            fanout,
+        ),
+    )
+    await apex.close_subscribers()
+    return mine, base
 
 
 def scenarios(args: argparse.Namespace) -> list[Scenario]:
@@ -328,7 +437,7 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
             out.append(Scenario("fanout", 1, args.subscribers, args.publications, args.open_loop))
         elif name == "topics":
             out.append(Scenario("topics", args.topics, 1, args.topic_publications, args.open_loop))
-        else:
+        elif name == "latency":
             count = int(args.rate * args.seconds)
             out.append(Scenario("latency", 1, 1, count, args.rate))
     return out
@@ -343,6 +452,8 @@ async def main(argv: list[str]) -> None:
     parser.add_argument("--topic-publications", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=2_000.0, help="latency: offered rate")
     parser.add_argument("--seconds", type=float, default=5.0, help="latency: duration")
+    parser.add_argument("--content-subscribers", type=int, default=1_000)
+    parser.add_argument("--content-publications", type=int, default=5_000)
     parser.add_argument(
         "--open-loop",
         type=float,
@@ -353,8 +464,28 @@ async def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     chosen = scenarios(args)
     topics = sorted({t for s in chosen for t in s.names})
+    if "content" in args.scenario:
+        topics += [CONTENT_TOPIC, PLAIN_TOPIC]
     figures: list[dict[str, Any]] = []
+    # A development run has no endpoint directory: the generated subscribers are valid
+    # addresses (apexmesh/ops/localmesh.py).
     async with ApexSide(topics) as apex:
+        if "content" in args.scenario:
+            print(
+                f"content: 1 topic x {args.content_subscribers:,} selectors (1 % each), "
+                f"{args.content_publications:,} publications, {IN_FLIGHT} in flight",
+                flush=True,
+            )
+            mine, base = await run_content(
+                apex, args.content_subscribers, args.content_publications
+            )
+            report("content", "apex-mesh", mine)
+            figures.append(
+                figure("pubsub_content_deliveries", mine.rate, "deliveries/s", base.rate)
+            )
+            figures.append(
+                figure("pubsub_content_delivered", mine.delivered, "deliveries", mine.expected)
+            )
         for scenario in chosen:
             print(
                 f"{scenario.name}: {scenario.topics:,} topic(s) x "

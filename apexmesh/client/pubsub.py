@@ -30,6 +30,7 @@ import contextlib
 import itertools
 from collections.abc import Iterable
 
+from apexmesh.apex import _dtd
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
@@ -39,6 +40,7 @@ from apexmesh.client.errors import ApexClientError, PubsubError
 from apexmesh.client.outgoing import Content, XmlContent, as_endpoint
 from apexmesh.client.received import ReceivedData
 from apexmesh.client.reports import SendResult
+from apexmesh.pubsub._fields import pubsub_tag
 from apexmesh.pubsub.elements import (
     Cancel,
     CreateTopic,
@@ -54,17 +56,49 @@ from apexmesh.pubsub.elements import (
     topic_endpoint,
     topic_of,
 )
+from apexmesh.pubsub.inre import INRE, subscription_ids_of
+from apexmesh.pubsub.subscription_elements import (
+    ContentCancel,
+    ContentSubscribe,
+    SelectorSpec,
+    SubscriptionReply,
+    content_cancel_from,
+    subscription_reply_from,
+)
 
 #: Seconds :meth:`PubsubClient.request` waits for the service's answer by default.
 DEFAULT_ANSWER_SECONDS = 10.0
 
 
-def pubsub_message(received: ReceivedData) -> ServiceMessage | None:
+#: What an endpoint receives from the service: draft-schwartz's elements, and
+#: draft-wyman's reply carrying a subscription id and its cancel naming one.
+AnyServiceMessage = ServiceMessage | SubscriptionReply | ContentCancel
+
+
+def pubsub_message(received: ReceivedData) -> AnyServiceMessage | None:
     """The element carried by data from an ``apex=pubsub`` service, else None. Raises
     ApexError for a malformed one."""
     if not is_service(received.originator):
         return None
-    return parse_service_message(received.content)
+    try:
+        return parse_service_message(received.content)
+    except ApexError:
+        root = _dtd.parse_root(received.content)
+        tag = pubsub_tag(root)
+        if tag == "reply":
+            return subscription_reply_from(root)
+        if tag == "cancel":
+            return content_cancel_from(root)
+        raise
+
+
+def subscription_ids(received: ReceivedData, endpoint: Endpoint) -> tuple[int, ...]:
+    """The ids of ``endpoint``'s subscriptions a publication matched: its InRe option
+    (draft-wyman 5.10.1); empty for a plain topic subscription."""
+    for option in received.recipient_options.get(endpoint, ()):
+        if option.internal == INRE:
+            return subscription_ids_of(option)
+    return ()
 
 
 def publication_topic(received: ReceivedData) -> str | None:
@@ -72,7 +106,7 @@ def publication_topic(received: ReceivedData) -> str | None:
     return topic_of(received.originator)
 
 
-def _trans_id(message: ServiceMessage) -> int | None:
+def _trans_id(message: AnyServiceMessage) -> int | None:
     return message.trans_id
 
 
@@ -87,10 +121,10 @@ class PubsubClient:
         self.domain = domain or attachment.endpoint.domain
         self.service = service_endpoint(self.domain)
         self._ids = itertools.count(first_trans_id)
-        self._messages: asyncio.Queue[ServiceMessage] = asyncio.Queue()
+        self._messages: asyncio.Queue[AnyServiceMessage] = asyncio.Queue()
         self._publications: asyncio.Queue[tuple[str, ReceivedData]] = asyncio.Queue()
         self._others: asyncio.Queue[ReceivedData] = asyncio.Queue()
-        self._waiting: dict[int, asyncio.Future[ServiceMessage]] = {}
+        self._waiting: dict[int, asyncio.Future[AnyServiceMessage]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._leases: set[asyncio.Task[None]] = set()
 
@@ -125,7 +159,7 @@ class PubsubClient:
                 else:
                     self._messages.put_nowait(message)
 
-    async def next_message(self) -> ServiceMessage:
+    async def next_message(self) -> AnyServiceMessage:
         """The next reply, topiclist or cancel nobody awaited with :meth:`request`."""
         self._start()
         return await self._messages.get()
@@ -134,6 +168,12 @@ class PubsubClient:
         """The next data forwarded for a topic: (topic, data)."""
         self._start()
         return await self._publications.get()
+
+    async def next_match(self) -> tuple[str, tuple[int, ...], ReceivedData]:
+        """The next publication with the ids of this endpoint's subscriptions it
+        matched (draft-wyman InRe): (topic, ids, data)."""
+        topic, received = await self.next_publication()
+        return topic, subscription_ids(received, self.attachment.endpoint), received
 
     async def next_other(self) -> ReceivedData:
         self._start()
@@ -162,17 +202,17 @@ class PubsubClient:
         who = None if subscriber is None else as_endpoint(subscriber)
         return Cancel(topic=topic, trans_id=self.next_trans_id(), subscriber=who)
 
-    async def send(self, op: Operation) -> None:
+    async def send(self, op: Operation | ContentSubscribe | ContentCancel) -> None:
         """Send an operation without waiting for its answer."""
         self._start()
         await self.attachment.send(self.service, XmlContent(op.to_xml()))
 
     async def request(
         self,
-        op: Operation,
+        op: Operation | ContentSubscribe | ContentCancel,
         *,
         timeout: float = DEFAULT_ANSWER_SECONDS,  # noqa: ASYNC109
-    ) -> ServiceMessage:
+    ) -> AnyServiceMessage:
         """Send ``op`` and return the service's answer carrying its transID (a
         ``reply``, or the ``topiclist`` of listtopics). TimeoutError when none comes
         (a forwarded subscribe is answered by the redistributing server)."""
@@ -180,7 +220,7 @@ class PubsubClient:
         trans_id = op.trans_id
         if trans_id is None:
             raise ValueError("request() needs an operation with a transID")
-        waiter: asyncio.Future[ServiceMessage] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[AnyServiceMessage] = asyncio.get_running_loop().create_future()
         self._waiting[trans_id] = waiter
         try:
             await self.attachment.send(self.service, XmlContent(op.to_xml()))
@@ -189,7 +229,7 @@ class PubsubClient:
         finally:
             self._waiting.pop(trans_id, None)
 
-    async def _confirmed(self, op: Operation, topic: str | None) -> Reply:
+    async def _confirmed(self, op: Operation | ContentCancel, topic: str | None) -> Reply:
         """``request`` for an operation answered with a ``reply``: the reply when it says
         250, PubsubError with its code otherwise."""
         answer = await self.request(op)
@@ -226,6 +266,79 @@ class PubsubClient:
         return await self._confirmed(
             self.subscribe_op(topic, duration=duration, subscriber=subscriber), topic
         )
+
+    def select_op(
+        self,
+        topic: str,
+        *,
+        duration: int,
+        selector: str | None = None,
+        selector_class: str = "JMS",
+        cached: bool = False,
+        subscriber: Endpoint | str | None = None,
+    ) -> ContentSubscribe:
+        """A draft-wyman subscribe (5.8): with a selector of ``selector_class`` (JMS or
+        RFC-2254) and/or ``cached``."""
+        who = self.attachment.endpoint if subscriber is None else as_endpoint(subscriber)
+        spec = (
+            None if selector is None else SelectorSpec(selector_class=selector_class, text=selector)
+        )
+        return ContentSubscribe(
+            topic=topic,
+            subscriber=who,
+            duration=duration,
+            trans_id=self.next_trans_id(),
+            cached=cached,
+            selector=spec,
+        )
+
+    async def select(
+        self,
+        topic: str,
+        *,
+        duration: int,
+        selector: str | None = None,
+        selector_class: str = "JMS",
+        cached: bool = False,
+        subscriber: Endpoint | str | None = None,
+    ) -> int:
+        """Draft-wyman 5.8: subscribe with a selector (and ``cached``: the service then
+        replays the cached messages it selects); returns the subscription id.
+        PubsubError with the code when refused (537, 553, 566 class, 567 selector)."""
+        op = self.select_op(
+            topic,
+            duration=duration,
+            selector=selector,
+            selector_class=selector_class,
+            cached=cached,
+            subscriber=subscriber,
+        )
+        answer = await self.request(op)
+        if isinstance(answer, SubscriptionReply) and answer.code == 250:
+            if answer.subscription_id is None:
+                raise PubsubError(550, "reply without subscription-id", trans_id=op.trans_id)
+            return answer.subscription_id
+        code = answer.code if isinstance(answer, Reply | SubscriptionReply) else 550
+        text = answer.text if isinstance(answer, Reply | SubscriptionReply) else "refused"
+        raise PubsubError(code, text, trans_id=op.trans_id, topic=topic)
+
+    async def unselect(
+        self,
+        *,
+        topic: str | None = None,
+        subscription_id: int | None = None,
+        subscriber: Endpoint | str | None = None,
+    ) -> Reply:
+        """Draft-wyman 5.8.2's cancel: one subscription by id (and topic), every
+        subscription to ``topic``, or with neither every subscription of the subject.
+        PubsubError 568 when none matched."""
+        op = ContentCancel(
+            trans_id=self.next_trans_id(),
+            topic=topic,
+            subscription_id=subscription_id,
+            subscriber=None if subscriber is None else as_endpoint(subscriber),
+        )
+        return await self._confirmed(op, topic)
 
     async def cancel(self, topic: str, *, subscriber: Endpoint | str | None = None) -> Reply:
         """Section 4.6: the 250 reply; PubsubError (537, 553 ...) when refused."""
@@ -295,4 +408,10 @@ class PubsubClient:
                 await task
 
 
-__all__ = ["PubsubClient", "publication_topic", "pubsub_message"]
+__all__ = [
+    "AnyServiceMessage",
+    "PubsubClient",
+    "publication_topic",
+    "pubsub_message",
+    "subscription_ids",
+]

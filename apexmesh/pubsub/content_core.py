@@ -29,7 +29,7 @@ from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import Element
-from apexmesh.pubsub.core import Send
+from apexmesh.pubsub.core import Send, Subscribed, Subscription
 from apexmesh.pubsub.elements import topic_of
 from apexmesh.pubsub.inre import delivery_ids
 from apexmesh.pubsub.matcher import Matcher
@@ -51,41 +51,23 @@ MAX_REPLAYED: Final = 10_000
 SubscriptionKey = tuple[Endpoint, int | None]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ContentSubscription:
-    """One subscription of section 5.8, as stored and logged."""
+#: One subscription of section 5.8, as stored and logged: the service's subscription
+#: record with its id, selector class and text and ``cached`` (one type for both drafts).
+ContentSubscription = Subscription
 
-    topic: str
-    subscriber: Endpoint
-    subscription_id: int | None
-    originator: Endpoint
-    trans_id: int
-    expires_ms: int
-    selector_class: str = ""
-    selector: str = ""
-    cached: bool = False
-
-    @property
-    def key(self) -> SubscriptionKey:
-        return (self.subscriber, self.subscription_id)
-
-    def active(self, now_ms: int) -> bool:
-        return self.expires_ms > now_ms
-
-    def same_selection(self, op: ContentSubscribe) -> bool:
-        spec = op.selector
-        if spec is None:
-            return not self.selector_class and not self.selector.strip()
-        return (
-            self.selector_class.casefold() == spec.selector_class.casefold()
-            and self.selector.strip() == spec.text.strip()
-        )
+#: A subscription made or renewed (the store applies it as any subscribe).
+ContentSubscribed = Subscribed
 
 
-@dataclass(frozen=True, slots=True)
-class ContentSubscribed:
-    subscription: ContentSubscription
-    renewed: bool
+def same_selection(sub: Subscription, op: ContentSubscribe) -> bool:
+    """Whether ``op`` asks for exactly ``sub``'s selection (it then renews ``sub``)."""
+    spec = op.selector
+    if spec is None:
+        return not sub.selector_class and not sub.selector.strip()
+    return (
+        sub.selector_class.casefold() == spec.selector_class.casefold()
+        and sub.selector.strip() == spec.text.strip()
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +159,7 @@ def subscribe(
         step = "5.8.1/566" if exc.code == ApexReplyCode.UNSUPPORTED_SELECTOR_CLASS else "5.8.1/567"
         return _refused(step, originator, op.trans_id, exc.code, str(exc))
     previous = next(
-        (sub for sub in existing if sub.subscriber == op.subscriber and sub.same_selection(op)),
+        (sub for sub in existing if sub.subscriber == op.subscriber and same_selection(sub, op)),
         None,
     )
     spec = op.selector
@@ -352,5 +334,6 @@ __all__ = [
     "compile_selection",
     "publish",
     "replayed",
+    "same_selection",
     "subscribe",
 ]

@@ -80,6 +80,16 @@ class Subscription:
     trans_id: int
     #: End of the lease, milliseconds since the epoch.
     expires_ms: int
+    #: Draft-wyman 5.8: the id of a content-based subscription (None: a plain topic
+    #: subscription of draft-schwartz), its selector class and text, and ``cached``.
+    subscription_id: int | None = None
+    selector_class: str = ""
+    selector: str = ""
+    cached: bool = False
+
+    @property
+    def key(self) -> tuple[Endpoint, int | None]:
+        return (self.subscriber, self.subscription_id)
 
     def active(self, now_ms: int) -> bool:
         return self.expires_ms > now_ms
@@ -89,6 +99,8 @@ class Subscription:
 class TopicCreated:
     topic: str
     originator: Endpoint
+    #: The topic's schemas (draft-wyman 6.2.3) as ``TopicSettings.to_json`` text.
+    settings: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +124,7 @@ class Unsubscribed:
     subscriber: Endpoint
     reason: Reason
     originator: Endpoint
+    subscription_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +275,7 @@ def create_topic(
         code=done.code,
         step=done.step,
         changes=(
-            TopicCreated(op.topic, originator),
+            TopicCreated(op.topic, originator, op.description.settings.to_json()),
             TupleAdded(op.topic),
             OwnerGranted(op.topic, originator),
         ),
@@ -294,7 +307,9 @@ def delete_topic(
         changes.append(OwnerRevoked(op.topic, creator))
     sends = [Send(originator, Reply(code=250, trans_id=op.trans_id).to_xml())]
     for sub in subscriptions:
-        changes.append(Unsubscribed(op.topic, sub.subscriber, "topic-deleted", originator))
+        changes.append(
+            Unsubscribed(op.topic, sub.subscriber, "topic-deleted", originator, sub.subscription_id)
+        )
         cancel = Cancel(topic=op.topic, trans_id=sub.trans_id, subscriber=sub.subscriber)
         sends.append(Send(sub.originator, cancel.to_xml()))
     return Outcome(code=250, step="4.3/3", changes=tuple(changes), sends=tuple(sends))
@@ -532,11 +547,21 @@ def forward_data(
     hops: int,
     trans_id: int,
     memo: ParseMemo | None = None,
+    options: Mapping[Endpoint, tuple[Option, ...]] | None = None,
 ) -> Data:
     """The data of section 4.7.1 step 2: from ``apex=pubsub/TOPIC@DOMAIN`` to the
     subscribers, with dataHopping (section 3's example), content untouched; ``memo``
-    shares each subscriber's recipient element between publications."""
-    if memo is None:
+    shares each subscriber's recipient element between publications; ``options``: the
+    per-recipient options of some recipients (draft-wyman's InRe, 5.10.1)."""
+    if options:
+        named = tuple(
+            Recipient(identity=r, options=own)
+            if (own := options.get(r))
+            else (Recipient(identity=r) if memo is None else memo.recipient(r))
+            for r in recipients
+        )
+        hopping = data_hopping_option(trans_id, hops, report_errors=True)
+    elif memo is None:
         named = tuple(Recipient(identity=r) for r in recipients)
         hopping = data_hopping_option(trans_id, hops, report_errors=True)
     else:

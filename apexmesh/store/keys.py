@@ -160,8 +160,10 @@ class Keys:
         return f"{self.prefix}:pubsub:topics"
 
     def pubsub_subscriptions(self, domain: str, topic: str) -> str:
-        """HASH of one topic's subscriptions. Field: the subscriber endpoint; value: JSON
-        ``{"originator", "trans_id", "expires_ms"}``."""
+        """HASH of one topic's subscriptions. Field: the subscriber endpoint, followed by
+        ``"\\n<subscription id>"`` for a content-based one; value: JSON ``{"originator",
+        "trans_id", "expires_ms"}`` (content-based: with ``subscription_id``,
+        ``selector_class``, ``selector``, ``cached``)."""
         return f"{self.prefix}:pubsub:subs:{domain}:{topic}"
 
     def pubsub_version(self, domain: str, topic: str) -> str:
@@ -175,7 +177,7 @@ class Keys:
         return f"{self.prefix}:pubsub:expiry:{domain}"
 
     def pubsub_events(self) -> str:
-        """STREAM, append-only: one entry per topic or subscription change, schema v1 in
+        """STREAM, append-only: one entry per topic or subscription change, schema v2 in
         docs/pubsub.md ("Event log"). Read by the Spark snapshot job; never trimmed here."""
         return f"{self.prefix}:pubsub:events"
 
@@ -200,6 +202,23 @@ class Keys:
         """STRING: the last successful upstream subscribe of a redistributed topic (ms),
         with the lease of that subscription (PX), so any pod can tell when to renew."""
         return f"{self.prefix}:pubsub:upstream:{domain}:{topic}"
+
+    def pubsub_subject(self, domain: str, subscriber: str) -> str:
+        """HASH of one subscriber's content-based subscriptions in a domain (draft-wyman
+        5.8.2: a cancel may name no topic). Field: ``"<topic>\\n<subscription id>"``;
+        value: ``"1"``. Written with the subscriptions themselves."""
+        return f"{self.prefix}:pubsub:subject:{domain}:{subscriber}"
+
+    def pubsub_subscription_ids(self, domain: str, subscriber: str) -> str:
+        """STRING counter: the last subscription id given to ``subscriber`` by the
+        service of ``domain`` (draft-wyman 5.8: unique per service and endpoint)."""
+        return f"{self.prefix}:pubsub:subid:{domain}:{subscriber}"
+
+    def pubsub_cached(self, domain: str, topic: str) -> str:
+        """HASH of one topic's cached messages (draft-wyman 5.2.1, 5.8). Field:
+        ``"<publisher>\\n<message-id>"``; value: JSON ``{"revision", "expires_ms",
+        "body"}`` (the envelope, hex)."""
+        return f"{self.prefix}:pubsub:cached:{domain}:{topic}"
 
     # ------------------------------------------------------------------ operations
     # Issue #22: what operators see. Written only by apexmesh.store.hops.

@@ -11,7 +11,7 @@ are stateless, so everything is here, under the keys of :mod:`apexmesh.store.key
   subscriber lists and follow the event log (:mod:`apexmesh.store.pubsub_cache`);
 - leases: a ZSET scored by lease end; :meth:`PubsubStore.claim_expired` ends what is due
   in one script, so two pods can never both end (and both cancel) the same lease;
-- the event log: a STREAM with one entry per change (schema v1, :data:`EVENT_FIELDS`,
+- the event log: a STREAM with one entry per change (schema v2, :data:`EVENT_FIELDS`,
   docs/pubsub.md), appended in the same script as the change;
 - the journal: what still has to be sent for a change already made (replies, cancels,
   forwarded data, presence tuples). It is written in the same script as the change, and
@@ -50,9 +50,16 @@ from apexmesh.pubsub.core import (
     Unsubscribed,
 )
 from apexmesh.store.keys import Keys
+from apexmesh.store.pubsub_records import (
+    split_subscriptions,
+    subscription_field,
+    subscription_from,
+    subscription_record,
+    topic_settings,
+)
 
 #: Version of the event schema; bumped only when a field changes meaning.
-EVENT_VERSION: Final = "1"
+EVENT_VERSION: Final = "2"
 
 #: Every field of an event, always present (empty string when it does not apply).
 EVENT_FIELDS: Final = (
@@ -61,6 +68,11 @@ EVENT_FIELDS: Final = (
     "domain",
     "topic",
     "subscriber",
+    "subscription_id",
+    "selector_class",
+    "selector",
+    "cached",
+    "settings",
     "originator",
     "trans_id",
     "expires_ms",
@@ -105,7 +117,9 @@ return 1
 """
 
 # KEYS: expiry, journal, events.
-# ARGV: now ms, limit, subscriptions key prefix, version key prefix, pod id.
+# ARGV: now ms, limit, subscriptions key prefix, version key prefix, pod id, subject
+# key prefix. A member's subscriber part is the subscriptions HASH field: the
+# subscriber, with "\n<subscription id>" for a content-based subscription.
 # Ends every lease due at ``now`` (renewed ones are skipped): removes the subscription,
 # bumps the topic's version, appends the event and journals the cancel, all at once.
 # Returns {id, entry, ...} of the journal entries written.
@@ -123,16 +137,26 @@ for _, member in ipairs(due) do
             if tonumber(rec.expires_ms) <= tonumber(ARGV[1]) then
                 redis.call('HDEL', subs, s)
                 redis.call('INCR', ARGV[4] .. d .. ':' .. t)
+                local who, sid = string.match(s, '^([^\\n]*)\\n(.*)$')
+                if not who then
+                    who, sid = s, ''
+                else
+                    redis.call('HDEL', ARGV[6] .. d .. ':' .. who, t .. '\\n' .. sid)
+                end
                 local id = 'expired:' .. member .. ':' .. rec.expires_ms
                 local entry = cjson.encode({
                     kind = 'expired', pod = ARGV[5], at_ms = ARGV[1], domain = d,
-                    topic = t, subscriber = s, originator = rec.originator,
-                    trans_id = rec.trans_id, expires_ms = rec.expires_ms})
+                    topic = t, subscriber = who, subscription_id = sid,
+                    originator = rec.originator, trans_id = rec.trans_id,
+                    expires_ms = rec.expires_ms})
                 redis.call('HSET', KEYS[2], id, entry)
-                redis.call('XADD', KEYS[3], '*', 'v', '1', 'type', 'subscription.ended',
-                    'domain', d, 'topic', t, 'subscriber', s, 'originator', rec.originator,
-                    'trans_id', rec.trans_id, 'expires_ms', rec.expires_ms,
-                    'reason', 'expired', 'at_ms', ARGV[1], 'pod', ARGV[5])
+                redis.call('XADD', KEYS[3], '*', 'v', '2', 'type', 'subscription.ended',
+                    'domain', d, 'topic', t, 'subscriber', who, 'subscription_id', sid,
+                    'selector_class', rec.selector_class or '', 'selector', rec.selector or '',
+                    'cached', rec.cached or '', 'settings', '',
+                    'originator', rec.originator, 'trans_id', rec.trans_id,
+                    'expires_ms', rec.expires_ms, 'reason', 'expired', 'at_ms', ARGV[1],
+                    'pod', ARGV[5])
                 table.insert(out, id)
                 table.insert(out, entry)
             end
@@ -217,9 +241,18 @@ class TopicView:
 
     exists: bool
     version: int
+    #: The plain topic subscriptions (draft-schwartz), one per subscriber.
     subscriptions: dict[Endpoint, Subscription]
     #: Who created the topic (its owner), when known.
     creator: Endpoint | None = None
+    #: The content-based subscriptions read (draft-wyman 5.8: several per subscriber).
+    content: tuple[Subscription, ...] = ()
+    #: The topic's schemas as ``TopicSettings.to_json`` text ("" for the defaults).
+    settings: str = ""
+
+    @property
+    def every_subscription(self) -> tuple[Subscription, ...]:
+        return (*self.subscriptions.values(), *self.content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,30 +280,15 @@ def _creator(record: object) -> Endpoint | None:
         return None
 
 
-def _subscriptions(topic: str, pairs: Sequence[object]) -> dict[Endpoint, Subscription]:
-    out: dict[Endpoint, Subscription] = {}
-    for index in range(0, len(pairs) - 1, 2):
-        try:
-            subscriber = Endpoint.parse(_text(pairs[index]))
-            record = json.loads(_text(pairs[index + 1]))
-            out[subscriber] = Subscription(
-                topic=topic,
-                subscriber=subscriber,
-                originator=Endpoint.parse(str(record["originator"])),
-                trans_id=int(record["trans_id"]),
-                expires_ms=int(record["expires_ms"]),
-            )
-        except (EndpointError, KeyError, ValueError):
-            continue  # never written by this module; skipped rather than fatal
-    return out
-
-
 class PubsubStore:
     """The pubsub state of one deployment, as seen by the pod ``pod_id``."""
 
     def __init__(self, redis: Redis, keys: Keys, pod_id: str) -> None:
         self._redis = redis
         self._keys = keys
+        #: The client and key scheme, for the stores beside this one (cached messages).
+        self.redis = redis
+        self.keys = keys
         self.pod_id = pod_id
         self._commit = redis.register_script(_COMMIT)
         self._claim = redis.register_script(_CLAIM_EXPIRED)
@@ -317,7 +335,56 @@ class PubsubStore:
             for subscriber, value in zip(subscribers, found[2], strict=True):
                 if value is not None:
                     pairs += [str(subscriber), value]
-        return TopicView(exists, int(version or 0), _subscriptions(topic, pairs), _creator(record))
+        plain, content = split_subscriptions(topic, pairs)
+        return TopicView(
+            exists,
+            int(version or 0),
+            plain,
+            _creator(record),
+            content=content,
+            settings=topic_settings(record),
+        )
+
+    async def subject_subscriptions(
+        self, domain: str, subscriber: Endpoint, topic: str | None = None
+    ) -> list[Subscription]:
+        """The content-based subscriptions of ``subscriber`` in ``domain`` (to ``topic``
+        only when given): draft-wyman 5.8.2's cancels may name no topic."""
+        index = await self._redis.hkeys(self._keys.pubsub_subject(domain, str(subscriber)))
+        wanted: list[tuple[str, str]] = []
+        for item in map(_text, index):
+            name, _, identifier = item.partition("\n")
+            if topic is None or name == topic:
+                wanted.append((name, identifier))
+        if not wanted:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for name, identifier in wanted:
+                pipe.hget(
+                    self._keys.pubsub_subscriptions(domain, name),
+                    subscription_field(subscriber, int(identifier)),
+                )
+            found = await pipe.execute()
+        out: list[Subscription] = []
+        for (name, identifier), raw in zip(wanted, found, strict=True):
+            if raw is None:
+                continue
+            try:
+                out.append(
+                    subscription_from(
+                        name,
+                        subscription_field(subscriber, int(identifier)),
+                        json.loads(_text(raw)),
+                    )
+                )
+            except (EndpointError, KeyError, ValueError, AttributeError):
+                continue
+        return out
+
+    async def new_subscription_id(self, domain: str, subscriber: Endpoint) -> int:
+        """A subscription id never given to ``subscriber`` by this service before."""
+        value = await self._redis.incr(self._keys.pubsub_subscription_ids(domain, str(subscriber)))
+        return int(value) % 2_147_483_647
 
     async def next_expiry(self, domain: str) -> int | None:
         """The earliest lease end (ms) in ``domain``, None when no lease runs."""
@@ -391,16 +458,37 @@ class PubsubStore:
         )
         return ["xadd", self._keys.pubsub_events(), *(x for item in event.items() for x in item)]
 
+    @staticmethod
+    def _selection(
+        subscription_id: int | None, selector_class: str, selector: str
+    ) -> dict[str, str]:
+        return {
+            "subscription_id": "" if subscription_id is None else str(subscription_id),
+            "selector_class": selector_class,
+            "selector": selector,
+        }
+
     def _ops(
         self, domain: str, change: Change, now_ms: int, effects: list[JournalEntry]
     ) -> list[list[str]]:
         keys = self._keys
         if isinstance(change, TopicCreated):
-            record = json.dumps({"created_ms": str(now_ms), "creator": str(change.originator)})
+            record = json.dumps(
+                {
+                    "created_ms": str(now_ms),
+                    "creator": str(change.originator),
+                    "settings": change.settings,
+                }
+            )
             return [
                 ["hset", keys.pubsub_topics(), self.topic_field(domain, change.topic), record],
                 self._event(
-                    "topic.created", domain, change.topic, now_ms, originator=str(change.originator)
+                    "topic.created",
+                    domain,
+                    change.topic,
+                    now_ms,
+                    originator=str(change.originator),
+                    settings=change.settings,
                 ),
             ]
         if isinstance(change, TopicDeleted):
@@ -412,17 +500,16 @@ class PubsubStore:
             ]
         if isinstance(change, Subscribed):
             sub = change.subscription
-            record = json.dumps(
-                {
-                    "originator": str(sub.originator),
-                    "trans_id": str(sub.trans_id),
-                    "expires_ms": str(sub.expires_ms),
-                }
-            )
-            member = f"{domain}\n{sub.topic}\n{sub.subscriber}"
+            name = subscription_field(sub.subscriber, sub.subscription_id)
+            member = f"{domain}\n{sub.topic}\n{name}"
             kind = "subscription.renewed" if change.renewed else "subscription.created"
-            return [
-                ["hset", keys.pubsub_subscriptions(domain, sub.topic), str(sub.subscriber), record],
+            ops = [
+                [
+                    "hset",
+                    keys.pubsub_subscriptions(domain, sub.topic),
+                    name,
+                    subscription_record(sub),
+                ],
                 ["zadd", keys.pubsub_expiry(domain), str(sub.expires_ms), member],
                 self._event(
                     kind,
@@ -433,12 +520,19 @@ class PubsubStore:
                     originator=str(sub.originator),
                     trans_id=str(sub.trans_id),
                     expires_ms=str(sub.expires_ms),
+                    **self._selection(sub.subscription_id, sub.selector_class, sub.selector),
+                    cached="1" if sub.cached else "",
                 ),
             ]
+            if sub.subscription_id is not None:
+                subject = keys.pubsub_subject(domain, str(sub.subscriber))
+                ops.append(["hset", subject, f"{sub.topic}\n{sub.subscription_id}", "1"])
+            return ops
         if isinstance(change, Unsubscribed):
-            member = f"{domain}\n{change.topic}\n{change.subscriber}"
-            return [
-                ["hdel", keys.pubsub_subscriptions(domain, change.topic), str(change.subscriber)],
+            name = subscription_field(change.subscriber, change.subscription_id)
+            member = f"{domain}\n{change.topic}\n{name}"
+            ops = [
+                ["hdel", keys.pubsub_subscriptions(domain, change.topic), name],
                 ["zrem", keys.pubsub_expiry(domain), member],
                 self._event(
                     "subscription.ended",
@@ -448,8 +542,13 @@ class PubsubStore:
                     subscriber=str(change.subscriber),
                     originator=str(change.originator),
                     reason=change.reason,
+                    **self._selection(change.subscription_id, "", ""),
                 ),
             ]
+            if change.subscription_id is not None:
+                subject = keys.pubsub_subject(domain, str(change.subscriber))
+                ops.append(["hdel", subject, f"{change.topic}\n{change.subscription_id}"])
+            return ops
         if isinstance(change, (TupleAdded, TupleRemoved)):
             action = "add" if isinstance(change, TupleAdded) else "remove"
             entry = new_entry("presence", domain=domain, topic=change.topic, action=action)
@@ -558,6 +657,7 @@ class PubsubStore:
                 self._keys.pubsub_subscriptions("", "")[: -len(":")],
                 self._keys.pubsub_version("", "")[: -len(":")],
                 self.pod_id,
+                self._keys.pubsub_subject("", "")[: -len(":")],
             ],
         )
         return [
@@ -626,4 +726,8 @@ __all__ = [
     "TopicSummary",
     "TopicView",
     "new_entry",
+    "subscription_field",
+    "subscription_from",
+    "subscription_record",
+    "topic_settings",
 ]

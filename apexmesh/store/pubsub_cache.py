@@ -59,8 +59,10 @@ from redis.exceptions import RedisError, ResponseError
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.common.cache import BoundedCache
 from apexmesh.pubsub.core import Subscription
+from apexmesh.pubsub.topic_index import TopicIndex
 from apexmesh.store.batching import Coalescer
 from apexmesh.store.keys import Keys
+from apexmesh.store.pubsub_records import subscription_from, topic_settings
 
 _log = logging.getLogger(__name__)
 
@@ -82,14 +84,14 @@ DEFAULT_PLACEMENT_TTL_MS: Final = 2_000
 _SET_EVENTS: Final = frozenset({"subscription.created", "subscription.renewed"})
 
 # KEYS: topics, events. ARGV: subscriptions key prefix (ending in ':'), then domain and
-# topic per topic. Returns the last event's id, then per topic 1 or 0 (exists or not),
+# topic per topic. Returns the last event's id, then per topic its record ('' if none),
 # the number of HGETALL items of its subscriptions and the items.
 _SNAPSHOT: Final = """
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 local out = {last[1] and last[1][1] or '0-0'}
 for i = 2, #ARGV, 2 do
     local domain, topic = ARGV[i], ARGV[i + 1]
-    table.insert(out, redis.call('HEXISTS', KEYS[1], domain .. ' ' .. topic))
+    table.insert(out, redis.call('HGET', KEYS[1], domain .. ' ' .. topic) or '')
     local items = redis.call('HGETALL', ARGV[1] .. domain .. ':' .. topic)
     table.insert(out, #items)
     for _, item in ipairs(items) do
@@ -154,16 +156,15 @@ class TopicState:
     exists: bool
     subscriptions: dict[SubscriptionKey, Subscription] = field(default_factory=dict)
     as_of: StreamId = (0, 0)
+    #: The topic's schemas (``TopicSettings.to_json`` text, "" for the defaults).
+    settings: str = ""
+    #: The selectors of the subscriptions, indexed: built by the publisher on the
+    #: topic's first content-based publication, then kept current by the events.
+    index: TopicIndex | None = None
 
 
-def _subscription(topic: str, subscriber: str, record: Mapping[str, object]) -> Subscription:
-    return Subscription(
-        topic=topic,
-        subscriber=Endpoint.parse(subscriber),
-        originator=Endpoint.parse(str(record["originator"])),
-        trans_id=int(str(record["trans_id"])),
-        expires_ms=int(str(record["expires_ms"])),
-    )
+def _key(sub: Subscription) -> SubscriptionKey:
+    return (sub.subscriber, "" if sub.subscription_id is None else str(sub.subscription_id))
 
 
 def state_from_items(topic: str, items: Sequence[object], as_of: StreamId) -> TopicState:
@@ -173,10 +174,10 @@ def state_from_items(topic: str, items: Sequence[object], as_of: StreamId) -> To
     for index in range(0, len(items) - 1, 2):
         try:
             record = json.loads(_text(items[index + 1]))
-            sub = _subscription(topic, _text(items[index]), record)
-        except (EndpointError, KeyError, ValueError, TypeError):
+            sub = subscription_from(topic, _text(items[index]), record)
+        except (EndpointError, KeyError, ValueError, TypeError, AttributeError):
             continue
-        state.subscriptions[(sub.subscriber, str(record.get("subscription_id", "")))] = sub
+        state.subscriptions[_key(sub)] = sub
     return state
 
 
@@ -190,18 +191,24 @@ def apply_event(state: TopicState, event: Mapping[str, str]) -> bool:
     # with one event each), so the cache never holds what Redis does not.
     if kind in ("topic.created", "topic.deleted"):
         state.exists = kind == "topic.created"
+        state.settings = event.get("settings", "") if state.exists else ""
+        state.index = None  # other schemas: built again on the next publication
         return True
     subscription_id = event.get("subscription_id", "")
     try:
         subscriber = Endpoint.parse(event.get("subscriber", ""))
         if kind in _SET_EVENTS:
-            sub = _subscription(topic, str(subscriber), event)
+            sub = subscription_from(topic, str(subscriber), event)
             state.subscriptions[(subscriber, subscription_id)] = sub
+            if state.index is not None:
+                state.index.add(sub)
             return True
     except (EndpointError, KeyError, ValueError):
         return False
     if kind == "subscription.ended":
         state.subscriptions.pop((subscriber, subscription_id), None)
+        if state.index is not None:
+            state.index.remove((subscriber, int(subscription_id) if subscription_id else None))
         return True
     return False
 
@@ -456,10 +463,11 @@ class SubscriberCache:
         states: list[TopicState] = []
         index = 1
         for _domain, topic in names:
-            exists, count = bool(int(answer[index])), int(answer[index + 1])
+            record, count = _text(answer[index]), int(answer[index + 1])
             index += 2
             state = state_from_items(topic, answer[index : index + count], as_of)
-            state.exists = exists
+            state.exists = bool(record)
+            state.settings = topic_settings(record)
             states.append(state)
             index += count
         return states

@@ -26,6 +26,10 @@ from apexmesh.ops.admin import AdminSpec, Guard
 from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.http import HttpServer
 from apexmesh.ops.registry import service_registry
+from apexmesh.ops.settings import SettingsError
+from apexmesh.pubsub.schema import LocalSchemas, SchemaCache
+from apexmesh.pubsub.selection.registry import default_classes
+from apexmesh.pubsub.topic_index import SelectorCompiler
 from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.relay import RelaySubmitter
@@ -36,7 +40,9 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache
 from apexmesh.store.pubsub_leader import elector_for
+from apexmesh.store.pubsub_messages import MessageStore
 from services.pubsub.admin import pubsub_routers
+from services.pubsub.content import ContentSelection
 from services.pubsub.http import create_http_app
 from services.pubsub.metrics import PubsubMetrics
 from services.pubsub.servicer import PubsubEndpointServicer, PubsubService
@@ -127,6 +133,18 @@ class PubsubApp:
             presence_channel = observed_channel(settings.presence_address)
             self._channels.append(presence_channel)
             presence = presence_pb2_grpc.PresenceServiceStub(presence_channel)
+        try:
+            local = LocalSchemas(dict(settings.schemas))
+        except ValueError as exc:
+            raise SettingsError(f"APEXMESH_PUBSUB_SCHEMAS: {exc}") from None
+        selection = ContentSelection(
+            compiler=SelectorCompiler(default_classes(), SchemaCache(local)),
+            messages=MessageStore(self.redis, self.keys),
+            metrics=self.metrics,
+            clock=now_ms,
+            max_octets=settings.max_message_octets,
+            lifetime_ms=settings.message_lifetime_ms,
+        )
         service = PubsubService(
             domains=settings.domains,
             store=self.store,
@@ -152,6 +170,7 @@ class PubsubApp:
                 settings.redis_prefix,
                 settings.namespace,
             ),
+            selection=selection,
         )
         self.service = service
         Gauge(

@@ -32,15 +32,20 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from redis.exceptions import RedisError
 
 from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.content import MimePart
+from apexmesh.apex.data import Data
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.memo import ParseMemo
+from apexmesh.apex.options import Option
 from apexmesh.pubsub import core
 from apexmesh.pubsub.elements import topic_endpoint
 from apexmesh.pubsub.fanout import FanoutChunk, plan_fanout
-from apexmesh.pubsub.wire import delivered_content, forward_payload
+from apexmesh.pubsub.inre import inre_option
+from apexmesh.pubsub.wire import delivered_content, element_payload, forward_payload
 from apexmesh.rpc.relay import RelaySubmitter
-from apexmesh.store.pubsub_cache import SubscriberCache
+from apexmesh.store.pubsub_cache import SubscriberCache, TopicState
+from services.pubsub.content import ContentSelection
 from services.pubsub.metrics import PubsubMetrics
 
 _log = logging.getLogger(__name__)
@@ -64,6 +69,18 @@ def delivery_key(delivery_id: str, payload: bytes) -> str:
     return f"{delivery_id}:{hashlib.blake2b(payload, digest_size=16).hexdigest()}"
 
 
+#: transID of the InRe options the service writes (an option needs one; data has none
+#: to echo, and a fixed one keeps successive publications' recipients alike).
+INRE_TRANS_ID = 1
+
+
+def inre(deliveries: Mapping[Endpoint, tuple[int, ...]]) -> dict[Endpoint, tuple[Option, ...]]:
+    """The InRe option of each recipient with subscription ids (5.10.1)."""
+    return {
+        endpoint: (inre_option(ids, INRE_TRANS_ID),) for endpoint, ids in deliveries.items() if ids
+    }
+
+
 class Publisher:
     """Publications of one pod; see the module docstring."""
 
@@ -77,6 +94,7 @@ class Publisher:
         metrics: PubsubMetrics,
         clock: Callable[[], int],
         hops: int,
+        selection: ContentSelection | None = None,
     ) -> None:
         self._cache = cache
         self._allowed = allowed
@@ -86,21 +104,39 @@ class Publisher:
         self._metrics = metrics
         self._clock = clock
         self._hops = hops
+        #: Content-based selection (draft-wyman); None: topic pubsub only.
+        self._selection = selection
         #: What this pod's parses of publications and fan-outs share (bounded caches).
         self._memo = ParseMemo()
 
     async def publish(
-        self, domain: str, topic: str, originator: Endpoint, payload: bytes, delivery_id: str = ""
+        self,
+        domain: str,
+        topic: str,
+        originator: Endpoint,
+        payload: bytes,
+        delivery_id: str = "",
+        *,
+        trusted: bool = False,
     ) -> tuple[int, str]:
         """(code, text) for the delivering relay. ``delivery_id``: the relay's id of this
-        delivery, the same on every retry of it (one is made up when there is none)."""
+        delivery, the same on every retry of it (one is made up when there is none).
+        ``trusted``: the service's own announcement (well-known topics), no access check."""
         try:
             state = await self._cache.topic(domain, topic)
         except (RedisError, OSError) as exc:
             _log.warning("publication to %s@%s: store unavailable: %s", topic, domain, exc)
             raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
         owner = topic_endpoint(topic, domain)
-        allowed = state.exists and await self._allowed(owner, originator)
+        allowed = state.exists and (trusted or await self._allowed(owner, originator))
+        selection = self._selection
+        delivered = None
+        if selection is not None and allowed:
+            delivered = delivered_content(payload, self._memo)
+            if selection.applies(state, delivered[1]):
+                return await self._selected(
+                    selection, domain, topic, originator, state, delivered, payload, delivery_id
+                )
         plan = core.publish(
             originator,
             exists=state.exists,
@@ -112,13 +148,64 @@ class Publisher:
             self._metrics.publications.labels(str(plan.code)).inc()
             text = {550: "no such topic", 537: "action not authorized"}.get(plan.code, "")
             return plan.code, text
-        data, _body, parts = delivered_content(payload, self._memo)
+        data, _body, parts = delivered or delivered_content(payload, self._memo)
+        return await self.fan_out(
+            domain, topic, data, parts, plan.recipients, delivery_key(delivery_id, payload)
+        )
+
+    async def _selected(
+        self,
+        selection: ContentSelection,
+        domain: str,
+        topic: str,
+        originator: Endpoint,
+        state: TopicState,
+        delivered: tuple[Data, bytes, tuple[MimePart, ...]],
+        payload: bytes,
+        delivery_id: str,
+    ) -> tuple[int, str]:
+        """A publication to a topic with content-based selection (draft-wyman 5.9,
+        5.10): one delivery per matched endpoint, with its InRe."""
+        data, body, parts = delivered
+        try:
+            selected = await selection.select(domain, topic, originator, state, data, body, parts)
+        except (RedisError, OSError) as exc:
+            _log.warning("publication to %s@%s: store unavailable: %s", topic, domain, exc)
+            raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
+        if selected.code != ApexReplyCode.SUCCESS:
+            self._metrics.publications.labels(str(selected.code)).inc()
+            return selected.code, selected.text
+        deliveries = selected.deliveries or {}
+        return await self.fan_out(
+            domain,
+            topic,
+            data,
+            parts,
+            tuple(deliveries),
+            delivery_key(delivery_id, payload),
+            inre(deliveries),
+        )
+
+    async def fan_out(
+        self,
+        domain: str,
+        topic: str,
+        data: Data,
+        parts: Sequence[MimePart],
+        recipients: Sequence[Endpoint],
+        key: str,
+        options: Mapping[Endpoint, tuple[Option, ...]] | None = None,
+    ) -> tuple[int, str]:
+        """Forward ``data`` to ``recipients`` (steps 4 and 5 of the module docstring),
+        each with its own ``options`` (InRe) when given: (code, text), 250 once every
+        chunk is in a relay's custody."""
+        if not recipients:
+            self._metrics.publications.labels("250").inc()
+            return 250, ""
+        owner = topic_endpoint(topic, domain)
         hops = core.hops_left(data, self._hops)
         chunks = plan_fanout(
-            plan.recipients,
-            await self._placement(plan.recipients),
-            delivery_key(delivery_id, payload),
-            topic=f"{topic}@{domain}",
+            recipients, await self._placement(recipients), key, topic=f"{topic}@{domain}"
         )
         codes = await asyncio.gather(
             *(
@@ -134,6 +221,7 @@ class Publisher:
                             hops=hops,
                             trans_id=chunk.trans_id,
                             memo=self._memo,
+                            options=options,
                         ),
                         parts,
                     ),
@@ -145,9 +233,36 @@ class Publisher:
         if failed:
             self._metrics.publications.labels(str(failed[0])).inc()
             return failed[0], "forwarding failed"
-        self._metrics.forwarded.inc(len(plan.recipients))
+        self._metrics.forwarded.inc(len(recipients))
         self._metrics.publications.labels("250").inc()
         return 250, ""
+
+    async def replay(
+        self,
+        domain: str,
+        topic: str,
+        subscriber: Endpoint,
+        subscription_id: int,
+        envelopes: Sequence[bytes],
+    ) -> None:
+        """Draft-wyman 5.8 ``cached``: the cached messages a new subscription selected,
+        each forwarded to its subscriber through the fan-out like a publication, with
+        the subscription's InRe."""
+        owner = topic_endpoint(topic, domain)
+        for envelope in envelopes:
+            data, _body, parts = delivered_content(element_payload(owner, subscriber, envelope))
+            key = f"replay:{subscriber}:{subscription_id}:{delivery_key('', envelope)}"
+            code, text = await self.fan_out(
+                domain,
+                topic,
+                data,
+                parts,
+                (subscriber,),
+                key,
+                inre({subscriber: (subscription_id,)}),
+            )
+            if code != ApexReplyCode.SUCCESS:
+                _log.warning("replay to %s of %s: %d %s", subscriber, topic, code, text)
 
     async def _placement(self, recipients: Sequence[Endpoint]) -> dict[Endpoint, str]:
         """The relay pod of each recipient this pod can submit to directly ("" for the

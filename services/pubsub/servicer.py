@@ -42,6 +42,7 @@ from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2
 from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
 from apexmesh.pubsub import core
+from apexmesh.pubsub._fields import pubsub_tag
 from apexmesh.pubsub.core import Outcome, Send
 from apexmesh.pubsub.elements import (
     CANCEL_TOKEN,
@@ -58,11 +59,21 @@ from apexmesh.pubsub.elements import (
     Subscribe,
     is_service,
     operation_from,
-    parse_operation,
     service_endpoint,
     topic_endpoint,
     topic_of,
 )
+from apexmesh.pubsub.schema import LocalSchemas, SchemaCache, compile_topic
+from apexmesh.pubsub.selection.registry import default_classes
+from apexmesh.pubsub.subscription_elements import (
+    ContentCancel,
+    ContentOperation,
+    ContentSubscribe,
+    content_operation_from,
+    is_content_form,
+)
+from apexmesh.pubsub.topic_description import TopicDescription
+from apexmesh.pubsub.topic_index import SelectorCompiler
 from apexmesh.pubsub.wire import (
     access_get,
     access_set,
@@ -71,6 +82,7 @@ from apexmesh.pubsub.wire import (
     last_update,
     reply_code,
 )
+from apexmesh.pubsub.wkt import TOPICS, is_well_known
 from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.endpoint import WellKnownEndpointServicer
 from apexmesh.rpc.relay import RelaySubmitter
@@ -78,9 +90,13 @@ from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.pubsub import JournalEntry, PubsubStore, TopicView, new_entry
 from apexmesh.store.pubsub_cache import SubscriberCache
 from apexmesh.store.pubsub_leader import Elector, RedisLeader
+from apexmesh.store.pubsub_messages import MessageStore
+from services.pubsub.content import ContentSelection
+from services.pubsub.content_ops import ContentOperations, refused
 from services.pubsub.metrics import PubsubMetrics
 from services.pubsub.publishing import Publisher
 from services.pubsub.settings import Upstream
+from services.pubsub.well_known import WellKnownTopics, topic_operation
 
 _log = logging.getLogger(__name__)
 
@@ -107,6 +123,16 @@ RETRY_AFTER_MS = 10_000
 ORPHAN_SCAN_MS = 1_000
 
 
+def parse_any_operation(content: bytes) -> Operation | ContentOperation:
+    """An operation to ``apex=pubsub``: a subscribe or cancel in the draft-wyman form
+    (namespace, child elements, its attributes) as content-based, anything else as
+    draft-schwartz reads it (500, 501, 553)."""
+    root = _dtd.parse_root(content)
+    if pubsub_tag(root) in ("subscribe", "cancel") and is_content_form(root):
+        return content_operation_from(root)
+    return operation_from(root)
+
+
 class PubsubService:
     """Sections 4.2-4.7 over the store, the access service and the relays."""
 
@@ -131,6 +157,7 @@ class PubsubService:
         upstream_duration: int = 3600,
         timeout: float = 2.0,
         elector: Elector | None = None,
+        selection: ContentSelection | None = None,
     ) -> None:
         self.domains = frozenset(domains)
         self.store = store
@@ -149,6 +176,14 @@ class PubsubService:
         self._timeout = timeout
         #: The pod's subscriber lists (apexmesh/store/pubsub_cache.py).
         self._topics = cache
+        #: Content-based selection (draft-wyman): selector classes, schemas, cached
+        #: messages.
+        self.selection = selection or ContentSelection(
+            compiler=SelectorCompiler(default_classes(), SchemaCache(LocalSchemas())),
+            messages=MessageStore(store.redis, store.keys),
+            metrics=metrics,
+            clock=clock,
+        )
         self.publisher = Publisher(
             cache=cache,
             allowed=lambda owner, actor: self._allowed(owner, actor, DATA_TOKEN, None),
@@ -157,6 +192,24 @@ class PubsubService:
             metrics=metrics,
             clock=clock,
             hops=hops,
+            selection=self.selection,
+        )
+        self.well_known = WellKnownTopics(
+            store=store,
+            messages=self.selection.messages,
+            publish=lambda d, t, o, p, k: self.publisher.publish(d, t, o, p, k, trusted=True),
+            clock=clock,
+        )
+        self.content = ContentOperations(
+            store=store,
+            selection=self.selection,
+            publisher=self.publisher,
+            allowed=self._allowed,
+            decided=self._decided,
+            clock=clock,
+            announce=lambda d, sub, status, duration: self.well_known.subscription_changed(
+                d, sub, status=status, duration=duration
+            ),
         )
         self._ids = itertools.count(1)
         self._last_scan = 0
@@ -198,11 +251,18 @@ class PubsubService:
                     bytes.fromhex(f["content"]),
                 )
             if entry.kind == "expired":
-                cancel = Cancel(
+                cancel: Cancel | ContentCancel = Cancel(
                     topic=f["topic"],
                     trans_id=int(f["trans_id"]),
                     subscriber=Endpoint.parse(f["subscriber"]),
                 )
+                if f.get("subscription_id"):
+                    cancel = ContentCancel(
+                        topic=f["topic"],
+                        trans_id=int(f["trans_id"]),
+                        subscriber=Endpoint.parse(f["subscriber"]),
+                        subscription_id=int(f["subscription_id"]),
+                    )
                 self._metrics.expired.inc()
                 return await self._submit(
                     entry,
@@ -402,27 +462,46 @@ class PubsubService:
                 return outcome
         raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, f"topic {topic} is busy")
 
-    async def _operate(self, domain: str, originator: Endpoint, op: Operation) -> Outcome:
+    async def _operate(
+        self, domain: str, originator: Endpoint, op: Operation | ContentOperation
+    ) -> Outcome:
         service = service_endpoint(domain)
         grant = self._grant
+        if isinstance(op, ContentSubscribe):
+            return await self.content.subscribe(domain, originator, op)
+        if isinstance(op, ContentCancel):
+            return await self.content.cancel(domain, originator, op)
         if isinstance(op, ListTopics):
             allowed = await self._allowed(service, originator, LISTTOPICS_TOKEN, op.trans_id)
             topics = await self.store.topics(domain) if allowed else []
+            topics = [topic for topic in topics if not is_well_known(topic)]
             outcome = core.list_topics(op, originator, allowed=allowed, topics=topics)
             await self._decided(domain, outcome, None, None)
             return outcome
         if isinstance(op, CreateTopic):
             allowed = await self._allowed(service, originator, CREATETOPIC_TOKEN, op.trans_id)
-            return await self._run(
+            settings = op.description.settings
+            if allowed and not settings.is_default:
+                try:  # 6.2.3: schemas this service cannot use are refused, never stored
+                    compile_topic(settings, self.selection.compiler.schemas.local)
+                except ApexError as exc:
+                    outcome = refused(originator, op.trans_id, int(exc.code), str(exc)[:200])
+                    await self._decided(domain, outcome, None, None)
+                    return outcome
+            outcome = await self._run(
                 domain,
                 op.topic,
-                lambda v: core.create_topic(op, originator, allowed=allowed, exists=v.exists),
+                lambda v: core.create_topic(
+                    op, originator, allowed=allowed, exists=v.exists, schemas_supported=True
+                ),
                 subscription=False,
                 subscribers=(),
             )
+            await self._topic_changed(domain, op, outcome)
+            return outcome
         if isinstance(op, DeleteTopic):
             allowed = await self._allowed(service, originator, DELETETOPIC_TOKEN, op.trans_id)
-            return await self._run(
+            outcome = await self._run(
                 domain,
                 op.topic,
                 lambda v: core.delete_topic(
@@ -430,11 +509,13 @@ class PubsubService:
                     originator,
                     allowed=allowed,
                     exists=v.exists,
-                    subscriptions=v.subscriptions.values(),
+                    subscriptions=v.every_subscription,
                     creator=v.creator,
                 ),
                 subscription=False,
             )
+            await self._topic_changed(domain, op, outcome)
+            return outcome
         owner = topic_endpoint(op.topic, domain)
         if isinstance(op, Subscribe):
             allowed = await self._allowed(owner, originator, SUBSCRIBE_TOKEN, op.trans_id)
@@ -486,7 +567,7 @@ class PubsubService:
                     operator,
                     allowed=True,
                     exists=view.exists,
-                    subscriptions=view.subscriptions.values(),
+                    subscriptions=view.every_subscription,
                 )
             sends = tuple(send for send in outcome.sends if send.recipient != operator)
             return dataclasses.replace(outcome, sends=sends)
@@ -499,7 +580,21 @@ class PubsubService:
             subscribers=() if isinstance(op, CreateTopic) else None,
         )
         self._metrics.operations.labels(type(op).__name__.lower(), str(outcome.code)).inc()
+        await self._topic_changed(domain, op, outcome)
         return outcome
+
+    async def _topic_changed(
+        self, domain: str, op: CreateTopic | DeleteTopic, outcome: Outcome
+    ) -> None:
+        """A topic created or deleted: announced on WKT=Topics (draft-wyman 6.2.2); a
+        deleted topic's cached messages go with it."""
+        if outcome.code != ApexReplyCode.SUCCESS:
+            return
+        deleted = isinstance(op, DeleteTopic)
+        if deleted:
+            await self.selection.messages.forget(domain, op.topic)
+        description = op.description if isinstance(op, CreateTopic) else TopicDescription()
+        await self.well_known.topic_changed(domain, op.topic, description, cancelled=deleted)
 
     def purge(self, domain: str, topic: str) -> bool:
         """Forget what this pod caches of a topic (its subscriber list and where they
@@ -512,7 +607,7 @@ class PubsubService:
         when it was forwarded to a redistributing server)."""
         name = "unknown"
         try:
-            op = parse_operation(content)
+            op = parse_any_operation(content)
             name = type(op).__name__.lower()
             outcome = await self._operate(domain, originator, op)
         except ApexError as exc:
@@ -536,7 +631,17 @@ class PubsubService:
     async def publish(
         self, domain: str, topic: str, originator: Endpoint, payload: bytes, delivery_id: str = ""
     ) -> tuple[int, str]:
-        """Section 4.7.1: (code, text) for the delivering relay (services/pubsub/publishing.py)."""
+        """Section 4.7.1: (code, text) for the delivering relay (services/pubsub/publishing.py).
+        A description published to WKT=Topics is a createtopic or deletetopic (6.2)."""
+        if topic == TOPICS and originator != service_endpoint(domain):
+            _data, body, _parts = delivered_content(payload)
+            try:
+                op = topic_operation(body, self._next_id())
+            except ApexError as exc:
+                return int(exc.code), str(exc)[:200]
+            outcome = await self._operate(domain, originator, op)
+            self._metrics.operations.labels(type(op).__name__.lower(), str(outcome.code)).inc()
+            return outcome.code, ""
         return await self.publisher.publish(domain, topic, originator, payload, delivery_id)
 
     # ------------------------------------------------------------------ 2.6, as redistributor
@@ -648,6 +753,7 @@ class PubsubService:
         must not look dead, or its journal would be redone by another pod."""
         await self.store.heartbeat(self._lease_ms)
         for domain in sorted(self.domains):
+            await self.well_known.ensure(domain)
             if await self._elector.lead(domain, self._lease_ms):
                 self.leading.add(domain)
             else:

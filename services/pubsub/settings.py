@@ -43,6 +43,13 @@
 - ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
   tokens of the admin API (apexmesh/ops/admin.py).
 - ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``), ``APEXMESH_DEV`` (``0``).
+- ``APEXMESH_PUBSUB_SCHEMAS``: ``URI=PATH`` list of the XML Schemas topics may name by
+  URI (draft-wyman 6.2.3; nothing is ever fetched), read at start-up (a DOCTYPE or
+  entity in one is refused then).
+- ``APEXMESH_PUBSUB_MAX_MESSAGE_OCTETS`` (``1048576``): largest content-based message;
+  one octet more is answered 554.
+- ``APEXMESH_PUBSUB_MESSAGE_LIFETIME_SECONDS`` (``3600``): how long a message without an
+  expiration-date stays cached (5.2.1's service default).
 
 Wildcard binds are refused unless ``APEXMESH_DEV=1`` (the rule of apexmesh/ops/settings.py).
 """
@@ -136,6 +143,10 @@ class PubsubSettings:
     shutdown_grace: float
     dev: bool
     admin: AdminTokens = field(default_factory=AdminTokens)
+    #: URI -> the schema document topics may name by that URI (draft-wyman 6.2.3).
+    schemas: tuple[tuple[str, bytes], ...] = ()
+    max_message_octets: int = 1024 * 1024
+    message_lifetime_ms: int = 3_600_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PubsubSettings:
@@ -201,7 +212,32 @@ class PubsubSettings:
             shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
             dev=dev,
             admin=admin_tokens(env, dev=dev),
+            schemas=_schemas(env),
+            max_message_octets=env_int(
+                env, "APEXMESH_PUBSUB_MAX_MESSAGE_OCTETS", 1024 * 1024, low=64, high=64 << 20
+            ),
+            message_lifetime_ms=1000
+            * env_int(
+                env, "APEXMESH_PUBSUB_MESSAGE_LIFETIME_SECONDS", 3600, low=1, high=31_536_000
+            ),
         )
+
+
+def _schemas(env: Mapping[str, str]) -> tuple[tuple[str, bytes], ...]:
+    """``APEXMESH_PUBSUB_SCHEMAS``: each ``URI=PATH`` read now (a missing file is an
+    operator's mistake, reported at start-up)."""
+    name = "APEXMESH_PUBSUB_SCHEMAS"
+    out: list[tuple[str, bytes]] = []
+    for item in env_list(env, name):
+        uri, sep, path = item.partition("=")
+        if not sep or not uri.strip() or not path.strip():
+            raise SettingsError(f"{name}: {item!r} is not URI=PATH")
+        try:
+            with open(path.strip(), "rb") as handle:  # noqa: PTH123 - read once at start-up
+                out.append((uri.strip(), handle.read()))
+        except OSError as exc:
+            raise SettingsError(f"{name}: {path.strip()}: {exc.strerror}") from None
+    return tuple(out)
 
 
 __all__ = ["PubsubSettings", "Upstream"]

@@ -99,7 +99,7 @@ async def test_event_log_schema(redis: Redis, keys: Keys) -> None:
     ]
     for event in events:
         assert tuple(sorted(event)) == tuple(sorted(EVENT_FIELDS))
-        assert event["v"] == "1"
+        assert event["v"] == "2"
         assert event["domain"] == DOMAIN
         assert event["topic"] == TOPIC
         assert event["pod"] == "pod-a"

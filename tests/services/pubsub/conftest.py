@@ -22,7 +22,7 @@ import pytest
 from apexmesh.client import ApexClient, Attachment
 from apexmesh.client.pubsub import PubsubClient
 from apexmesh.client.received import ReceivedData
-from apexmesh.pubsub.elements import ServiceMessage
+from apexmesh.pubsub.elements import WELL_KNOWN_TOPICS, ServiceMessage
 from apexmesh.store.keys import Keys
 from services.access.app import AccessApp
 from services.access.settings import AccessSettings
@@ -39,6 +39,24 @@ from tests.support.mesh import base_env, endpoint_client, relay_env, retried
 from tests.support.redis_server import RedisServer, free_port
 
 TOPIC: Final = "music.jazz.milesdavis"
+#: The content-based topic of draft-wyman's examples.
+QUOTES: Final = "equity.quote.service"
+#: A schema the operator configured (APEXMESH_PUBSUB_SCHEMAS), by the URI topics use.
+LOCAL_SCHEMA_URI: Final = "http://www.example.com/schema/service.xsd"
+LOCAL_SCHEMA: Final = b"""<xs:schema xmlns:xs='http://www.w3.org/2001/XMLSchema'>
+  <xs:element name='equity-quote'>
+    <xs:complexType>
+      <xs:sequence>
+        <xs:element name='issue-name' type='xs:string'/>
+        <xs:element name='last-trade' type='xs:decimal'/>
+        <xs:element name='net-change-pct' type='xs:decimal'/>
+      </xs:sequence>
+      <xs:attribute name='symbol' type='xs:string' use='required'/>
+    </xs:complexType>
+  </xs:element>
+</xs:schema>"""
+#: The largest content-based message the test pods take (one octet more is 554).
+MAX_MESSAGE_OCTETS: Final = 65_536
 
 #: Access entries of section 7 and what the tests need: example.com may create, delete
 #: and list topics (dino may not); anyone may subscribe to, cancel and publish to the
@@ -58,7 +76,7 @@ SEED: Final = f"""<access-entries>
   <access owner='apex=pubsub/{t}@example.com' actor='dino@example.com' actions='' />
   <access owner='apex=pubsub/{t}@example.com' actor='mr.slate@example.com'
           actions='pubsub:subscribe pubsub:cancel' />'''
-        for t in (TOPIC, "news", "sports", "leases", "load")
+        for t in (TOPIC, "news", "sports", "leases", "load", QUOTES, *sorted(WELL_KNOWN_TOPICS))
     )
 }
   <access owner='apex=pubsub/{TOPIC}@example.com'
@@ -103,6 +121,7 @@ class PubsubMesh:
             "APEXMESH_PUBSUB_TICK_SECONDS": "0.05",
             # Bursts of 1,000 first-time access checks on a loaded 2-core machine.
             "APEXMESH_RELAY_TIMEOUT_SECONDS": "10",
+            "APEXMESH_PUBSUB_MAX_MESSAGE_OCTETS": str(MAX_MESSAGE_OCTETS),
         }
         if domain == "example.com":
             env["APEXMESH_PRESENCE_ADDRESS"] = f"127.0.0.1:{self.ports['presence']}"
@@ -130,6 +149,9 @@ async def pubsub_mesh(
     common = base_env(redis_server, keys)
     seed = tmp_path / "access-seed.xml"
     seed.write_bytes(SEED)
+    schema = tmp_path / "service.xsd"
+    schema.write_bytes(LOCAL_SCHEMA)
+    common["APEXMESH_PUBSUB_SCHEMAS"] = f"{LOCAL_SCHEMA_URI}={schema}"
     access = AccessApp(
         AccessSettings.from_env(
             {

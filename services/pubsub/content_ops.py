@@ -1,0 +1,189 @@
+"""The content-based subscribe and cancel of draft-wyman-apex-pubsub-00 (5.8, 5.8.2), as
+the service runs them: read what :mod:`apexmesh.pubsub.content_core` decides on, decide,
+commit with the journal of the reply (the same store script as every operation), send,
+then replay the cached messages a ``cached`` subscribe selected.
+
+- **subscribe**: the access check of 4.5 step 1 (``pubsub:subscribe`` on the topic; on
+  ``WKT=Subscriptions`` a subscriber may subscribe only for itself, 6.3.1), the topic
+  and its schemas, the subject's subscriptions to the topic (a repeated selector renews
+  its subscription under its id), a new id from Redis (unique per service and
+  subscriber endpoint, 5.8) when it is a new one; 566/567 from the topic's selector
+  classes and schemas. The reply carries the id.
+- **cancel**: the four forms of 5.8.2 over the subject's subscriptions in the domain
+  (the per-subscriber index of the store); 568 when none matches. A subscriber may
+  cancel its own subscriptions; cancelling another's needs ``pubsub:cancel`` on each
+  topic concerned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.elements import Reply
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.pubsub import content_core
+from apexmesh.pubsub.content_core import CachedMessage, same_selection
+from apexmesh.pubsub.core import Change, Outcome, Send, Subscription, Unsubscribed
+from apexmesh.pubsub.elements import CANCEL_TOKEN, SUBSCRIBE_TOKEN, topic_endpoint
+from apexmesh.pubsub.schema import DEFAULTS
+from apexmesh.pubsub.selection.types import MessageView
+from apexmesh.pubsub.subscription_elements import ContentCancel, ContentSubscribe
+from apexmesh.pubsub.wkt import SUBSCRIPTIONS, own_subscriptions
+from apexmesh.store.pubsub import PubsubStore
+from services.pubsub.content import ContentSelection
+
+if TYPE_CHECKING:
+    from services.pubsub.publishing import Publisher
+
+_log = logging.getLogger(__name__)
+
+#: ``allowed(owner, actor, token, trans_id)``: step 1 of an operation.
+AccessCheck = Callable[[Endpoint, Endpoint, str, int | None], Awaitable[bool]]
+#: ``decided(domain, outcome, topic, version, subscription=...)``: commit and send.
+Decided = Callable[..., Awaitable[bool]]
+
+#: ``announce(domain, subscription, status, duration)``: the Subscriptions topic (6.3).
+Announce = Callable[[str, Subscription, str, int], Awaitable[None]]
+
+#: Attempts at a subscribe whose topic went away under it.
+ATTEMPTS = 16
+
+
+class ContentOperations:
+    """Content-based subscribe and cancel of one pod."""
+
+    def __init__(
+        self,
+        *,
+        store: PubsubStore,
+        selection: ContentSelection,
+        publisher: Publisher,
+        allowed: AccessCheck,
+        decided: Decided,
+        clock: Callable[[], int],
+        announce: Announce | None = None,
+    ) -> None:
+        self._announce = announce
+        self._store = store
+        self._selection = selection
+        self._publisher = publisher
+        self._allowed = allowed
+        self._decided = decided
+        self._clock = clock
+
+    async def subscribe(self, domain: str, originator: Endpoint, op: ContentSubscribe) -> Outcome:
+        owner = topic_endpoint(op.topic, domain)
+        allowed = await self._allowed(owner, originator, SUBSCRIBE_TOKEN, op.trans_id)
+        if op.topic == SUBSCRIPTIONS and op.subscriber != originator:
+            allowed = False  # 6.3.1: only one's own subscriptions
+        store = self._store
+        for _ in range(ATTEMPTS):
+            view = await store.read_topic(domain, op.topic, ())
+            existing = await store.subject_subscriptions(domain, op.subscriber, op.topic)
+            try:
+                schemas = (
+                    self._selection.compiler.topic_schemas(domain, op.topic, view.settings)
+                    if view.exists
+                    else DEFAULTS
+                )
+            except ApexError as exc:
+                _log.warning("topic %s: schemas unusable (%s)", op.topic, exc)
+                schemas = DEFAULTS
+            renews = any(same_selection(sub, op) for sub in existing)
+            new_id = 0
+            if allowed and view.exists and not renews:
+                new_id = await store.new_subscription_id(domain, op.subscriber)
+            cached: list[tuple[CachedMessage, bytes]] = []
+            if allowed and view.exists and op.cached:
+                cached = await self._selection.cached(domain, op.topic)
+            published = {id(entry.message): octets for entry, octets in cached}
+            decision = content_core.subscribe(
+                op,
+                originator,
+                allowed=allowed,
+                exists=view.exists,
+                schemas=schemas,
+                classes=self._selection.compiler.classes,
+                existing=existing,
+                new_id=new_id,
+                now_ms=self._clock(),
+                cached=[entry for entry, _ in cached],
+            )
+            changes: tuple[Change, ...] = () if decision.change is None else (decision.change,)
+            outcome = Outcome(
+                code=decision.code, step=decision.step, changes=changes, sends=decision.sends
+            )
+            if not await self._decided(domain, outcome, op.topic, view.version, subscription=True):
+                continue
+            change = decision.change
+            if change is None:
+                return outcome
+            sub = change.subscription
+            replay = decision.replay
+            if op.topic == SUBSCRIPTIONS:  # 6.3.1: only the subscriber's own records
+                own = own_subscriptions(sub.subscriber, None, self._selection.compiler.classes)
+                replay = tuple(e for e in replay if own.matches(MessageView.of(e.message.root)))
+            if replay:
+                await self._publisher.replay(
+                    domain,
+                    op.topic,
+                    sub.subscriber,
+                    sub.subscription_id or 0,
+                    [published[id(entry.message)] for entry in replay],
+                )
+            if self._announce is not None:
+                await self._announce(domain, sub, "ACTIVE", op.duration)
+            return outcome
+        raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, f"topic {op.topic} is busy")
+
+    async def cancel(self, domain: str, originator: Endpoint, op: ContentCancel) -> Outcome:
+        subject = op.subject(originator)
+        store = self._store
+        subscriptions = await store.subject_subscriptions(domain, subject, op.topic)
+        if op.topic is not None and op.subscription_id is None:
+            plain = await store.read_topic(domain, op.topic, (subject,))
+            subscriptions += list(plain.subscriptions.values())
+        allowed = True
+        if subject != originator:
+            topics = sorted({sub.topic for sub in subscriptions} | {op.topic or ""} - {""})
+            for topic in topics:
+                owner = topic_endpoint(topic, domain)
+                if not await self._allowed(owner, originator, CANCEL_TOKEN, op.trans_id):
+                    allowed = False
+        decision = content_core.cancel(op, originator, allowed=allowed, subscriptions=subscriptions)
+        by_topic: dict[str, list[Change]] = {}
+        for gone in decision.changes:
+            sub: Subscription = gone.subscription
+            by_topic.setdefault(sub.topic, []).append(
+                Unsubscribed(sub.topic, sub.subscriber, "cancel", originator, sub.subscription_id)
+            )
+        outcome = Outcome(code=decision.code, step=decision.step, sends=decision.sends)
+        if not by_topic:
+            await self._decided(domain, outcome, None, None)
+            return outcome
+        groups = sorted(by_topic.items())
+        for index, (topic, changes) in enumerate(groups):
+            last = index == len(groups) - 1
+            part = dataclasses.replace(
+                outcome, changes=tuple(changes), sends=outcome.sends if last else ()
+            )
+            # A topic deleted meanwhile ended these subscriptions itself: nothing to do.
+            await self._decided(domain, part, topic, None, subscription=False)
+        if self._announce is not None:
+            for gone in decision.changes:
+                await self._announce(domain, gone.subscription, "CANCELLED", 0)
+        return outcome
+
+
+def refused(to: Endpoint, trans_id: int, code: int, text: str) -> Outcome:
+    """An operation answered with ``code`` and nothing changed."""
+    reply = Reply(code=code, trans_id=trans_id, text=text)
+    return Outcome(code=code, step="refused", sends=(Send(to, reply.to_xml()),))
+
+
+__all__ = ["ContentOperations", "refused"]
