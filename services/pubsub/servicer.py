@@ -291,16 +291,34 @@ class PubsubService:
         return bool(self.leading)
 
     async def perform(self, domain: str, entries: Sequence[JournalEntry]) -> None:
-        """Do journalled work in order (bounded concurrency) and forget what is done."""
+        """Do journalled work in order (bounded concurrency) and forget what is done.
+        Entries for one endpoint run one after the other, so it gets them in the order
+        they were journalled (a deletetopic's reply, then the cancel of its subscriber's
+        subscription); entries for different endpoints run at once."""
         for start in range(0, len(entries), SEND_CONCURRENCY):
             batch = entries[start : start + SEND_CONCURRENCY]
             if len(batch) == 1:
                 results = [await self._do(batch[0])]
             else:
-                results = list(await asyncio.gather(*(self._do(e) for e in batch)))
+                results = await self._do_per_endpoint(batch)
             await self.store.done(
                 domain, *(e.id for e, ok in zip(batch, results, strict=True) if ok)
             )
+
+    async def _do_per_endpoint(self, batch: Sequence[JournalEntry]) -> list[bool]:
+        chains: dict[str, list[int]] = {}
+        for index, entry in enumerate(batch):
+            fields = entry.fields
+            endpoint = fields.get("recipient") or fields.get("subscriber") or entry.id
+            chains.setdefault(endpoint, []).append(index)
+        results = [False] * len(batch)
+
+        async def chain(indices: list[int]) -> None:
+            for index in indices:
+                results[index] = await self._do(batch[index])
+
+        await asyncio.gather(*(chain(indices) for indices in chains.values()))
+        return results
 
     async def _tuple(self, domain: str, topic: str, *, add: bool) -> bool:
         """Sections 4.2/4.3 step 3.2: the topic's tuple in apex=pubsub's presence entry."""
