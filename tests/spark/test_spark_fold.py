@@ -1,0 +1,144 @@
+"""The Spark fold (spark/fold.py) against the reference fold of the catalogue
+(apexmesh/pubsub/catalogue.py) on the same events, in a real local SparkSession."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from apexmesh.pubsub.catalogue import (
+    EVENT_FIELDS_V2,
+    Catalogue,
+    SubscriptionRow,
+    TopicRow,
+    fold,
+    pack_id,
+)
+from spark.fold import SUBSCRIPTION_SCHEMA, TOPIC_SCHEMA
+from spark.fold import fold as spark_fold
+from spark.snapshot import SPARK_EVENT_SCHEMA
+from tests.support.pubsub_events import (
+    BASE_MS,
+    Entry,
+    ended,
+    numbered,
+    random_log,
+    subscribed,
+    topic_created,
+    topic_deleted,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+pytestmark = [pytest.mark.unit, pytest.mark.spark]
+
+AT = BASE_MS + 1000
+LATER = BASE_MS + 1_000_000
+
+
+def frame(spark: SparkSession, entries: list[Entry]) -> DataFrame:
+    rows = [(pack_id(i), *(e.get(name, "") for name in EVENT_FIELDS_V2)) for i, e in entries]
+    return spark.createDataFrame(rows, SPARK_EVENT_SCHEMA)
+
+
+def collected(
+    spark_topics: DataFrame, spark_subs: DataFrame
+) -> tuple[set[TopicRow], set[SubscriptionRow]]:
+    topics = {TopicRow(**row.asDict()) for row in spark_topics.collect()}
+    subs = {SubscriptionRow(**row.asDict()) for row in spark_subs.collect()}
+    return topics, subs
+
+
+def reference(catalogue: Catalogue) -> tuple[set[TopicRow], set[SubscriptionRow]]:
+    return set(catalogue.topics.values()), set(catalogue.subscriptions.values())
+
+
+SCENARIOS = {
+    "every kind": numbered(
+        [
+            topic_created("a", BASE_MS, settings='{"message_schema":{"uri":"x"}}'),
+            topic_created("b", BASE_MS),
+            subscribed("a", "u1@example.com", LATER),
+            subscribed("a", "u2@example.com", LATER, sid="5", selector="price > 3"),
+            subscribed("a", "u3@example.com", LATER),
+            subscribed("a", "u3@example.com", LATER + 5, kind="subscription.renewed"),
+            ended("a", "u1@example.com"),
+            subscribed("b", "u1@example.com", LATER),
+            topic_deleted("b", BASE_MS + 9),
+            subscribed("a", "gone@example.com", AT - 1),
+        ]
+    ),
+    "renewed after expiry": numbered(
+        [
+            topic_created("a", BASE_MS),
+            subscribed("a", "u@example.com", BASE_MS + 10),
+            ended("a", "u@example.com", reason="expired"),
+            subscribed("a", "u@example.com", LATER, kind="subscription.renewed"),
+            subscribed("a", "w@example.com", BASE_MS + 10),
+            subscribed("a", "w@example.com", LATER, kind="subscription.renewed"),
+        ]
+    ),
+    "deleted and created again": numbered(
+        [
+            topic_created("a", BASE_MS, settings='{"v":1}'),
+            subscribed("a", "old@example.com", LATER),
+            topic_deleted("a", BASE_MS + 2),
+            topic_created("a", BASE_MS + 3, settings='{"v":2}'),
+            subscribed("a", "new@example.com", LATER),
+        ]
+    ),
+}
+
+
+def test_each_scenario_matches_the_reference(spark: SparkSession) -> None:
+    # One DataFrame per scenario, unioned in separate domains, one Spark job.
+    entries: list[Entry] = []
+    expected: tuple[set[TopicRow], set[SubscriptionRow]] = (set(), set())
+    for index, log in enumerate(SCENARIOS.values()):
+        moved = [
+            (f"{BASE_MS + 100 * index + n}-{n}", {**e, "domain": f"d{index}.example"})
+            for n, (_, e) in enumerate(log)
+        ]
+        entries += moved
+        topics, subs = reference(fold(moved, AT))
+        expected[0].update(topics)
+        expected[1].update(subs)
+    # duplicates, out of order
+    entries = entries[::-1] + entries[::3]
+    folded = spark_fold(frame(spark, entries), AT)
+    got = collected(folded.topics, folded.subscriptions)
+    assert got == expected
+    # u2 and u3; u and w renewed after expiry; new after the re-creation
+    assert len(expected[1]) == 5
+
+
+def test_a_random_log_matches_the_reference(spark: SparkSession) -> None:
+    log = random_log(4000, seed=11)
+    folded = spark_fold(frame(spark, log), AT)
+    got = collected(folded.topics, folded.subscriptions)
+    assert got == reference(fold(log, AT))
+    assert got[1], "the log keeps some subscriptions"
+
+
+def test_previous_snapshot_plus_later_events(spark: SparkSession) -> None:
+    log = random_log(3000, seed=5)
+    cut = 1700
+    base = fold(log[:cut], AT)
+    topics = spark.createDataFrame(
+        [tuple(getattr(r, f.name) for f in TOPIC_SCHEMA.fields) for r in base.topics.values()],
+        TOPIC_SCHEMA,
+    )
+    subs = spark.createDataFrame(
+        [
+            tuple(getattr(r, f.name) for f in SUBSCRIPTION_SCHEMA.fields)
+            for r in base.subscriptions.values()
+        ],
+        SUBSCRIPTION_SCHEMA,
+    )
+    # the whole log is given; only what follows the snapshot's position counts
+    folded = spark_fold(
+        frame(spark, log), AT, after=base.position, topics=topics, subscriptions=subs
+    )
+    assert collected(folded.topics, folded.subscriptions) == reference(fold(log, AT))
