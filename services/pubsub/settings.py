@@ -42,6 +42,9 @@
 - ``APEXMESH_PUBSUB_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8414``): admin HTTP.
 - ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
   tokens of the admin API (apexmesh/ops/admin.py).
+- ``APEXMESH_PUBSUB_CATALOGUE`` (``eager``): when a pod loads the whole catalogue (the
+  latest snapshot plus later events, docs/snapshot.md): ``eager`` in the background as
+  it starts, ``lazy`` at the first ``GET /catalogue``.
 - ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``), ``APEXMESH_DEV`` (``0``).
 
 Wildcard binds are refused unless ``APEXMESH_DEV=1`` (the rule of apexmesh/ops/settings.py).
@@ -136,6 +139,7 @@ class PubsubSettings:
     shutdown_grace: float
     dev: bool
     admin: AdminTokens = field(default_factory=AdminTokens)
+    catalogue: str = "eager"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PubsubSettings:
@@ -160,6 +164,9 @@ class PubsubSettings:
         if not 2 <= duration <= 2_147_483_647:
             raise SettingsError("APEXMESH_PUBSUB_UPSTREAM_DURATION must be at least 2")
         pod_id = env.get("APEXMESH_PUBSUB_POD_ID", "") or socket.gethostname()
+        catalogue = env.get("APEXMESH_PUBSUB_CATALOGUE", "eager") or "eager"
+        if catalogue not in ("eager", "lazy"):
+            raise SettingsError("APEXMESH_PUBSUB_CATALOGUE must be eager or lazy")
         election = env.get("APEXMESH_PUBSUB_LEADER_ELECTION", "auto") or "auto"
         if election not in ("auto", "redis", "kubernetes"):
             raise SettingsError("APEXMESH_PUBSUB_LEADER_ELECTION must be auto, redis or kubernetes")
@@ -201,6 +208,7 @@ class PubsubSettings:
             shutdown_grace=env_float(env, "APEXMESH_SHUTDOWN_GRACE", 5.0),
             dev=dev,
             admin=admin_tokens(env, dev=dev),
+            catalogue=catalogue,
         )
 
 
