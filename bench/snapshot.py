@@ -92,7 +92,7 @@ COPY (
 #: The catalogue rule (apexmesh/pubsub/catalogue.py) in one duckdb statement.
 _FOLD = """
 CREATE OR REPLACE TEMP VIEW ev AS
-  SELECT * FROM read_parquet('{events}/*.parquet') QUALIFY row_number() OVER (PARTITION BY id) = 1;
+  SELECT * FROM read_parquet('{events}/*.parquet');
 COPY (
   WITH last AS (
     SELECT domain, topic, arg_max({{'type': type, 'settings': settings, 'creator': originator,

@@ -88,9 +88,7 @@ async def test_a_pod_started_after_a_snapshot_and_trim_serves_the_same(
 
     # a new pod in place of p2 (relay b sends to its port), started after the trim
     await mesh.pubsub["p2"].stop()
-    warm = PubsubApp(
-        PubsubSettings.from_env(mesh.pubsub_env("p2", APEXMESH_PUBSUB_POD_ID="p3"))
-    )
+    warm = PubsubApp(PubsubSettings.from_env(mesh.pubsub_env("p2", APEXMESH_PUBSUB_POD_ID="p3")))
     await warm.start()
     try:
         assert await views(warm) == before
