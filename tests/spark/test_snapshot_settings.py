@@ -52,5 +52,5 @@ def test_bad_values_name_their_variable(name: str, value: str) -> None:
 
 
 def test_redis_needs_a_password_outside_development() -> None:
-    with pytest.raises(SettingsError, match="APEXMESH_REDIS_URL|password|TLS"):
+    with pytest.raises(SettingsError, match=r"APEXMESH_REDIS_URL|password|TLS"):
         SnapshotSettings.from_env({})

@@ -19,23 +19,19 @@ from spark.fold import SUBSCRIPTION_SCHEMA, TOPIC_SCHEMA
 from spark.fold import fold as spark_fold
 from spark.snapshot import SPARK_EVENT_SCHEMA
 from tests.support.pubsub_events import (
+    AT,
     BASE_MS,
     Entry,
-    ended,
-    numbered,
+    created_again,
+    every_kind,
     random_log,
-    subscribed,
-    topic_created,
-    topic_deleted,
+    renewed_after_expiry,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = [pytest.mark.unit, pytest.mark.spark]
-
-AT = BASE_MS + 1000
-LATER = BASE_MS + 1_000_000
 
 
 def frame(spark: SparkSession, entries: list[Entry]) -> DataFrame:
@@ -55,48 +51,14 @@ def reference(catalogue: Catalogue) -> tuple[set[TopicRow], set[SubscriptionRow]
     return set(catalogue.topics.values()), set(catalogue.subscriptions.values())
 
 
-SCENARIOS = {
-    "every kind": numbered(
-        [
-            topic_created("a", BASE_MS, settings='{"message_schema":{"uri":"x"}}'),
-            topic_created("b", BASE_MS),
-            subscribed("a", "u1@example.com", LATER),
-            subscribed("a", "u2@example.com", LATER, sid="5", selector="price > 3"),
-            subscribed("a", "u3@example.com", LATER),
-            subscribed("a", "u3@example.com", LATER + 5, kind="subscription.renewed"),
-            ended("a", "u1@example.com"),
-            subscribed("b", "u1@example.com", LATER),
-            topic_deleted("b", BASE_MS + 9),
-            subscribed("a", "gone@example.com", AT - 1),
-        ]
-    ),
-    "renewed after expiry": numbered(
-        [
-            topic_created("a", BASE_MS),
-            subscribed("a", "u@example.com", BASE_MS + 10),
-            ended("a", "u@example.com", reason="expired"),
-            subscribed("a", "u@example.com", LATER, kind="subscription.renewed"),
-            subscribed("a", "w@example.com", BASE_MS + 10),
-            subscribed("a", "w@example.com", LATER, kind="subscription.renewed"),
-        ]
-    ),
-    "deleted and created again": numbered(
-        [
-            topic_created("a", BASE_MS, settings='{"v":1}'),
-            subscribed("a", "old@example.com", LATER),
-            topic_deleted("a", BASE_MS + 2),
-            topic_created("a", BASE_MS + 3, settings='{"v":2}'),
-            subscribed("a", "new@example.com", LATER),
-        ]
-    ),
-}
+SCENARIOS = (every_kind(), renewed_after_expiry(), created_again())
 
 
 def test_each_scenario_matches_the_reference(spark: SparkSession) -> None:
     # One DataFrame per scenario, unioned in separate domains, one Spark job.
     entries: list[Entry] = []
     expected: tuple[set[TopicRow], set[SubscriptionRow]] = (set(), set())
-    for index, log in enumerate(SCENARIOS.values()):
+    for index, log in enumerate(SCENARIOS):
         moved = [
             (f"{BASE_MS + 100 * index + n}-{n}", {**e, "domain": f"d{index}.example"})
             for n, (_, e) in enumerate(log)

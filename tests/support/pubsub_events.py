@@ -70,6 +70,59 @@ def numbered(events: Iterable[dict[str, str]], start_ms: int = BASE_MS) -> list[
     return [(f"{start_ms + i}-0", e) for i, e in enumerate(events)]
 
 
+#: The fold tests' lease end (far after their snapshot time) and snapshot time.
+LATER = BASE_MS + 1_000_000
+AT = BASE_MS + 1000
+
+
+def every_kind() -> list[Entry]:
+    """Every event kind: settings, ids and selectors, a renewal, a cancel, a deleted
+    topic's subscription, and a lease over at :data:`AT`."""
+    return numbered(
+        [
+            topic_created(
+                "a", BASE_MS, settings='{"message_schema":{"uri":"x"}}', originator="o@example.com"
+            ),
+            topic_created("b", BASE_MS),
+            subscribed("a", "u1@example.com", LATER),
+            subscribed("a", "u2@example.com", LATER, sid="5", selector="price > 3"),
+            subscribed("a", "u3@example.com", LATER),
+            subscribed("a", "u3@example.com", LATER + 5, kind="subscription.renewed"),
+            ended("a", "u1@example.com"),
+            subscribed("b", "u1@example.com", LATER),
+            topic_deleted("b", BASE_MS + 9),
+            subscribed("a", "gone@example.com", AT - 1),
+        ]
+    )
+
+
+def renewed_after_expiry() -> list[Entry]:
+    """u's lease ends (recorded), then is renewed; w's runs out unrecorded, renewed."""
+    return numbered(
+        [
+            topic_created("a", BASE_MS),
+            subscribed("a", "u@example.com", BASE_MS + 10),
+            ended("a", "u@example.com", reason="expired"),
+            subscribed("a", "u@example.com", LATER, kind="subscription.renewed"),
+            subscribed("a", "w@example.com", BASE_MS + 10),
+            subscribed("a", "w@example.com", LATER, kind="subscription.renewed"),
+        ]
+    )
+
+
+def created_again() -> list[Entry]:
+    """A topic deleted and created again: only the later subscription lives."""
+    return numbered(
+        [
+            topic_created("a", BASE_MS, settings='{"v":1}'),
+            subscribed("a", "old@example.com", LATER),
+            topic_deleted("a", BASE_MS + 2),
+            topic_created("a", BASE_MS + 3, settings='{"v":2}'),
+            subscribed("a", "new@example.com", LATER),
+        ]
+    )
+
+
 def random_log(count: int, seed: int, *, topics: int = 20, subscribers: int = 50) -> list[Entry]:
     """A plausible log of ``count`` events (creations, deletions, subscriptions,
     renewals, ends, some expired leases, some v1 entries), ids in order."""

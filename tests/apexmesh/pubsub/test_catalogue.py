@@ -17,19 +17,20 @@ from apexmesh.pubsub.catalogue import (
     unpack_id,
 )
 from tests.support.pubsub_events import (
+    AT,
     BASE_MS,
+    LATER,
+    created_again,
     ended,
+    every_kind,
     numbered,
     random_log,
+    renewed_after_expiry,
     subscribed,
     topic_created,
-    topic_deleted,
 )
 
 pytestmark = pytest.mark.unit
-
-LATER = BASE_MS + 1_000_000
-AT = BASE_MS + 1000
 
 
 def test_pack_id_sorts_as_stream_ids() -> None:
@@ -45,21 +46,7 @@ def test_pack_id_sorts_as_stream_ids() -> None:
 
 
 def test_every_event_kind() -> None:
-    log = numbered(
-        [
-            topic_created(
-                "a", BASE_MS, settings='{"message_schema":{"uri":"x"}}', originator="o@example.com"
-            ),
-            topic_created("b", BASE_MS),
-            subscribed("a", "u1@example.com", LATER),
-            subscribed("a", "u2@example.com", LATER, sid="5", selector="price > 3"),
-            subscribed("a", "u3@example.com", LATER),
-            subscribed("a", "u3@example.com", LATER + 5, kind="subscription.renewed"),
-            ended("a", "u1@example.com"),
-            subscribed("b", "u1@example.com", LATER),
-            topic_deleted("b", BASE_MS + 9),
-        ]
-    )
+    log = every_kind()
     catalogue = fold(log, AT)
     assert sorted(catalogue.topics) == [("example.com", "a")]
     topic = catalogue.topics[("example.com", "a")]
@@ -84,37 +71,15 @@ def test_expired_leases_are_dropped_at_the_snapshot_time() -> None:
 
 
 def test_renewed_after_expiry_lives_again() -> None:
-    log = numbered(
-        [
-            topic_created("a", BASE_MS),
-            subscribed("a", "u@example.com", BASE_MS + 10),
-            ended("a", "u@example.com", reason="expired"),
-            subscribed("a", "u@example.com", LATER, kind="subscription.renewed"),
-        ]
-    )
-    (row,) = fold(log, AT).subscriptions.values()
-    assert row.expires_ms == LATER
-    # renewed after the lease ran out but before the leader recorded the end
-    log2 = numbered(
-        [
-            topic_created("a", BASE_MS),
-            subscribed("a", "u@example.com", BASE_MS + 10),
-            subscribed("a", "u@example.com", LATER, kind="subscription.renewed"),
-        ]
-    )
-    assert len(fold(log2, AT).subscriptions) == 1
+    rows = fold(renewed_after_expiry(), AT).subscriptions.values()
+    assert sorted((row.subscriber, row.expires_ms) for row in rows) == [
+        ("u@example.com", LATER),
+        ("w@example.com", LATER),
+    ]
 
 
 def test_topic_deleted_and_created_again_starts_empty() -> None:
-    log = numbered(
-        [
-            topic_created("a", BASE_MS, settings='{"v":1}'),
-            subscribed("a", "old@example.com", LATER),
-            topic_deleted("a", BASE_MS + 2),
-            topic_created("a", BASE_MS + 3, settings='{"v":2}'),
-            subscribed("a", "new@example.com", LATER),
-        ]
-    )
+    log = created_again()
     catalogue = fold(log, AT)
     assert catalogue.topics[("example.com", "a")].settings == '{"v":2}'
     assert [row.subscriber for row in catalogue.subscriptions.values()] == ["new@example.com"]
