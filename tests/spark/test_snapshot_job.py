@@ -26,7 +26,8 @@ from tests.support.pubsub_events import BASE_MS, Entry, append, random_log
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+# A SparkSession starts in 5 s on a quiet machine, 40 s or more on a loaded one.
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(600)]
 
 #: The job's clock: every lease of random_log ending before it is dropped.
 NOW = BASE_MS + 5_000_000

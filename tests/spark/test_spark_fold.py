@@ -31,7 +31,8 @@ from tests.support.pubsub_events import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-pytestmark = [pytest.mark.unit, pytest.mark.spark]
+# A SparkSession starts in 5 s on a quiet machine, 40 s or more on a loaded one.
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(600)]
 
 
 def frame(spark: SparkSession, entries: list[Entry]) -> DataFrame:
