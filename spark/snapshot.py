@@ -187,6 +187,10 @@ class SnapshotJob:
         complete = snapshots(storage)
         base = complete[-1] if complete else None
         after = base.position if base else 0
+        if base is not None and now_ms <= base.snapshot_ms:
+            # a clock that did not move on (or went back): the new snapshot must not
+            # take the name, and the place, of the one it is built from
+            now_ms = base.snapshot_ms + 1
         meta = await self.store.meta()
         if meta is not None and meta.trimmed > max(after, done.position):
             raise RuntimeError(
