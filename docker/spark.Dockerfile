@@ -16,11 +16,14 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3-pip \
  && rm -rf /var/lib/apt/lists/*
+# The pins of pyproject's "spark" extra: PySpark, and pyarrow for the driver's own files
+# (the exported event ranges, manifests, reading the snapshot back for Redis).
 ARG PYSPARK_VERSION=4.3.0
+ARG PYARROW_SPEC="pyarrow>=18,<27"
 ARG PIP_OPTIONS=""
 # hadolint ignore=SC2086
 RUN /usr/bin/python3 -m pip --python /opt/apex-mesh/bin/python install --no-cache-dir \
-      --disable-pip-version-check ${PIP_OPTIONS} "pyspark==${PYSPARK_VERSION}"
+      --disable-pip-version-check ${PIP_OPTIONS} "pyspark==${PYSPARK_VERSION}" "${PYARROW_SPEC}"
 
 # --------------------------------------------------------------------------- spark
 FROM ${BASE_IMAGE}

@@ -14,7 +14,9 @@ publication; finally fred sends to dino, not attached, with hold4Endpoint and
 dataTiming (RFC 3342): dino attaches and gets it, fred gets the final hop report. It
 then prints the dashboard's address and the line that points apexctl at this mesh (its
 context file, apexctl.yaml in the workdir), and keeps the mesh running until interrupted
-(or exits with --exit-after-demo).
+(or exits with --exit-after-demo). With --snapshot it then runs the Spark snapshot job
+once per domain, as the chart's CronJob does (``python -m spark.snapshot``, storage in the
+workdir), and prints what each run wrote (docs/snapshot.md).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import ssl
 import sys
@@ -35,7 +38,7 @@ from apexmesh.client import ApexClient, XmlContent, connect_endpoint
 from apexmesh.client.attachment import Attachment
 from apexmesh.client.presence import PresenceClient
 from apexmesh.client.pubsub import PubsubClient
-from apexmesh.ops.localmesh import DEMO_TOPIC, LocalMesh, Relay
+from apexmesh.ops.localmesh import DEMO_TOPIC, DOMAINS, LocalMesh, Relay
 
 TIMEOUT = 10.0
 
@@ -206,6 +209,47 @@ async def demo(mesh: LocalMesh) -> None:
                 await client.close()
 
 
+async def snapshot_step(mesh: LocalMesh, workdir: Path) -> bool:
+    """Run the snapshot job once per domain (each domain's services use their own key
+    prefix) and print what it wrote; False when a run failed."""
+    redis_url = getattr(mesh, "redis_url", None)
+    if not isinstance(redis_url, str):
+        say("snapshot", "this mesh does not expose its Redis: no snapshot run")
+        return False
+    ok = True
+    for domain in DOMAINS:
+        storage = workdir / "snapshots" / domain
+        env = {
+            **os.environ,
+            "APEXMESH_REDIS_URL": redis_url,
+            "APEXMESH_REDIS_PREFIX": domain.split(".")[0],
+            "APEXMESH_PUBSUB_DOMAINS": domain,
+            "APEXMESH_SNAPSHOT_STORAGE": str(storage),
+            "APEXMESH_SNAPSHOT_MASTER": "local[2]",
+        }
+        say("snapshot", f"{domain}: python -m spark.snapshot (storage {storage})")
+        job = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "spark.snapshot",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await job.communicate()
+        if job.returncode != 0:
+            ok = False
+            say("snapshot", f"{domain}: failed ({job.returncode}): {err.decode()[-2000:]}")
+            continue
+        for line in out.decode().splitlines():
+            if line.startswith("snapshot "):
+                say("snapshot", f"{domain}: {line}")
+        for path in sorted(storage.rglob("*")):
+            if path.is_file() and not path.name.startswith("."):
+                say("snapshot", f"  {path.relative_to(workdir)} ({path.stat().st_size} bytes)")
+    return ok
+
+
 async def main(argv: list[str], make_mesh: Callable[[Path], LocalMesh] = LocalMesh) -> int:
     """Start a mesh (``make_mesh``: the local processes, or scripts/container_mesh.py's
     containers), run the demo, stop."""
@@ -222,6 +266,11 @@ async def main(argv: list[str], make_mesh: Callable[[Path], LocalMesh] = LocalMe
         help="where logs, certificates and Redis data go (default: a temp dir)",
     )
     parser.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="after the demo, run the Spark snapshot job once per domain and print what it wrote",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -232,12 +281,15 @@ async def main(argv: list[str], make_mesh: Callable[[Path], LocalMesh] = LocalMe
     mesh = make_mesh(workdir)
     mesh.log_level = args.log_level
     say("mesh", f"starting redis-server and services; logs in {workdir}")
+    snapshot_failed = False
     try:
         await mesh.start()
         for child in mesh.children:
             ports = {k: v for k, v in child.info.items() if k.endswith("_port")}
             say("mesh", f"{child.name} ready {ports}")
         await demo(mesh)
+        if args.snapshot and not await snapshot_step(mesh, workdir):
+            snapshot_failed = True
         if mesh.dashboard_url:
             say("mesh", f"dashboard: {mesh.dashboard_url}login?token={mesh.read_token}")
         # The one line to point apexctl at this mesh (docs/operations.md).
@@ -255,7 +307,8 @@ async def main(argv: list[str], make_mesh: Callable[[Path], LocalMesh] = LocalMe
         await mesh.stop()
         codes = mesh.exit_codes()
         say("mesh", f"stopped; exit codes {codes}")
-    return 0 if all(code == 0 for code in mesh.exit_codes().values()) else 1
+    clean = all(code == 0 for code in mesh.exit_codes().values())
+    return 0 if clean and not snapshot_failed else 1
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from redis.asyncio import Redis
@@ -16,6 +17,9 @@ from redis.asyncio import Redis
 from apexmesh.store.keys import Keys
 from tests.support.demo_mesh import DemoMesh, start_demo
 from tests.support.redis_server import RedisServer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def _running(server: RedisServer) -> Iterator[RedisServer]:
@@ -50,6 +54,20 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """The one local SparkSession of a test run (``spark`` marker; each start costs 5 s
+    or more: shared/ECOSYSTEM.md section 5), configured as the job's own
+    (spark/session.py), on two cores at most."""
+    from spark.session import spark_session
+
+    session = spark_session("local[2]", driver_memory="1g", shuffle_partitions=4)
+    try:
+        yield session
+    finally:
+        session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -207,8 +207,14 @@ class LocalMesh:
             **{(k if ":" in k else f"seed:{k}"): p for k, p in seeds.items()},
         }
 
+    @property
+    def redis_url(self) -> str:
+        """The mesh's Redis (with its password): for tools run against the mesh, such as
+        the snapshot job of ``scripts/run --snapshot``."""
+        return f"redis://:{self._redis_password}@127.0.0.1:{self.redis_port}/0"
+
     def _plan(self, files: dict[str, Path]) -> None:
-        redis_url = f"redis://:{self._redis_password}@127.0.0.1:{self.redis_port}/0"
+        redis_url = self.redis_url
         common = {
             "APEXMESH_REDIS_URL": redis_url,
             "APEXMESH_SHUTDOWN_GRACE": "2",

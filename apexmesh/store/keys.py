@@ -178,8 +178,29 @@ class Keys:
 
     def pubsub_events(self) -> str:
         """STREAM, append-only: one entry per topic or subscription change, schema v2 in
-        docs/pubsub.md ("Event log"). Read by the Spark snapshot job; never trimmed here."""
+        docs/pubsub.md ("Event log"). Read by the Spark snapshot job, which trims what its
+        latest snapshot covers (docs/snapshot.md); the service never trims it."""
         return f"{self.prefix}:pubsub:events"
+
+    def pubsub_snapshot(self) -> str:
+        """HASH describing the current compact snapshot of the catalogue (docs/
+        snapshot.md): ``generation``, ``position`` (the last event id it covers),
+        ``snapshot_ms``, ``topics``, ``subscriptions``, ``schema``, ``trimmed`` (the log
+        holds nothing at or before this id), ``storage``. Switched in one script by
+        ``apexmesh.store.pubsub_snapshot`` once a generation's keys are complete."""
+        return f"{self.prefix}:pubsub:snapshot"
+
+    def pubsub_snapshot_topics(self, generation: str) -> str:
+        """HASH of one snapshot generation's topics: field ``"<domain> <topic>"``, value
+        compact JSON (``apexmesh.pubsub.catalogue.topic_to_json``). Written before the
+        switch, expired a grace period after the next switch."""
+        return f"{self.prefix}:pubsub:snapshot:{generation}:topics"
+
+    def pubsub_snapshot_subscriptions(self, generation: str) -> str:
+        """HASH of one snapshot generation's subscriptions: field ``"<domain>\\n<topic>
+        \\n<subscriber>\\n<subscription_id>"``, value compact JSON
+        (``apexmesh.pubsub.catalogue.subscription_to_json``)."""
+        return f"{self.prefix}:pubsub:snapshot:{generation}:subs"
 
     def pubsub_journal(self, domain: str) -> str:
         """HASH of one domain's in-progress work (section 4: "in persistent storage").

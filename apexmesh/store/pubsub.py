@@ -35,6 +35,7 @@ from typing import Final
 from redis.asyncio import Redis
 
 from apexmesh.apex.endpoint import Endpoint, EndpointError
+from apexmesh.pubsub.catalogue import EVENT_FIELDS_V2
 from apexmesh.pubsub.core import (
     Change,
     DataGranted,
@@ -61,25 +62,9 @@ from apexmesh.store.pubsub_records import (
 #: Version of the event schema; bumped only when a field changes meaning.
 EVENT_VERSION: Final = "2"
 
-#: Every field of an event, always present (empty string when it does not apply).
-EVENT_FIELDS: Final = (
-    "v",
-    "type",
-    "domain",
-    "topic",
-    "subscriber",
-    "subscription_id",
-    "selector_class",
-    "selector",
-    "cached",
-    "settings",
-    "originator",
-    "trans_id",
-    "expires_ms",
-    "reason",
-    "at_ms",
-    "pod",
-)
+#: Every field of an event, always present (empty string when it does not apply): the
+#: schema the snapshot job folds (one definition, apexmesh/pubsub/catalogue.py).
+EVENT_FIELDS: Final = EVENT_FIELDS_V2
 
 #: A live pod's journal entry is taken over only when it is this many times older than
 #: the retry delay (its pod keeps failing); a dead pod's entries at once.

@@ -1,7 +1,8 @@
 """Composition root of the pubsub service: builds everything from settings, no globals.
 
 Start order: Redis (PING), the access cache (subscribed to access changes before it
-answers), the subscriber cache (following the event log before it answers), the access,
+answers), the subscriber cache (following the event log before it answers), the
+catalogue's load in the background (never waited for: docs/snapshot.md), the access,
 presence and relay channels (lazy), the gRPC server, the lease loop, then the admin HTTP
 server. Stop order is the reverse: gRPC first (with its grace
 period), then the loop, then the pod's lease is given up so the leader redoes at once
@@ -41,7 +42,9 @@ from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache
 from apexmesh.store.pubsub_leader import elector_for
 from apexmesh.store.pubsub_messages import MessageStore
+from apexmesh.store.pubsub_snapshot import CatalogueSource, SnapshotStore
 from services.pubsub.admin import pubsub_routers
+from services.pubsub.catalogue_admin import catalogue_router
 from services.pubsub.content import ContentSelection
 from services.pubsub.http import create_http_app
 from services.pubsub.metrics import PubsubMetrics
@@ -80,6 +83,9 @@ class PubsubApp:
             topics=settings.cached_topics,
             placement_ttl_ms=settings.placement_ttl_ms,
         )
+        #: The whole catalogue (snapshot + later events: docs/snapshot.md), loaded in the
+        #: background once the pod serves; not on the delivery path.
+        self.catalogue = CatalogueSource(SnapshotStore(self.redis, self.keys), clock=now_ms)
         #: Submits out at once, shared by every submitter of the pod (flow control).
         limit = asyncio.Semaphore(settings.max_submits)
         attempts = settings.submit_attempts
@@ -128,6 +134,8 @@ class PubsubApp:
         self._cache = CachedAccessChecker(access, self.redis, self.keys)
         await self._cache.start()
         await self.subscribers.start()
+        if settings.catalogue == "eager":
+            self.catalogue.start()
         presence = None
         if settings.presence_address:
             presence_channel = observed_channel(settings.presence_address)
@@ -201,7 +209,10 @@ class PubsubApp:
                     guard=self.guard,
                     pod=settings.pod_id,
                     domains=settings.domains,
-                    routers=pubsub_routers(service, settings.pod_id, self.guard),
+                    routers=[
+                        *pubsub_routers(service, settings.pod_id, self.guard),
+                        catalogue_router(self.catalogue, settings.domains, self.guard),
+                    ],
                     details=lambda: {
                         "grpc_port": self.grpc_port,
                         "http_port": self.http_port,
@@ -265,6 +276,7 @@ class PubsubApp:
             await self._cache.aclose()
             self._cache = None
         await self.subscribers.aclose()
+        await self.catalogue.aclose()
         await self.relays.aclose()
         await self.fanout.aclose()
         for submitter in self.direct.values():

@@ -42,6 +42,9 @@
 - ``APEXMESH_PUBSUB_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8414``): admin HTTP.
 - ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
   tokens of the admin API (apexmesh/ops/admin.py).
+- ``APEXMESH_PUBSUB_CATALOGUE`` (``eager``): when a pod loads the whole catalogue (the
+  latest snapshot plus later events, docs/snapshot.md): ``eager`` in the background as
+  it starts, ``lazy`` at the first ``GET /catalogue``.
 - ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``), ``APEXMESH_DEV`` (``0``).
 - ``APEXMESH_PUBSUB_SCHEMAS``: ``URI=PATH`` list of the XML Schemas topics may name by
   URI (draft-wyman 6.2.3; nothing is ever fetched), read at start-up (a DOCTYPE or
@@ -147,6 +150,7 @@ class PubsubSettings:
     schemas: tuple[tuple[str, bytes], ...] = ()
     max_message_octets: int = 1024 * 1024
     message_lifetime_ms: int = 3_600_000
+    catalogue: str = "eager"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PubsubSettings:
@@ -171,6 +175,9 @@ class PubsubSettings:
         if not 2 <= duration <= 2_147_483_647:
             raise SettingsError("APEXMESH_PUBSUB_UPSTREAM_DURATION must be at least 2")
         pod_id = env.get("APEXMESH_PUBSUB_POD_ID", "") or socket.gethostname()
+        catalogue = env.get("APEXMESH_PUBSUB_CATALOGUE", "eager") or "eager"
+        if catalogue not in ("eager", "lazy"):
+            raise SettingsError("APEXMESH_PUBSUB_CATALOGUE must be eager or lazy")
         election = env.get("APEXMESH_PUBSUB_LEADER_ELECTION", "auto") or "auto"
         if election not in ("auto", "redis", "kubernetes"):
             raise SettingsError("APEXMESH_PUBSUB_LEADER_ELECTION must be auto, redis or kubernetes")
@@ -220,6 +227,7 @@ class PubsubSettings:
             * env_int(
                 env, "APEXMESH_PUBSUB_MESSAGE_LIFETIME_SECONDS", 3600, low=1, high=31_536_000
             ),
+            catalogue=catalogue,
         )
 
 

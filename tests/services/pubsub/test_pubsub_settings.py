@@ -83,3 +83,12 @@ def test_bad_settings_exit_2() -> None:
     )
     assert completed.returncode == 2, completed.stderr
     assert "APEXMESH_PUBSUB_DOMAINS" in completed.stderr
+
+
+@pytest.mark.unit
+def test_catalogue_loading() -> None:
+    assert PubsubSettings.from_env(BASE).catalogue == "eager"
+    lazy = PubsubSettings.from_env({**BASE, "APEXMESH_PUBSUB_CATALOGUE": "lazy"})
+    assert lazy.catalogue == "lazy"
+    with pytest.raises(SettingsError, match="APEXMESH_PUBSUB_CATALOGUE"):
+        PubsubSettings.from_env({**BASE, "APEXMESH_PUBSUB_CATALOGUE": "sometimes"})

@@ -1,0 +1,94 @@
+"""Settings of the snapshot job, read once from environment variables (the chart's
+CronJob sets them: charts/apex-mesh/templates/snapshot-cronjob.yaml).
+
+- ``APEXMESH_SNAPSHOT_STORAGE`` (``/var/lib/apex-mesh/snapshots``): where exported events
+  and snapshots go: a local directory (a PVC in the chart), ``file://...`` or
+  ``s3a://bucket/prefix`` (Spark through Hadoop's S3A, the driver through pyarrow's S3).
+- ``APEXMESH_SNAPSHOT_RETENTION`` (``24``): complete snapshots kept; older ones, and
+  exported events they alone covered, are removed.
+- ``APEXMESH_SNAPSHOT_MASTER`` (``local[*]``): the Spark master (``k8s://...`` on a
+  cluster).
+- ``APEXMESH_SNAPSHOT_DRIVER_MEMORY`` (``1g``): ``spark.driver.memory``.
+- ``APEXMESH_SNAPSHOT_SHUFFLE_PARTITIONS`` (``4``): ``spark.sql.shuffle.partitions``.
+- ``APEXMESH_SNAPSHOT_EXPORT_BATCH`` (``200000``): events per exported file at most.
+- ``APEXMESH_SNAPSHOT_TRIM`` (``1``): trim the log up to what the new snapshot covers.
+- ``APEXMESH_SNAPSHOT_GRACE_MS`` (``600000``): how long the previous Redis snapshot stays
+  readable after the switch.
+- ``APEXMESH_REDIS_URL``, ``APEXMESH_REDIS_PREFIX``, ``APEXMESH_REDIS_MAX_CONNECTIONS``,
+  ``APEXMESH_REDIS_POOL_TIMEOUT_SECONDS``, ``APEXMESH_DEV``: as for the services.
+- ``APEXMESH_PUBSUB_DOMAINS`` (optional): reported in the summary; the snapshot holds
+  every domain of the log.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from apexmesh.ops.settings import (
+    DEV_FLAG,
+    SettingsError,
+    check_redis_url,
+    env_flag,
+    env_int,
+    env_list,
+)
+from apexmesh.store.connection import RedisPoolSettings
+from apexmesh.store.pubsub_snapshot import DEFAULT_GRACE_MS
+
+#: The storage of the chart's CronJob (its PVC's mount).
+DEFAULT_STORAGE = "/var/lib/apex-mesh/snapshots"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSettings:
+    storage: str
+    retention: int
+    master: str
+    driver_memory: str
+    shuffle_partitions: int
+    export_batch: int
+    trim: bool
+    grace_ms: int
+    redis_url: str
+    redis_prefix: str
+    redis_pool: RedisPoolSettings
+    domains: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SnapshotSettings:
+        """Read and validate; raise :class:`SettingsError` with the variable's name."""
+        env = os.environ if env is None else env
+        dev = env_flag(env, DEV_FLAG)
+        storage = env.get("APEXMESH_SNAPSHOT_STORAGE", "") or DEFAULT_STORAGE
+        if "://" in storage and not storage.startswith(("file://", "s3a://")):
+            raise SettingsError("APEXMESH_SNAPSHOT_STORAGE must be a path, file:// or s3a://")
+        memory = env.get("APEXMESH_SNAPSHOT_DRIVER_MEMORY", "") or "1g"
+        if not memory[:-1].isdigit() or memory[-1].lower() not in "kmgt":
+            raise SettingsError("APEXMESH_SNAPSHOT_DRIVER_MEMORY must look like 512m or 2g")
+        return cls(
+            storage=storage.rstrip("/"),
+            retention=env_int(env, "APEXMESH_SNAPSHOT_RETENTION", 24, low=1, high=100_000),
+            master=env.get("APEXMESH_SNAPSHOT_MASTER", "") or "local[*]",
+            driver_memory=memory,
+            shuffle_partitions=env_int(
+                env, "APEXMESH_SNAPSHOT_SHUFFLE_PARTITIONS", 4, low=1, high=100_000
+            ),
+            export_batch=env_int(
+                env, "APEXMESH_SNAPSHOT_EXPORT_BATCH", 200_000, low=1, high=100_000_000
+            ),
+            trim=env.get("APEXMESH_SNAPSHOT_TRIM", "1") != "0",
+            grace_ms=env_int(
+                env, "APEXMESH_SNAPSHOT_GRACE_MS", DEFAULT_GRACE_MS, low=0, high=86_400_000
+            ),
+            redis_url=check_redis_url(
+                env.get("APEXMESH_REDIS_URL", "redis://127.0.0.1:6379/0"), dev=dev
+            ),
+            redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
+            redis_pool=RedisPoolSettings.from_env(env),
+            domains=env_list(env, "APEXMESH_PUBSUB_DOMAINS"),
+        )
+
+
+__all__ = ["DEFAULT_STORAGE", "SnapshotSettings"]
