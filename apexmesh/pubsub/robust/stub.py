@@ -218,9 +218,11 @@ class SubscriberStub:
             self.stats.duplicates += 1
             return out
         self._buffer[pos] = (info, payload)
-        self._high_pos = max(self._high_pos, pos)
-        if pos > self._next_pos:
-            self._request_missing(pos - 1, out, now_ms)
+        previous_high = self._high_pos
+        self._high_pos = max(previous_high, pos)
+        if pos > max(self._next_pos, previous_high + 1):
+            # Positions up to the previous highest were received or asked for already.
+            self._request_missing(max(self._next_pos, previous_high + 1), pos - 1, out, now_ms)
         self._drain(out, now_ms)
         return out
 
@@ -347,8 +349,8 @@ class SubscriberStub:
             return -1
         return source.covers_to
 
-    def _request_missing(self, upto: int, out: list[StubEvent], now: int) -> None:
-        first = max(self._next_pos, self._requested_to + 1, self._settled_to() + 1)
+    def _request_missing(self, start: int, upto: int, out: list[StubEvent], now: int) -> None:
+        first = max(start, self._requested_to + 1, self._settled_to() + 1)
         if first > upto:
             return
         self.stats.gaps_detected += 1
@@ -479,6 +481,15 @@ class SubscriberStub:
                 info, payload = self._buffer.pop(self._next_pos)
                 self._next_pos += 1
                 self._deliver(info, payload, out)
+            filled = [
+                trans_id
+                for trans_id, link in self._links.items()
+                if link.epoch == self._epoch
+                and link.last is not None
+                and link.last < self._next_pos
+            ]
+            for trans_id in filled:
+                del self._links[trans_id]
             return
 
 
