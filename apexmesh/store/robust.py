@@ -39,6 +39,7 @@ from redis.exceptions import ResponseError
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.pubsub.robust.elements import MAX_GAP
+from apexmesh.pubsub.robust.permissions import PermissionTable
 from apexmesh.pubsub.robust.publish_types import Image
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.store.keys import Keys
@@ -117,6 +118,12 @@ class StreamEntry:
     @property
     def source_seq(self) -> int:
         return int(self.fields.get("seq", b"0") or 0)
+
+    def permissions(self) -> PermissionTable | None:
+        """The table a ``perm`` entry sequenced (None for a publication)."""
+        if self.kind != "perm":
+            return None
+        return PermissionTable.from_json(json.loads(self.fields.get("table", b"{}")))
 
     @property
     def payload(self) -> bytes:
@@ -200,6 +207,17 @@ end
 return out
 """
 )
+
+# KEYS: owner, stream. ARGV: pod, table JSON, at_ms, retain count, min id ms.
+_PERMISSIONS: Final = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return redis.error_reply('NOTOWNER')
+end
+local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',
+    'kind', 'perm', 'table', ARGV[2], 'at_ms', ARGV[3])
+redis.call('XTRIM', KEYS[2], 'MINID', '~', ARGV[5])
+return id
+"""
 
 # KEYS: owner, epochs, link keys... ARGV: pod, max seq, ttl, window, subscribers...
 _HEARTBEATS: Final = (
@@ -303,6 +321,7 @@ class RobustStore:
         self.pod_id = pod_id
         self._commit = redis.register_script(_COMMIT)
         self._heartbeats = redis.register_script(_HEARTBEATS)
+        self._permissions = redis.register_script(_PERMISSIONS)
         self._read_link = redis.register_script(_READ_LINK)
         self._take = redis.register_script(_TAKE)
         self._release = redis.register_script(_RELEASE)
@@ -412,6 +431,37 @@ class RobustStore:
                 raise NotOwner(topic) from None
             raise
         return tuple(LinkSeq(int(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2))
+
+    async def commit_permissions(
+        self,
+        domain: str,
+        topic: str,
+        table: PermissionTable,
+        *,
+        now_ms: int,
+        retention: Retention,
+        check_owner: bool = True,
+    ) -> str:
+        """Sequence a permission table in the topic's stream (``kind`` ``perm``, the
+        whole table after the change): publications after it use it, on every pod and
+        in every repair (XEP 5.1 "applied from the next publication"). Returns its id."""
+        k = self.keys
+        args: list[str | int] = [
+            self.pod_id if check_owner else "",
+            json.dumps(table.to_json(), sort_keys=True),
+            now_ms,
+            retention.count,
+            max(0, now_ms - retention.ms),
+        ]
+        try:
+            raw = await self._permissions(
+                keys=[k.owner(domain, topic), k.stream(domain, topic)], args=args
+            )
+        except ResponseError as exc:
+            if "NOTOWNER" in str(exc):
+                raise NotOwner(topic) from None
+            raise
+        return _text(raw)
 
     async def end_link(self, domain: str, topic: str, subscriber: str) -> None:
         """The subscription ended: its link and epoch go (a new one starts at epoch 1)."""

@@ -7,6 +7,12 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
+from apexmesh.pubsub.robust.permissions import (
+    ChangeKind,
+    PermissionChange,
+    PermissionTable,
+    actor_of,
+)
 from apexmesh.pubsub.robust.publish_types import Image
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.store.keys import Keys
@@ -185,3 +191,23 @@ async def test_images_are_written_with_the_publication_and_dropped(
     assert await store.image(D, T, "XMPL") == image
     await _publish(store, A, 2, [], item="XMPL", type_="drop", drop=True)
     assert await store.image(D, T, "XMPL") is None
+
+
+async def test_permission_changes_are_sequenced_between_publications(
+    redis: Redis, keys: Keys
+) -> None:
+    store = await _store(redis, keys)
+    await _publish(store, A, 1, [(ALICE, True)])
+    table = PermissionTable().changed(
+        [PermissionChange(ChangeKind.GRANT, "6747", actor_of("*@example.com"))]
+    )
+    await store.commit_permissions(D, T, table, now_ms=1_000_010, retention=KEEP)
+    await _publish(store, A, 2, [(ALICE, True)], permtoken="6747")
+    entries = await store.read_after(D, T, [])
+    assert [e.kind for e in entries] == ["pub", "perm", "pub"]
+    assert entries[1].permissions() == table
+    assert entries[0].permissions() is None
+    assert entries[2].fields["permtoken"] == b"6747"
+    other = RobustStore(redis, keys, "pod-b")
+    with pytest.raises(NotOwner):
+        await other.commit_permissions(D, T, table, now_ms=1, retention=KEEP)
