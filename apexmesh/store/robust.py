@@ -31,10 +31,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
+from redis.typing import EncodableT
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
@@ -312,6 +314,18 @@ class Retention:
         return self.count
 
 
+async def _owned(
+    script: AsyncScript, keys: list[str], args: Sequence[EncodableT], topic: str
+) -> Any:
+    """Run an owner-checked script; its NOTOWNER error is :class:`NotOwner`."""
+    try:
+        return await script(keys=keys, args=args)
+    except ResponseError as exc:
+        if "NOTOWNER" in str(exc):
+            raise NotOwner(topic) from None
+        raise
+
+
 class RobustStore:
     """Robust pubsub state of one deployment, as seen by pod ``pod_id``."""
 
@@ -390,13 +404,7 @@ class RobustStore:
             k.images(domain, topic),
             *link_keys,
         ]
-        try:
-            raw = await self._commit(keys=keys, args=args)
-        except ResponseError as exc:
-            if "NOTOWNER" in str(exc):
-                raise NotOwner(topic) from None
-            raise
-        values = list(raw)
+        values = list(await _owned(self._commit, keys, args, topic))
         links: list[LinkSeq | None] = []
         for index in range(2, len(values), 2):
             seq, epoch = int(values[index]), int(values[index + 1])
@@ -424,12 +432,7 @@ class RobustStore:
             retention.window,
             *subscribers,
         ]
-        try:
-            raw = list(await self._heartbeats(keys=keys, args=args))
-        except ResponseError as exc:
-            if "NOTOWNER" in str(exc):
-                raise NotOwner(topic) from None
-            raise
+        raw = list(await _owned(self._heartbeats, keys, args, topic))
         return tuple(LinkSeq(int(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2))
 
     async def commit_permissions(

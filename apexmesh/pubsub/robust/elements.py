@@ -24,9 +24,9 @@ from typing import Final
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option, TargetHop
 from apexmesh.beep.xml import Element
+from apexmesh.pubsub._fields import naming
 from apexmesh.pubsub.elements import check_topic
 from apexmesh.pubsub.robust.permissions import (
     Actor,
@@ -372,7 +372,7 @@ def _gap_from(element: Element) -> GapRequest:
     names = ("topic", "transID", "linkfrom", "linkto", "linkepoch", "ns", "after")
     attrs = _dtd.attributes(element, allowed=names, required=("topic", "transID"))
     trans_id = _dtd.trans_id(attrs["transID"], "gap")
-    try:
+    with naming(trans_id):
         sources: list[tuple[Endpoint, int]] = []
         if "ns" in attrs or "after" in attrs:
             if "ns" not in attrs or "after" not in attrs:
@@ -402,9 +402,6 @@ def _gap_from(element: Element) -> GapRequest:
             link_epoch=epoch,
             sources=tuple(sources),
         )
-    except ApexError as exc:
-        exc.trans_id = trans_id
-        raise
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -430,13 +427,10 @@ def _sourcequery_from(element: Element) -> SourceQuery:
         element, allowed=("topic", "transID", "linkseq"), required=("topic", "transID")
     )
     trans_id = _dtd.trans_id(attrs["transID"], "sourcequery")
-    try:
+    with naming(trans_id):
         _empty(element, trans_id)
         link = None if "linkseq" not in attrs else _link_seq(attrs["linkseq"], trans_id, None)
         return SourceQuery(topic=check_topic(attrs["topic"]), trans_id=trans_id, link_seq=link)
-    except ApexError as exc:
-        exc.trans_id = trans_id
-        raise
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -463,14 +457,11 @@ def _snapshot_from(element: Element) -> SnapshotRequest:
         element, allowed=("topic", "transID", "item"), required=("topic", "transID")
     )
     trans_id = _dtd.trans_id(attrs["transID"], "snapshot")
-    try:
+    with naming(trans_id):
         _empty(element, trans_id)
         return SnapshotRequest(
             topic=check_topic(attrs["topic"]), trans_id=trans_id, item=attrs.get("item")
         )
-    except ApexError as exc:
-        exc.trans_id = trans_id
-        raise
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -503,7 +494,7 @@ class Permissions:
 def _permissions_from(element: Element) -> Permissions:
     attrs = _dtd.attributes(element, allowed=("topic", "transID"), required=("topic", "transID"))
     trans_id = _dtd.trans_id(attrs["transID"], "permissions")
-    try:
+    with naming(trans_id):
         changes: list[PermissionChange] = []
         for child in _dtd.element_children(element):
             try:
@@ -523,9 +514,6 @@ def _permissions_from(element: Element) -> Permissions:
         return Permissions(
             topic=check_topic(attrs["topic"]), trans_id=trans_id, changes=tuple(changes)
         )
-    except ApexError as exc:
-        exc.trans_id = trans_id
-        raise
 
 
 Request = GapRequest | SourceQuery | SnapshotRequest
