@@ -34,10 +34,16 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option
 from apexmesh.client.attachment import Attachment
-from apexmesh.client.errors import ApexClientError
+from apexmesh.client.errors import ApexClientError, PubsubError
 from apexmesh.client.outgoing import Content, XmlContent
 from apexmesh.client.received import ReceivedData
-from apexmesh.pubsub.elements import parse_service_message, service_endpoint, topic_endpoint
+from apexmesh.pubsub.elements import (
+    Cancel,
+    Subscribe,
+    parse_service_message,
+    service_endpoint,
+    topic_endpoint,
+)
 from apexmesh.pubsub.elements import topic_of as pubsub_topic_of
 from apexmesh.pubsub.robust.elements import (
     OPTION_NAME,
@@ -60,6 +66,8 @@ from apexmesh.pubsub.robust.stub import (
 #: transIDs of one topic's stub are drawn from their own block, so that an answer names
 #: its topic's stub (a block is ten million requests wide; 200 topics per client).
 TRANS_BLOCK = 10_000_000
+#: The block of this client's own pubsub operations (subscribe, cancel): the last one.
+OPERATIONS_BLOCK = 2_000_000_001
 
 EventCallback = Callable[[str, StubEvent], None]
 
@@ -90,6 +98,8 @@ class RobustClient:
         self._others: asyncio.Queue[ReceivedData] = asyncio.Queue()
         self._published: dict[int, asyncio.Future[int]] = {}
         self._publish_ids = itertools.count(1)
+        self._operation_ids = itertools.count(OPERATIONS_BLOCK)
+        self._replies: dict[int, asyncio.Future[Reply]] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -109,7 +119,7 @@ class RobustClient:
     ) -> SubscriberStub:
         """Run a stub for ``topic`` (subscribe to it as usual; the settings are the ones
         a source query reports)."""
-        if len(self._stubs) * TRANS_BLOCK + TRANS_BLOCK > 2_147_483_647:
+        if len(self._stubs) * TRANS_BLOCK + TRANS_BLOCK >= OPERATIONS_BLOCK:
             raise ValueError("too many robust topics on one client")
         stub = SubscriberStub(
             topic,
@@ -166,6 +176,46 @@ class RobustClient:
                 return await waiter
         finally:
             self._published.pop(trans_id, None)
+
+    async def subscribe(
+        self,
+        topic: str,
+        *,
+        duration: int,
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> Reply:
+        """Subscribe this endpoint to ``topic`` at ``apex=pubsub@domain`` (this client is
+        the attachment's only reader, so it sends the operation itself): the 250 reply,
+        PubsubError with the code otherwise."""
+        return await self._operation(
+            Subscribe(
+                subscriber=self.attachment.endpoint,
+                topic=topic,
+                trans_id=next(self._operation_ids),
+                duration=duration,
+            ),
+            topic,
+            timeout,
+        )
+
+    async def cancel(self, topic: str, *, timeout: float = 10.0) -> Reply:  # noqa: ASYNC109
+        """Cancel this endpoint's subscription to ``topic``."""
+        op = Cancel(topic=topic, trans_id=next(self._operation_ids))
+        return await self._operation(op, topic, timeout)
+
+    async def _operation(self, op: Subscribe | Cancel, topic: str, within: float) -> Reply:
+        self._start()
+        waiter: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._replies[op.trans_id] = waiter
+        try:
+            await self.attachment.send(service_endpoint(self.domain), XmlContent(op.to_xml()))
+            async with asyncio.timeout(within):
+                reply = await waiter
+        finally:
+            self._replies.pop(op.trans_id, None)
+        if reply.code != 250:
+            raise PubsubError(reply.code, reply.text, trans_id=reply.trans_id, topic=topic)
+        return reply
 
     async def reattach(self, attachment: Attachment) -> None:
         """Read from ``attachment`` from now on (the stubs keep their state)."""
@@ -263,6 +313,11 @@ class RobustClient:
             return False
         if not isinstance(message, Reply) or message.trans_id is None:
             return False
+        replied = self._replies.get(message.trans_id)
+        if replied is not None:
+            if not replied.done():
+                replied.set_result(message)
+            return True
         topic = self._gaps.pop(message.trans_id, None)
         if topic is None or message.code == 250:
             return topic is not None
@@ -283,4 +338,4 @@ class RobustClient:
             self._wake.set()
 
 
-__all__ = ["TRANS_BLOCK", "EventCallback", "RobustClient"]
+__all__ = ["OPERATIONS_BLOCK", "TRANS_BLOCK", "EventCallback", "RobustClient"]

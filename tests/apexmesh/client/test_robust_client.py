@@ -24,9 +24,11 @@ from redis.asyncio import Redis
 from apexmesh.apex.data import Recipient
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
+from apexmesh.client import PubsubClient
 from apexmesh.client.attachment import Attachment
+from apexmesh.client.errors import PubsubError
 from apexmesh.client.outgoing import XmlContent
-from apexmesh.client.robust import RobustClient
+from apexmesh.client.robust import OPERATIONS_BLOCK, RobustClient
 from apexmesh.pubsub.robust.elements import (
     GapReply,
     GapRequest,
@@ -48,6 +50,7 @@ from apexmesh.store.robust import (
     RobustStore,
     StreamEntry,
 )
+from tests.services.pubsub.conftest import started_mesh
 from tests.support.mesh import endpoint_client, running_mesh
 from tests.support.redis_server import RedisServer
 
@@ -339,3 +342,33 @@ async def test_publishers_get_their_source_seq(
         first = await wilma.publish(TOPIC, b"a", header, recipient=FRED)
         second = await wilma.publish(TOPIC, b"b", header, recipient=FRED)
         assert (first, second) == (1, 2)
+
+
+async def test_a_robust_client_subscribes_by_itself_and_passes_plain_data_on(
+    redis_server: RedisServer, keys: Keys, tmp_path: Path
+) -> None:
+    """Against the real pubsub service: the client (its attachment's only reader) makes
+    its subscription, refusals raise with the code, and a best-effort publication (no
+    robust option) goes to next_other untouched."""
+    async with (
+        started_mesh(redis_server, keys, tmp_path, pubsub_in_process=("p1", "p2")) as mesh,
+        endpoint_client(mesh.a.edge_port) as client_a,
+        endpoint_client(mesh.b.edge_port) as client_b,
+    ):
+        mike = PubsubClient(await client_a.attach("mike@example.com"))
+        fred = RobustClient(await client_b.attach("fred@example.com"))
+        try:
+            await mike.create_topic("sports")
+            reply = await fred.subscribe("sports", duration=60)
+            assert reply.code == 250
+            assert reply.trans_id >= OPERATIONS_BLOCK
+            with pytest.raises(PubsubError) as refused:
+                await fred.subscribe("nosuch", duration=60)
+            assert refused.value.code == 537  # step 1: no access entry for an unknown topic
+            await mike.publish("sports", b"goal")
+            received = await asyncio.wait_for(fred.next_other(), timeout=10)
+            assert received.content == b"goal"
+            assert (await fred.cancel("sports")).code == 250
+        finally:
+            await mike.aclose()
+            await fred.aclose()
