@@ -40,7 +40,9 @@ from figures import figure
 from loads import IN_FLIGHT, RedisSide, stamp, windowed
 
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.pubsub.robust.elements import RobustInfo
+from apexmesh.pubsub.robust.elements import (
+    RobustInfo,
+)
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.stub import Deliver, SendGap, StubEvent, SubscriberStub
 from apexmesh.store.keys import Keys

@@ -47,12 +47,14 @@ from apexmesh.pubsub.elements import (
 from apexmesh.pubsub.elements import topic_of as pubsub_topic_of
 from apexmesh.pubsub.robust.elements import (
     OPTION_NAME,
-    GapReply,
-    Published,
     PublishHeader,
-    parse_answer,
     publish_option,
     robust_from_option,
+)
+from apexmesh.pubsub.robust.operations import (
+    GapReply,
+    Published,
+    parse_answer,
 )
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.stub import (

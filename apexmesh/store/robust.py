@@ -40,7 +40,9 @@ from redis.typing import EncodableT
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.pubsub.robust.elements import MAX_GAP
+from apexmesh.pubsub.robust.elements import (
+    MAX_GAP,
+)
 from apexmesh.pubsub.robust.permissions import PermissionTable
 from apexmesh.pubsub.robust.publish_types import Image
 from apexmesh.pubsub.robust.seq import Resolution

@@ -16,8 +16,14 @@ import random
 from dataclasses import dataclass, field
 
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.pubsub.robust.elements import GapReply, GapRequest, RobustInfo
+from apexmesh.pubsub.robust.elements import (
+    RobustInfo,
+)
 from apexmesh.pubsub.robust.link import LinkSender
+from apexmesh.pubsub.robust.operations import (
+    GapReply,
+    GapRequest,
+)
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.stub import (
     Deliver,

@@ -48,7 +48,15 @@ from dataclasses import dataclass, field
 
 from apexmesh.apex._dtd import MAX_TRANS_ID
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.pubsub.robust.elements import MAX_GAP, MAX_SOURCES, GapReply, GapRequest, RobustInfo
+from apexmesh.pubsub.robust.elements import (
+    MAX_GAP,
+    MAX_SOURCES,
+    RobustInfo,
+)
+from apexmesh.pubsub.robust.operations import (
+    GapReply,
+    GapRequest,
+)
 from apexmesh.pubsub.robust.publish_types import PublishType
 from apexmesh.pubsub.robust.seq import RESYNC, Resolution
 

@@ -30,14 +30,16 @@ from apexmesh.client.errors import PubsubError
 from apexmesh.client.outgoing import XmlContent
 from apexmesh.client.robust import OPERATIONS_BLOCK, RobustClient
 from apexmesh.pubsub.robust.elements import (
+    PublishHeader,
+    RobustInfo,
+    publish_from_option,
+    robust_option,
+)
+from apexmesh.pubsub.robust.operations import (
     GapReply,
     GapRequest,
     Published,
-    PublishHeader,
-    RobustInfo,
     parse_request,
-    publish_from_option,
-    robust_option,
 )
 from apexmesh.pubsub.robust.publish_types import PublishType
 from apexmesh.pubsub.robust.seq import Resolution

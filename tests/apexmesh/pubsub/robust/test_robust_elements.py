@@ -11,24 +11,26 @@ from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option
 from apexmesh.pubsub.robust.elements import (
     MAX_GAP,
+    PublishHeader,
+    RobustInfo,
+    link_span,
+    publish_from_option,
+    publish_option,
+    robust_from_option,
+    robust_option,
+)
+from apexmesh.pubsub.robust.operations import (
     GapReply,
     GapRequest,
     Permissions,
     Position,
     Published,
-    PublishHeader,
-    RobustInfo,
     SnapshotRequest,
     SourceInfo,
     SourceQuery,
-    link_span,
     parse_answer,
     parse_permissions,
     parse_request,
-    publish_from_option,
-    publish_option,
-    robust_from_option,
-    robust_option,
 )
 from apexmesh.pubsub.robust.permissions import Actor, ChangeKind, PermissionChange
 from apexmesh.pubsub.robust.publish_types import PublishType

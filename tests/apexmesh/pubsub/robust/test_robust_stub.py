@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.pubsub.robust.elements import GapReply, GapRequest, RobustInfo
+from apexmesh.pubsub.robust.elements import (
+    RobustInfo,
+)
+from apexmesh.pubsub.robust.operations import (
+    GapReply,
+    GapRequest,
+)
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.stub import (
     Delayed,

@@ -10,14 +10,16 @@ from apexmesh.apex.data import Data, DataContent, Originator, Recipient
 from apexmesh.apex.elements import parse_apex
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.pubsub.robust.elements import (
-    GapRequest,
     PublishHeader,
     RobustInfo,
-    parse_request,
     publish_from_option,
     publish_option,
     robust_from_option,
     robust_option,
+)
+from apexmesh.pubsub.robust.operations import (
+    GapRequest,
+    parse_request,
 )
 from apexmesh.pubsub.robust.publish_types import PublishType
 
