@@ -1,0 +1,343 @@
+"""Robust pubsub in the endpoint SDK: the subscriber stub over an attachment (XEP-0040
+2.1, docs/robust.md).
+
+::
+
+    robust = RobustClient(attachment)                   # the attachment's only reader
+    robust.follow("data.topics", resolution=Resolution.BITS32, heartbeat_ms=5000)
+    publication = await robust.next()                    # in order, exactly once
+    seq = await robust.publish("data.topics", b"...", PublishHeader(type=UPDATE))
+
+A :class:`RobustClient` reads everything its attachment receives (it must be the only
+reader, so it does the pubsub operations it needs itself): data carrying a ``robust``
+per-recipient option goes to the stub of its topic (:class:`~apexmesh.pubsub.robust.
+stub.SubscriberStub`), ``gapreply`` and error ``reply`` answers of the stub's gap
+requests go back to it, ``published`` answers resolve :meth:`publish`, anything else is
+:meth:`next_other`'s. One timer task calls the stubs' ``tick`` at their deadline. The
+stub's "delayed", "repair refused" and "resynchronised" are passed to ``on_event``.
+
+The stub survives a reattachment: :meth:`reattach` moves the reader to a new attachment
+(the relay pod died, the application attached again through another one) and the first
+delivery there shows the gap, which the stub repairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Callable
+
+from apexmesh.apex.elements import Reply
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.options import Option
+from apexmesh.client.attachment import Attachment
+from apexmesh.client.errors import ApexClientError, PubsubError
+from apexmesh.client.outgoing import Content, XmlContent
+from apexmesh.client.received import ReceivedData
+from apexmesh.pubsub.elements import (
+    Cancel,
+    Subscribe,
+    parse_service_message,
+    service_endpoint,
+    topic_endpoint,
+)
+from apexmesh.pubsub.elements import topic_of as pubsub_topic_of
+from apexmesh.pubsub.robust.elements import (
+    OPTION_NAME,
+    PublishHeader,
+    publish_option,
+    robust_from_option,
+)
+from apexmesh.pubsub.robust.operations import (
+    GapReply,
+    Published,
+    parse_answer,
+)
+from apexmesh.pubsub.robust.seq import Resolution
+from apexmesh.pubsub.robust.stub import (
+    Deliver,
+    Publication,
+    SendGap,
+    StubEvent,
+    SubscriberStub,
+)
+
+#: transIDs of one topic's stub are drawn from their own block, so that an answer names
+#: its topic's stub (a block is ten million requests wide; 200 topics per client).
+TRANS_BLOCK = 10_000_000
+#: The block of this client's own pubsub operations (subscribe, cancel): the last one.
+OPERATIONS_BLOCK = 2_000_000_001
+
+EventCallback = Callable[[str, StubEvent], None]
+
+
+class RobustClient:
+    """Robust subscriptions and publications of one attachment."""
+
+    def __init__(
+        self,
+        attachment: Attachment,
+        *,
+        domain: str | None = None,
+        service: Endpoint | None = None,
+        topic_of: Callable[[Endpoint], str | None] = pubsub_topic_of,
+        on_event: EventCallback | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.attachment = attachment
+        self.domain = domain or attachment.endpoint.domain
+        #: Where gap requests go (``apex=pubsub@DOMAIN``).
+        self.service = service or service_endpoint(self.domain)
+        self._topic_of = topic_of
+        self._on_event = on_event
+        self._clock = clock
+        self._stubs: dict[str, SubscriberStub] = {}
+        self._gaps: dict[int, str] = {}
+        self._publications: asyncio.Queue[Publication] = asyncio.Queue()
+        self._others: asyncio.Queue[ReceivedData] = asyncio.Queue()
+        self._published: dict[int, asyncio.Future[int]] = {}
+        self._publish_ids = itertools.count(1)
+        self._operation_ids = itertools.count(OPERATIONS_BLOCK)
+        self._replies: dict[int, asyncio.Future[Reply]] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _now(self) -> int:
+        return int(self._clock() * 1000)
+
+    # ------------------------------------------------------------------ application API
+
+    def follow(
+        self,
+        topic: str,
+        *,
+        resolution: Resolution,
+        heartbeat_ms: int,
+        fresh: bool = True,
+        repair_timeout_ms: int | None = None,
+    ) -> SubscriberStub:
+        """Run a stub for ``topic`` (subscribe to it as usual; the settings are the ones
+        a source query reports)."""
+        if len(self._stubs) * TRANS_BLOCK + TRANS_BLOCK >= OPERATIONS_BLOCK:
+            raise ValueError("too many robust topics on one client")
+        stub = SubscriberStub(
+            topic,
+            resolution=resolution,
+            heartbeat_ms=heartbeat_ms,
+            now_ms=self._now(),
+            fresh=fresh,
+            repair_timeout_ms=repair_timeout_ms,
+            first_trans_id=len(self._stubs) * TRANS_BLOCK + 1,
+        )
+        self._stubs[topic] = stub
+        self._start()
+        self._wake.set()
+        return stub
+
+    def stub(self, topic: str) -> SubscriberStub:
+        return self._stubs[topic]
+
+    async def next(self) -> Publication:
+        """The next publication of a followed topic, in order, exactly once."""
+        self._start()
+        return await self._publications.get()
+
+    async def next_other(self) -> ReceivedData:
+        """Anything the attachment received that is not robust pubsub's."""
+        self._start()
+        return await self._others.get()
+
+    async def publish(
+        self,
+        topic: str,
+        content: Content,
+        header: PublishHeader | None = None,
+        *,
+        content_type: str = "application/octet-stream",
+        item_header: str = "item",
+        recipient: Endpoint | None = None,
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> int:
+        """Publish to ``topic`` with ``header`` and return the source seq the service
+        gave it (its ``published`` answer); TimeoutError when none comes."""
+        self._start()
+        trans_id = next(self._publish_ids)
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._published[trans_id] = waiter
+        try:
+            await self.attachment.send(
+                recipient or topic_endpoint(topic, self.domain),
+                content,
+                content_type=content_type,
+                options=(publish_option(header or PublishHeader(), trans_id, item_header),),
+            )
+            async with asyncio.timeout(timeout):
+                return await waiter
+        finally:
+            self._published.pop(trans_id, None)
+
+    async def subscribe(
+        self,
+        topic: str,
+        *,
+        duration: int,
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> Reply:
+        """Subscribe this endpoint to ``topic`` at ``apex=pubsub@domain`` (this client is
+        the attachment's only reader, so it sends the operation itself): the 250 reply,
+        PubsubError with the code otherwise."""
+        return await self._operation(
+            Subscribe(
+                subscriber=self.attachment.endpoint,
+                topic=topic,
+                trans_id=next(self._operation_ids),
+                duration=duration,
+            ),
+            topic,
+            timeout,
+        )
+
+    async def cancel(self, topic: str, *, timeout: float = 10.0) -> Reply:  # noqa: ASYNC109
+        """Cancel this endpoint's subscription to ``topic``."""
+        op = Cancel(topic=topic, trans_id=next(self._operation_ids))
+        return await self._operation(op, topic, timeout)
+
+    async def _operation(self, op: Subscribe | Cancel, topic: str, within: float) -> Reply:
+        self._start()
+        waiter: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._replies[op.trans_id] = waiter
+        try:
+            await self.attachment.send(service_endpoint(self.domain), XmlContent(op.to_xml()))
+            async with asyncio.timeout(within):
+                reply = await waiter
+        finally:
+            self._replies.pop(op.trans_id, None)
+        if reply.code != 250:
+            raise PubsubError(reply.code, reply.text, trans_id=reply.trans_id, topic=topic)
+        return reply
+
+    async def reattach(self, attachment: Attachment) -> None:
+        """Read from ``attachment`` from now on (the stubs keep their state)."""
+        await self._stop()
+        self.attachment = attachment
+        self._start()
+
+    async def aclose(self) -> None:
+        await self._stop()
+
+    # ------------------------------------------------------------------ tasks
+
+    def _start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._read(), name="robust-reader"),
+                asyncio.create_task(self._timer(), name="robust-timer"),
+            ]
+
+    async def _stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, ApexClientError):
+                await task
+
+    async def _read(self) -> None:
+        with contextlib.suppress(ApexClientError):
+            while True:
+                received = await self.attachment.receive()
+                await self._dispatch(received)
+
+    async def _timer(self) -> None:
+        while True:
+            deadlines = [stub.next_deadline() for stub in self._stubs.values()]
+            self._wake.clear()
+            delay = 3600.0 if not deadlines else max(0.0, (min(deadlines) - self._now()) / 1000)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+            now = self._now()
+            for topic, stub in list(self._stubs.items()):
+                if stub.next_deadline() <= now:
+                    await self._carry_out(topic, stub.tick(now))
+
+    # ------------------------------------------------------------------ dispatching
+
+    def _robust_option(self, received: ReceivedData) -> Option | None:
+        for recipient in received.data.recipients:
+            if recipient.identity == self.attachment.endpoint:
+                for option in recipient.options:
+                    if option.internal == OPTION_NAME:
+                        return option
+        return None
+
+    async def _dispatch(self, received: ReceivedData) -> None:
+        option = self._robust_option(received)
+        if option is not None:
+            topic = self._topic_of(received.originator)
+            stub = None if topic is None else self._stubs.get(topic)
+            if stub is not None and topic is not None:
+                try:
+                    info = robust_from_option(option, stub.resolution)
+                except ApexError:
+                    self._others.put_nowait(received)
+                    return
+                await self._carry_out(topic, stub.receive(info, received.content, self._now()))
+                return
+        if received.is_xml and await self._answer(received):
+            return
+        self._others.put_nowait(received)
+
+    async def _answer(self, received: ReceivedData) -> bool:
+        """A gapreply, published or error reply of ours; True when it was one."""
+        try:
+            answer = parse_answer(received.content)
+        except ApexError:
+            answer = None
+        if isinstance(answer, GapReply):
+            topic = self._gaps.get(answer.trans_id)
+            if topic is None:
+                return False
+            self._gaps.pop(answer.trans_id, None)
+            await self._carry_out(topic, self._stubs[topic].gap_answered(answer, self._now()))
+            return True
+        if isinstance(answer, Published):
+            waiter = self._published.get(answer.trans_id)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(answer.source_seq)
+            return waiter is not None
+        try:
+            message = parse_service_message(received.content)
+        except ApexError:
+            return False
+        if not isinstance(message, Reply) or message.trans_id is None:
+            return False
+        replied = self._replies.get(message.trans_id)
+        if replied is not None:
+            if not replied.done():
+                replied.set_result(message)
+            return True
+        topic = self._gaps.pop(message.trans_id, None)
+        if topic is None or message.code == 250:
+            return topic is not None
+        stub = self._stubs[topic]
+        await self._carry_out(topic, stub.gap_refused(message.trans_id, message.code, self._now()))
+        return True
+
+    async def _carry_out(self, topic: str, events: list[StubEvent]) -> None:
+        for event in events:
+            if isinstance(event, Deliver):
+                self._publications.put_nowait(event.publication)
+            elif isinstance(event, SendGap):
+                self._gaps[event.request.trans_id] = topic
+                await self.attachment.send(self.service, XmlContent(event.request.to_xml()))
+            elif self._on_event is not None:
+                self._on_event(topic, event)
+        if events:
+            self._wake.set()
+
+
+__all__ = ["OPERATIONS_BLOCK", "TRANS_BLOCK", "EventCallback", "RobustClient"]

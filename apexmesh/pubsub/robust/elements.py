@@ -1,0 +1,262 @@
+"""The robust pubsub delivery options (XEP-0040 mapped onto APEX, docs/robust.md
+"Elements").
+
+- ``robust``: the content of the per-recipient option ``internal='robust'`` on every
+  delivery of a robust topic (XEP 2.1's ``publish`` attributes: linkseq, sourceseq,
+  from, type, permtoken; the link epoch; heartbeats with ``ns='link.heartbeat'``;
+  redeliveries of a source repair or snapshot with ``gap`` and ``gapseq``);
+- ``publish``: the content of the per-data option a publisher sends with its data (type,
+  item, permtoken, source for a contribution).
+
+The operations and answers (gap, sourcequery, snapshot, permissions, gapreply,
+sourceinfo, published) are :mod:`apexmesh.pubsub.robust.operations`. Elements are in
+:data:`NS` or in no namespace, read alike and written in :data:`NS`, parsed with the one
+hardened parser: 500 not well-formed, 501 not following the syntax, 553 a value out of
+range, 504 an unknown publish type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from apexmesh.apex import _dtd
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.options import Option, TargetHop
+from apexmesh.beep.xml import Element
+from apexmesh.pubsub.robust._wire import (
+    HEARTBEAT_NS,
+    MAX_CHANGES,
+    MAX_GAP,
+    MAX_SOURCES,
+    NS,
+    OPTION_NAME,
+    PERMISSIONING,
+    TYPES_REPORTED,
+    link_span,
+)
+from apexmesh.pubsub.robust._wire import INVALID as _INVALID
+from apexmesh.pubsub.robust._wire import digits as _digits
+from apexmesh.pubsub.robust._wire import empty as _empty
+from apexmesh.pubsub.robust._wire import link_seq as _link_seq
+from apexmesh.pubsub.robust._wire import local as _local
+from apexmesh.pubsub.robust._wire import opt as _opt
+from apexmesh.pubsub.robust._wire import root as _root
+from apexmesh.pubsub.robust._wire import source_seq as _source_seq
+from apexmesh.pubsub.robust.permissions import (
+    check_token,
+)
+from apexmesh.pubsub.robust.publish_types import PublishType, check_item, publish_type
+from apexmesh.pubsub.robust.seq import RESYNC, Resolution
+
+# --------------------------------------------------------------------------- robust
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RobustInfo:
+    """The ``robust`` option content of one delivery."""
+
+    #: None only for a redelivery of a source repair or a snapshot (``gap`` set).
+    link_seq: int | None
+    #: The link's epoch: +1 each time the service restarts the link at 0 (None: not
+    #: said). It makes a resync unambiguous even when the delivery with 0 is lost.
+    link_epoch: int | None = None
+    #: None for a heartbeat.
+    source_seq: int | None = None
+    #: The source (publisher endpoint); ``apex=pubsub@DOMAIN`` for a heartbeat.
+    source: Endpoint
+    type: PublishType | None = None
+    item: str | None = None
+    permtoken: str | None = None
+    contributor: Endpoint | None = None
+    heartbeat: bool = False
+    #: transID of the gap or snapshot this redelivery answers, and its place 1..count.
+    gap: int | None = None
+    gap_seq: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.heartbeat:
+            extra = (self.source_seq, self.type, self.item, self.permtoken, self.contributor)
+            if any(value is not None for value in extra):
+                _dtd.fail("robust: a heartbeat carries only linkseq and from")
+        elif self.source_seq is None:
+            _dtd.fail("robust: a publication needs its sourceseq")
+        if (self.gap is None) != (self.gap_seq is None):
+            _dtd.fail("robust: gap and gapseq go together")
+        if self.link_seq is None and self.gap is None:
+            _dtd.fail("robust: linkseq is required outside a repair")
+        if self.type is PublishType.SNAPSHOT:
+            _dtd.fail("robust: snapshot is not a delivered type", _INVALID)
+
+    @property
+    def resync(self) -> bool:
+        """Link seq 0: the service restarted this link (XEP example 4)."""
+        return self.link_seq == RESYNC
+
+    def to_xml(self) -> bytes:
+        return _root(
+            "robust",
+            [
+                ("linkseq", _opt(self.link_seq)),
+                ("linkepoch", _opt(self.link_epoch)),
+                ("sourceseq", _opt(self.source_seq)),
+                ("from", str(self.source)),
+                ("type", None if self.type is None else self.type.value),
+                ("item", self.item),
+                ("permtoken", self.permtoken),
+                ("contributor", None if self.contributor is None else str(self.contributor)),
+                ("ns", HEARTBEAT_NS if self.heartbeat else None),
+                ("gap", _opt(self.gap)),
+                ("gapseq", _opt(self.gap_seq)),
+            ],
+        )
+
+
+_ROBUST_ATTRS: Final = (
+    "linkseq",
+    "linkepoch",
+    "sourceseq",
+    "from",
+    "type",
+    "item",
+    "permtoken",
+    "contributor",
+    "ns",
+    "gap",
+    "gapseq",
+)
+
+
+def robust_from(element: Element, resolution: Resolution | None = None) -> RobustInfo:
+    """Read a ``robust`` element; ``resolution`` bounds linkseq (64 bits when unknown)."""
+    if _local(element) != "robust":
+        _dtd.fail(f"expected robust, got {_local(element)[:32]!r}")
+    attrs = _dtd.attributes(element, allowed=_ROBUST_ATTRS, required=("from",))
+    _empty(element, None)
+    ns = attrs.get("ns")
+    if ns is not None and ns != HEARTBEAT_NS:
+        _dtd.fail(f"robust: ns {ns[:32]!r} is not {HEARTBEAT_NS}")
+    return RobustInfo(
+        link_seq=None if "linkseq" not in attrs else _link_seq(attrs["linkseq"], None, resolution),
+        link_epoch=None
+        if "linkepoch" not in attrs
+        else _source_seq(attrs["linkepoch"], None, "linkepoch", 0),
+        source_seq=None if "sourceseq" not in attrs else _source_seq(attrs["sourceseq"], None),
+        source=_dtd.endpoint(attrs["from"], "robust"),
+        type=None if "type" not in attrs else publish_type(attrs["type"]),
+        item=None if "item" not in attrs else check_item(attrs["item"]),
+        permtoken=None if "permtoken" not in attrs else check_token(attrs["permtoken"]),
+        contributor=(
+            None if "contributor" not in attrs else _dtd.endpoint(attrs["contributor"], "robust")
+        ),
+        heartbeat=ns is not None,
+        gap=None if "gap" not in attrs else _dtd.trans_id(attrs["gap"], "robust"),
+        gap_seq=(
+            None if "gapseq" not in attrs else _digits(attrs["gapseq"], "gapseq", None, MAX_GAP, 1)
+        ),
+    )
+
+
+def robust_option(info: RobustInfo, trans_id: int) -> Option:
+    """The per-recipient option carrying ``info`` (targetHop final, not mustUnderstand:
+    the final relay passes it on without interpreting it, docs/robust.md)."""
+    return Option(
+        internal=OPTION_NAME,
+        trans_id=trans_id,
+        target_hop=TargetHop.FINAL,
+        must_understand=False,
+        content=info.to_xml(),
+    )
+
+
+def _option_root(option: Option) -> Element:
+    if option.internal != OPTION_NAME:
+        _dtd.fail(f"option {option.name[:32]!r} is not {OPTION_NAME}")
+    root = _dtd.parse_root(b"<o>" + option.content + b"</o>")
+    children = _dtd.element_children(root)
+    if len(children) != 1:
+        _dtd.fail(f"{OPTION_NAME} option: exactly one element expected")
+    return children[0]
+
+
+def robust_from_option(option: Option, resolution: Resolution | None = None) -> RobustInfo:
+    """The delivery information of a ``robust`` option (501 for other content)."""
+    return robust_from(_option_root(option), resolution)
+
+
+# --------------------------------------------------------------------------- publish
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishHeader:
+    """What a publisher says about its publication (per-data option content)."""
+
+    type: PublishType | None = None
+    item: str | None = None
+    permtoken: str | None = None
+    #: The source published to when it is not the originator: a contribution (XEP 5.2).
+    source: Endpoint | None = None
+
+    def __post_init__(self) -> None:
+        if self.type is PublishType.SNAPSHOT:
+            _dtd.fail("publish: snapshot is a request, not a publication", _INVALID)
+
+    def to_xml(self, item_header: str = "item") -> bytes:
+        return _root(
+            "publish",
+            [
+                ("type", None if self.type is None else self.type.value),
+                (item_header, self.item),
+                ("permtoken", self.permtoken),
+                ("source", None if self.source is None else str(self.source)),
+            ],
+        )
+
+
+def publish_from(element: Element, item_header: str = "item") -> PublishHeader:
+    if _local(element) != "publish":
+        _dtd.fail(f"expected publish, got {_local(element)[:32]!r}")
+    attrs = _dtd.attributes(element, allowed=("type", item_header, "permtoken", "source"))
+    _empty(element, None)
+    return PublishHeader(
+        type=None if "type" not in attrs else publish_type(attrs["type"]),
+        item=None if item_header not in attrs else check_item(attrs[item_header]),
+        permtoken=None if "permtoken" not in attrs else check_token(attrs["permtoken"]),
+        source=None if "source" not in attrs else _dtd.endpoint(attrs["source"], "publish"),
+    )
+
+
+def publish_option(header: PublishHeader, trans_id: int, item_header: str = "item") -> Option:
+    """The per-data option a publisher sends with its data."""
+    return Option(
+        internal=OPTION_NAME,
+        trans_id=trans_id,
+        target_hop=TargetHop.FINAL,
+        must_understand=False,
+        content=header.to_xml(item_header),
+    )
+
+
+def publish_from_option(option: Option, item_header: str = "item") -> PublishHeader:
+    return publish_from(_option_root(option), item_header)
+
+
+__all__ = [
+    "HEARTBEAT_NS",
+    "MAX_CHANGES",
+    "MAX_GAP",
+    "MAX_SOURCES",
+    "NS",
+    "OPTION_NAME",
+    "PERMISSIONING",
+    "TYPES_REPORTED",
+    "PublishHeader",
+    "RobustInfo",
+    "link_span",
+    "publish_from",
+    "publish_from_option",
+    "publish_option",
+    "robust_from",
+    "robust_from_option",
+    "robust_option",
+]

@@ -1,0 +1,514 @@
+"""The subscriber stub (XEP-0040 section 2.1): in order, exactly once, repaired by itself.
+
+"The subscriber stub is responsible for ordering information and detecting and repairing
+any gaps to provide sequential data for consumption by the application, which should not
+concern itself with such issues." One :class:`SubscriberStub` per robust link (a topic
+the endpoint subscribed to), sans I/O: the adapter (``apexmesh/client/robust.py``) feeds
+it deliveries, gap answers and the time, and carries out the events it returns.
+
+Rules (docs/robust.md, "The subscriber stub"):
+
+1. **Positions.** A link seq is unwrapped into a position within its epoch (an epoch
+   starts at link seq 0, position 0), so wrap-around is invisible. A delivery at a
+   position already passed, or already buffered, is a duplicate.
+2. **In order, once.** Deliveries wait in a buffer until every earlier position arrived;
+   heartbeats take a position and deliver nothing. A publication whose source seq is not
+   above the last one delivered from its source (the per-source high-water mark) is a
+   duplicate too: that is what makes a source repair overlapping the live flow safe.
+3. **Repair by link range first.** A delivery beyond the next position asks at once for
+   the positions in between (:class:`SendGap` with ``linkfrom``/``linkto``/``linkepoch``,
+   at most :data:`~apexmesh.pubsub.robust.elements.MAX_GAP` at a time).
+4. **Then by source.** A refused link repair asks by source: the last delivered source
+   seq of each source (the service resumes after the latest of them, in the topic's
+   order, for every source), or everything retained when nothing was delivered yet. While
+   a source repair runs, the link buffer waits: its redeliveries (``gap``, ``gapseq``)
+   come first, in their order, and then the buffer, deduplicated. When it completes,
+   positions up to the highest one known when it was asked are settled (what they lacked
+   came in the repair).
+5. **Refused.** A refused source repair is :class:`RepairRefused`; the stub then delivers
+   on from the next position it has (what was lost stays lost, and is said once).
+6. **Resync.** A delivery of a later link epoch (the service restarted the link at 0, XEP
+   example 4) drops what was pending of the old epoch, reports :class:`Resynchronised`
+   and asks by source for what the old epoch may have lacked; the new epoch is delivered
+   after that repair.
+7. **Heartbeats.** Nothing heard for ``overdue_intervals`` heartbeat intervals:
+   :class:`Delayed` (once, until something is heard) and an open link repair
+   (``linkfrom`` without ``linkto``) of everything from the next position.
+8. **Timeouts.** A repair not complete after ``repair_timeout_ms`` is asked again (link:
+   the holes still open; source: from the current high-water marks).
+
+Everything is bounded: the buffer by the positions a link repair may cover, requests by
+:data:`MAX_GAP`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from apexmesh.apex._dtd import MAX_TRANS_ID
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.pubsub.robust.elements import (
+    MAX_GAP,
+    MAX_SOURCES,
+    RobustInfo,
+)
+from apexmesh.pubsub.robust.operations import (
+    GapReply,
+    GapRequest,
+)
+from apexmesh.pubsub.robust.publish_types import PublishType
+from apexmesh.pubsub.robust.seq import RESYNC, Resolution
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """What the application receives: a publication of its topic, once, in order."""
+
+    topic: str
+    source: Endpoint
+    source_seq: int
+    type: PublishType | None
+    item: str | None
+    permtoken: str | None
+    contributor: Endpoint | None
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Hand ``publication`` to the application (in order, exactly once)."""
+
+    publication: Publication
+
+
+@dataclass(frozen=True, slots=True)
+class SendGap:
+    """Send ``request`` to ``apex=pubsub@DOMAIN``."""
+
+    request: GapRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Delayed:
+    """Nothing was heard on the link for ``silent_ms`` (heartbeats overdue)."""
+
+    silent_ms: int
+    #: The link seq the stub waits for (None: nothing was ever received).
+    expected_link_seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RepairRefused:
+    """The service refused a repair by source with ``code``: data was lost."""
+
+    code: int
+    request: GapRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Resynchronised:
+    """The service restarted the link (a new ``epoch``, link seq 0)."""
+
+    epoch: int
+
+
+StubEvent = Deliver | SendGap | Delayed | RepairRefused | Resynchronised
+
+
+@dataclass(slots=True)
+class StubStats:
+    """Counters an application or a test reads."""
+
+    delivered: int = 0
+    duplicates: int = 0
+    gaps_detected: int = 0
+    link_repairs: int = 0
+    source_repairs: int = 0
+    refused: int = 0
+    resyncs: int = 0
+
+
+@dataclass(slots=True)
+class _LinkRequest:
+    epoch: int | None
+    first: int
+    #: None: open (up to the link's current position).
+    last: int | None
+    deadline: int
+
+
+@dataclass(slots=True)
+class _SourceRepair:
+    request: GapRequest
+    epoch: int | None
+    #: Positions of ``epoch`` up to this one are settled when the repair completes.
+    covers_to: int
+    deadline: int
+    count: int | None = None
+    next_seq: int = 1
+    items: dict[int, tuple[RobustInfo, bytes]] = field(default_factory=dict)
+
+
+class SubscriberStub:
+    """The stub of one robust link; see the module docstring for the rules.
+
+    ``fresh``: the subscription is new, so its link is expected from epoch 1, link seq 0
+    (a new subscription's link starts there, docs/robust.md "Link context"): anything
+    missing before the first delivery is repaired, even a whole epoch. Otherwise the
+    first delivery received is where the stub starts. ``expect`` (epoch, link seq) says
+    exactly what comes next (a stub resumed from saved state); it overrides ``fresh``.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        *,
+        resolution: Resolution,
+        heartbeat_ms: int,
+        now_ms: int,
+        fresh: bool = True,
+        overdue_intervals: int = 2,
+        repair_timeout_ms: int | None = None,
+        first_trans_id: int = 1,
+        expect: tuple[int, int] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.resolution = resolution
+        self.heartbeat_ms = heartbeat_ms
+        self.overdue_ms = overdue_intervals * heartbeat_ms
+        self.repair_timeout_ms = repair_timeout_ms or max(1_000, 2 * heartbeat_ms)
+        self.stats = StubStats()
+        self._trans = itertools.count(first_trans_id)
+        self._epoch: int | None = None
+        self._next_pos = 0
+        self._high_pos = -1
+        self._requested_to = -1
+        self._buffer: dict[int, tuple[RobustInfo, bytes]] = {}
+        self._hwm: dict[Endpoint, int] = {}
+        self._last_source: Endpoint | None = None
+        self._links: dict[int, _LinkRequest] = {}
+        self._source: _SourceRepair | None = None
+        self._source_wanted = False
+        self._last_heard = now_ms
+        self._delayed = False
+        if expect is None and fresh:
+            expect = (1, RESYNC)
+        if expect is not None:
+            epoch, seq = expect
+            self._epoch = epoch
+            self._next_pos = seq
+            self._high_pos = self._requested_to = seq - 1
+
+    # ------------------------------------------------------------------ inputs
+
+    def receive(self, info: RobustInfo, payload: bytes, now_ms: int) -> list[StubEvent]:
+        """A delivery of this link (live, heartbeat or redelivery) arrived."""
+        out: list[StubEvent] = []
+        self._last_heard = now_ms
+        self._delayed = False
+        if info.gap is not None:
+            self._take_redelivery(info, payload)
+            self._drain(out, now_ms)
+            return out
+        if info.link_seq is None:
+            return out
+        epoch = info.link_epoch if info.link_epoch is not None else (self._epoch or 0)
+        if self._epoch is None:
+            self._start(epoch, info.link_seq)
+        elif epoch < self._epoch:
+            self.stats.duplicates += 1
+            return out
+        elif epoch > self._epoch:
+            self._resync(epoch, out, now_ms)
+        pos = self._pos_of(info.link_seq)
+        if pos < self._next_pos or pos in self._buffer:
+            self.stats.duplicates += 1
+            return out
+        self._buffer[pos] = (info, payload)
+        previous_high = self._high_pos
+        self._high_pos = max(previous_high, pos)
+        if pos > max(self._next_pos, previous_high + 1):
+            # Positions up to the previous highest were received or asked for already.
+            self._request_missing(max(self._next_pos, previous_high + 1), pos - 1, out, now_ms)
+        self._drain(out, now_ms)
+        return out
+
+    def gap_answered(self, reply: GapReply, now_ms: int) -> list[StubEvent]:
+        """``gapreply`` arrived: a source repair now knows its count."""
+        out: list[StubEvent] = []
+        if self._source is not None and self._source.request.trans_id == reply.trans_id:
+            self._source.count = reply.count
+            self._drain(out, now_ms)
+        return out
+
+    def gap_refused(self, trans_id: int, code: int, now_ms: int) -> list[StubEvent]:
+        """A ``reply`` with an error code answered the gap ``trans_id``."""
+        out: list[StubEvent] = []
+        link = self._links.pop(trans_id, None)
+        if link is not None:
+            if link.epoch == self._epoch or link.epoch is None:
+                self._want_source_repair(out, now_ms)
+            return out
+        source = self._source
+        if source is not None and source.request.trans_id == trans_id:
+            self.stats.refused += 1
+            out.append(RepairRefused(code, source.request))
+            self._source = None
+            self._settle(source, out)
+            self._drain(out, now_ms)
+        return out
+
+    def tick(self, now_ms: int) -> list[StubEvent]:
+        """The time passed; call at :meth:`next_deadline` (or any time)."""
+        out: list[StubEvent] = []
+        silent = now_ms - self._last_heard
+        if not self._delayed and silent >= self.overdue_ms:
+            self._delayed = True
+            expected = None if self._epoch is None else self._seq_of(self._next_pos)
+            out.append(Delayed(silent, expected))
+            self._open_request(out, now_ms)
+        expired = [t for t, link in self._links.items() if link.deadline <= now_ms]
+        for trans_id in expired:
+            link = self._links.pop(trans_id)
+            if link.epoch != self._epoch and link.epoch is not None:
+                continue
+            if link.last is None and self._delayed:
+                self._open_request(out, now_ms)
+            else:
+                self._request_holes(out, now_ms)
+        source = self._source
+        if source is not None and source.deadline <= now_ms:
+            self._source = None
+            self._start_source_repair(out, now_ms, covers_to=source.covers_to)
+        return out
+
+    @property
+    def settled(self) -> bool:
+        """Nothing is waited for: no repair outstanding, nothing buffered out of order."""
+        return not (self._links or self._source or self._buffer)
+
+    def next_deadline(self) -> int:
+        """When :meth:`tick` next has something to do."""
+        times = [link.deadline for link in self._links.values()]
+        if self._source is not None:
+            times.append(self._source.deadline)
+        if not self._delayed:
+            times.append(self._last_heard + self.overdue_ms)
+        return min(times) if times else self._last_heard + self.overdue_ms
+
+    # ------------------------------------------------------------------ positions
+
+    def _seq_of(self, pos: int) -> int:
+        return RESYNC if pos == 0 else (pos - 1) % self.resolution.cycle + 1
+
+    def _pos_of(self, seq: int) -> int:
+        if seq == RESYNC:
+            return 0
+        ref = max(self._high_pos, self._next_pos, 1)
+        return ref + self.resolution.delta(self._seq_of(ref), seq)
+
+    def _start(self, epoch: int, seq: int) -> None:
+        """Adopt the first delivery: nothing before it is this stub's business."""
+        self._epoch = epoch
+        self._next_pos = seq
+        self._high_pos = self._requested_to = seq - 1
+
+    def _resync(self, epoch: int, out: list[StubEvent], now_ms: int) -> None:
+        self.stats.resyncs += 1
+        out.append(Resynchronised(epoch))
+        self._epoch = epoch
+        self._next_pos = 0
+        self._high_pos = -1
+        self._requested_to = -1
+        self._buffer.clear()
+        self._links.clear()
+        # Whatever ran covered the old epoch at most: ask again from the marks now.
+        self._source = None
+        self._source_wanted = False
+        self._start_source_repair(out, now_ms, covers_to=-1)
+
+    # ------------------------------------------------------------------ requests
+
+    def _next_trans(self) -> int:
+        value = next(self._trans)
+        if value > MAX_TRANS_ID:
+            self._trans = itertools.count(2)
+            return 1
+        return value
+
+    def _link_request(self, first: int, last: int | None, out: list[StubEvent], now: int) -> None:
+        trans_id = self._next_trans()
+        request = GapRequest(
+            topic=self.topic,
+            trans_id=trans_id,
+            link_from=self._seq_of(first),
+            link_to=None if last is None else self._seq_of(last),
+            link_epoch=self._epoch,
+        )
+        self._links[trans_id] = _LinkRequest(self._epoch, first, last, now + self.repair_timeout_ms)
+        self.stats.link_repairs += 1
+        out.append(SendGap(request))
+
+    def _settled_to(self) -> int:
+        """Positions up to this one are covered by the running source repair."""
+        source = self._source
+        if source is None or source.epoch != self._epoch:
+            return -1
+        return source.covers_to
+
+    def _request_missing(self, start: int, upto: int, out: list[StubEvent], now: int) -> None:
+        first = max(start, self._requested_to + 1, self._settled_to() + 1)
+        if first > upto:
+            return
+        self.stats.gaps_detected += 1
+        last = min(upto, first + MAX_GAP - 1)
+        self._requested_to = last
+        self._link_request(first, last, out, now)
+
+    def _request_holes(self, out: list[StubEvent], now: int) -> None:
+        """Ask again for the positions still missing below the highest received."""
+        pos = max(self._next_pos, self._settled_to() + 1)
+        end = min(self._high_pos, pos + MAX_GAP - 1)
+        while pos < end:
+            if pos in self._buffer:
+                pos += 1
+                continue
+            run = pos
+            while run + 1 < end and run + 1 not in self._buffer:
+                run += 1
+            self._link_request(pos, run, out, now)
+            pos = run + 1
+
+    def _open_request(self, out: list[StubEvent], now: int) -> None:
+        if self._source is not None:
+            return
+        if self._epoch is None:
+            request = GapRequest(topic=self.topic, trans_id=self._next_trans(), link_from=RESYNC)
+            self._links[request.trans_id] = _LinkRequest(
+                None, 0, None, now + self.repair_timeout_ms
+            )
+            self.stats.link_repairs += 1
+            out.append(SendGap(request))
+            return
+        self._link_request(self._next_pos, None, out, now)
+
+    def _want_source_repair(self, out: list[StubEvent], now: int) -> None:
+        if self._source is None:
+            self._start_source_repair(out, now, covers_to=self._high_pos)
+        elif self._source.covers_to < self._high_pos or self._source.epoch != self._epoch:
+            self._source_wanted = True
+
+    def _start_source_repair(self, out: list[StubEvent], now: int, *, covers_to: int) -> None:
+        marks = sorted(self._hwm.items(), key=lambda pair: str(pair[0]))
+        if self._last_source is not None and len(marks) > MAX_SOURCES:
+            # The latest delivered position must be named: it is where the service resumes.
+            last = (self._last_source, self._hwm[self._last_source])
+            marks = [last, *[m for m in marks if m[0] != self._last_source][: MAX_SOURCES - 1]]
+        request = GapRequest(topic=self.topic, trans_id=self._next_trans(), sources=tuple(marks))
+        self._source = _SourceRepair(
+            request=request,
+            epoch=self._epoch,
+            covers_to=max(covers_to, self._high_pos),
+            deadline=now + self.repair_timeout_ms,
+        )
+        self._source_wanted = False
+        self.stats.source_repairs += 1
+        out.append(SendGap(request))
+
+    # ------------------------------------------------------------------ delivering
+
+    def _take_redelivery(self, info: RobustInfo, payload: bytes) -> None:
+        source = self._source
+        if source is None or info.gap != source.request.trans_id or info.gap_seq is None:
+            self.stats.duplicates += 1
+            return
+        if info.gap_seq >= source.next_seq:
+            source.items.setdefault(info.gap_seq, (info, payload))
+
+    def _deliver(self, info: RobustInfo, payload: bytes, out: list[StubEvent]) -> None:
+        if info.heartbeat or info.source_seq is None:
+            return
+        if info.source_seq <= self._hwm.get(info.source, 0):
+            self.stats.duplicates += 1
+            return
+        self._hwm[info.source] = info.source_seq
+        self._last_source = info.source
+        self.stats.delivered += 1
+        out.append(
+            Deliver(
+                Publication(
+                    topic=self.topic,
+                    source=info.source,
+                    source_seq=info.source_seq,
+                    type=info.type,
+                    item=info.item,
+                    permtoken=info.permtoken,
+                    contributor=info.contributor,
+                    payload=payload,
+                )
+            )
+        )
+
+    def _settle(self, source: _SourceRepair, out: list[StubEvent]) -> None:
+        """A source repair ended: positions it covered are no longer waited for. What
+        the buffer holds of them is delivered (deduplicated: after a complete repair
+        all of it is; after a refused one it is what is left), holes are passed."""
+        if source.epoch != self._epoch:
+            return
+        while self._next_pos <= source.covers_to:
+            held = self._buffer.pop(self._next_pos, None)
+            self._next_pos += 1
+            if held is not None:
+                self._deliver(held[0], held[1], out)
+        self._requested_to = max(self._requested_to, source.covers_to)
+        settled = [
+            trans_id
+            for trans_id, link in self._links.items()
+            if link.last is not None and link.last <= source.covers_to
+        ]
+        for trans_id in settled:
+            del self._links[trans_id]
+
+    def _drain(self, out: list[StubEvent], now: int) -> None:
+        while True:
+            source = self._source
+            if source is not None:
+                while source.next_seq in source.items:
+                    info, payload = source.items.pop(source.next_seq)
+                    source.next_seq += 1
+                    self._deliver(info, payload, out)
+                if source.count is None or source.next_seq <= source.count:
+                    return
+                self._source = None
+                self._settle(source, out)
+                if self._source_wanted:
+                    self._start_source_repair(out, now, covers_to=self._high_pos)
+                    continue
+            while self._next_pos in self._buffer:
+                info, payload = self._buffer.pop(self._next_pos)
+                self._next_pos += 1
+                self._deliver(info, payload, out)
+            filled = [
+                trans_id
+                for trans_id, link in self._links.items()
+                if link.epoch == self._epoch
+                and link.last is not None
+                and link.last < self._next_pos
+            ]
+            for trans_id in filled:
+                del self._links[trans_id]
+            return
+
+
+__all__ = [
+    "Delayed",
+    "Deliver",
+    "Publication",
+    "RepairRefused",
+    "Resynchronised",
+    "SendGap",
+    "StubEvent",
+    "StubStats",
+    "SubscriberStub",
+]

@@ -1,0 +1,596 @@
+"""Robust pubsub state in Redis (XEP-0040 on APEX, docs/robust.md "Phase 2").
+
+- **The topic's stream** (``robust_stream``): every accepted publication (and permission
+  change, ``kind`` ``perm``) in the order the topic's sequencer took them, bounded by
+  count (``XADD MAXLEN ~``) and age (``XTRIM MINID ~``). Gap fill reads it.
+- **Source counters** (``robust_sources``): the last source seq per publisher.
+- **Link records** (``robust_link``, one HASH per subscriber of the topic, with a TTL:
+  the link context): ``seq``, ``epoch`` and ``l:<seq>`` -> the stream id it carried (or
+  ``hb``), the last ``window`` of them. A record that expired restarts its link at 0 in
+  the next epoch (``robust_epochs`` keeps the epoch counter while the subscription lives,
+  so a restarted link is never mistaken for the old one).
+- **Images** (``robust_images``): the last-value image per item, folded by the sequencer
+  (:func:`apexmesh.pubsub.robust.publish_types.fold`) and written with the publication.
+- **The sequencer's lease** (``robust_owner``): one pod at a time assigns a topic's
+  numbers; every commit checks it (``NOTOWNER`` otherwise), so a pod that lost its lease
+  while paused never interleaves numbers with the next owner.
+
+One Lua script commits a publication: owner check, source seq, XADD with retention, the
+link seq of every recipient (none for a recipient its permissions exclude), the image.
+The publication is durable (AOF in the chart) when the script returns, which is when the
+service may answer ``ok``. Link seq arithmetic in Lua follows
+:mod:`apexmesh.pubsub.robust.seq` (exact for 16 and 32 bits; for 64 bits exact up to
+2**53 deliveries on one link, 285 years at a million per second).
+
+The keys are built by :class:`RobustKeys` here rather than in ``keys.py`` during phase 1
+(docs/robust.md "Phase 2: hooks", item 5).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
+from redis.typing import EncodableT
+
+from apexmesh.apex import _dtd
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.pubsub.robust.elements import (
+    MAX_GAP,
+)
+from apexmesh.pubsub.robust.permissions import PermissionTable
+from apexmesh.pubsub.robust.publish_types import Image
+from apexmesh.pubsub.robust.seq import Resolution
+from apexmesh.store.keys import Keys
+
+#: Entries read per XRANGE/XREVRANGE call when scanning the stream.
+PAGE: Final = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class RobustKeys:
+    """The robust keys of one deployment (under the same prefix as :class:`Keys`)."""
+
+    keys: Keys
+
+    def _base(self, domain: str, topic: str) -> str:
+        return f"{self.keys.prefix}:robust:{{{domain}:{topic}}}"
+
+    def stream(self, domain: str, topic: str) -> str:
+        """STREAM of the topic's publications and permission changes."""
+        return self._base(domain, topic) + ":stream"
+
+    def sources(self, domain: str, topic: str) -> str:
+        """HASH publisher -> last source seq."""
+        return self._base(domain, topic) + ":sources"
+
+    def epochs(self, domain: str, topic: str) -> str:
+        """HASH subscriber -> link epoch (removed when the subscription ends)."""
+        return self._base(domain, topic) + ":epochs"
+
+    def link(self, domain: str, topic: str, subscriber: str) -> str:
+        """HASH with a TTL: one link's context (``seq``, ``epoch``, ``l:<seq>``)."""
+        return self._base(domain, topic) + ":link:" + subscriber
+
+    def images(self, domain: str, topic: str) -> str:
+        """HASH item -> image JSON."""
+        return self._base(domain, topic) + ":images"
+
+    def owner(self, domain: str, topic: str) -> str:
+        """STRING with PX: the pod sequencing the topic."""
+        return self._base(domain, topic) + ":owner"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSeq:
+    """One recipient's numbers for a publication or heartbeat."""
+
+    seq: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A publication made durable: its source seq, stream id and each recipient's link
+    numbers (None for a recipient its permissions excluded)."""
+
+    source_seq: int
+    stream_id: str
+    links: tuple[LinkSeq | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEntry:
+    """One entry of a topic's stream."""
+
+    id: str
+    fields: Mapping[str, bytes]
+
+    @property
+    def kind(self) -> str:
+        return self.fields.get("kind", b"").decode()
+
+    @property
+    def source(self) -> str:
+        return self.fields.get("source", b"").decode()
+
+    @property
+    def source_seq(self) -> int:
+        return int(self.fields.get("seq", b"0") or 0)
+
+    def permissions(self) -> PermissionTable | None:
+        """The table a ``perm`` entry sequenced (None for a publication)."""
+        if self.kind != "perm":
+            return None
+        return PermissionTable.from_json(json.loads(self.fields.get("table", b"{}")))
+
+    @property
+    def payload(self) -> bytes:
+        return self.fields.get("payload", b"")
+
+    def payload_text(self) -> str:
+        return self.payload.decode("utf-8", "replace")
+
+
+class LinkGone(Exception):  # noqa: N818 - a condition, answered 550 by the caller
+    """The link context expired, or is in another epoch."""
+
+
+class BeyondRetention(Exception):  # noqa: N818
+    """The range asked for was trimmed from the link record or the stream."""
+
+
+class NotOwner(Exception):  # noqa: N818
+    """This pod does not hold the topic's sequencer lease."""
+
+
+# Shared Lua: the link seq after s (1 after max, 1 after 0) and a link's next number.
+_LINK_NEXT: Final = """
+local function link_next(link, epochs, subscriber, max_seq, ttl, window, value)
+    local seq = redis.call('HGET', link, 'seq')
+    local epoch
+    if not seq then
+        epoch = redis.call('HINCRBY', epochs, subscriber, 1)
+        seq = 0
+        redis.call('DEL', link)
+    else
+        epoch = tonumber(redis.call('HGET', link, 'epoch'))
+        seq = tonumber(seq)
+        if seq >= max_seq then seq = 1 else seq = seq + 1 end
+    end
+    redis.call('HSET', link, 'seq', seq, 'epoch', epoch, 'l:' .. seq, value)
+    local old = seq - window
+    if old < 1 then old = old + max_seq end
+    if old ~= seq then redis.call('HDEL', link, 'l:' .. old) end
+    redis.call('PEXPIRE', link, ttl)
+    return {seq, epoch}
+end
+"""
+
+# KEYS: owner, stream, sources, epochs, images, link keys...
+# ARGV: pod ("" = no check), source, type, item, permtoken, contributor, content type,
+#       payload, at_ms, retain count, min id ms, max seq, ttl, window, image ("" keep,
+#       "-" delete, else JSON), subscribers... (one per link key), permitted flags...
+_COMMIT: Final = (
+    _LINK_NEXT
+    + """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return redis.error_reply('NOTOWNER')
+end
+local source_seq = redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
+local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[10], '*',
+    'kind', 'pub', 'source', ARGV[2], 'seq', source_seq, 'type', ARGV[3], 'item', ARGV[4],
+    'permtoken', ARGV[5], 'contributor', ARGV[6], 'ctype', ARGV[7], 'payload', ARGV[8],
+    'at_ms', ARGV[9])
+redis.call('XTRIM', KEYS[2], 'MINID', '~', ARGV[11])
+if ARGV[4] ~= '' then
+    if ARGV[15] == '-' then
+        redis.call('HDEL', KEYS[5], ARGV[4])
+    elseif ARGV[15] ~= '' then
+        redis.call('HSET', KEYS[5], ARGV[4], ARGV[15])
+    end
+end
+local n = #KEYS - 5
+local out = {source_seq, id}
+for i = 1, n do
+    if ARGV[15 + n + i] == '1' then
+        local r = link_next(KEYS[5 + i], KEYS[4], ARGV[15 + i], tonumber(ARGV[12]),
+            tonumber(ARGV[13]), tonumber(ARGV[14]), id)
+        out[#out + 1] = r[1]
+        out[#out + 1] = r[2]
+    else
+        out[#out + 1] = -1
+        out[#out + 1] = -1
+    end
+end
+return out
+"""
+)
+
+# KEYS: owner, stream. ARGV: pod, table JSON, at_ms, retain count, min id ms.
+_PERMISSIONS: Final = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return redis.error_reply('NOTOWNER')
+end
+local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',
+    'kind', 'perm', 'table', ARGV[2], 'at_ms', ARGV[3])
+redis.call('XTRIM', KEYS[2], 'MINID', '~', ARGV[5])
+return id
+"""
+
+# KEYS: owner, epochs, link keys... ARGV: pod, max seq, ttl, window, subscribers...
+_HEARTBEATS: Final = (
+    _LINK_NEXT
+    + """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return redis.error_reply('NOTOWNER')
+end
+local out = {}
+for i = 3, #KEYS do
+    local r = link_next(KEYS[i], KEYS[2], ARGV[2 + i], tonumber(ARGV[2]),
+        tonumber(ARGV[3]), tonumber(ARGV[4]), 'hb')
+    out[#out + 1] = r[1]
+    out[#out + 1] = r[2]
+end
+return out
+"""
+)
+
+# KEYS: link. ARGV: epoch ("" = any), link seqs... Returns {status, values...}:
+# 'gone' (no context / other epoch), 'trimmed' (a seq left the record), else 'ok' + ids.
+_READ_LINK: Final = """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch or (ARGV[1] ~= '' and epoch ~= ARGV[1]) then return {'gone'} end
+local out = {'ok', epoch, redis.call('HGET', KEYS[1], 'seq')}
+for i = 2, #ARGV do
+    local value = redis.call('HGET', KEYS[1], 'l:' .. ARGV[i])
+    if not value then return {'trimmed'} end
+    out[#out + 1] = value
+end
+return out
+"""
+
+# KEYS: owner. ARGV: pod, lease ms. 1 while this pod owns the topic.
+_TAKE: Final = """
+local holder = redis.call('GET', KEYS[1])
+if not holder or holder == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return 1
+end
+return 0
+"""
+
+_RELEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entry(raw: Sequence[object]) -> StreamEntry:
+    entry_id, fields = raw[0], raw[1]
+    if not isinstance(fields, Mapping):  # redis-py's XRANGE shape is (id, {field: value})
+        raise TypeError(f"unexpected stream entry {raw!r:.80}")
+    return StreamEntry(_text(entry_id), {_text(k): bytes(v) for k, v in fields.items()})
+
+
+def image_json(image: Image) -> str:
+    return json.dumps(
+        {
+            "item": image.item,
+            "fields": {name: value.decode("latin-1") for name, value in image.fields.items()},
+            "source": image.source,
+            "source_seq": image.source_seq,
+        }
+    )
+
+
+def image_from_json(text: str | bytes) -> Image:
+    data = json.loads(text)
+    return Image(
+        item=data["item"],
+        fields={name: value.encode("latin-1") for name, value in data["fields"].items()},
+        source=data["source"],
+        source_seq=int(data["source_seq"]),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retention:
+    """How much of a topic is kept: stream count and age, link record window and TTL."""
+
+    count: int
+    ms: int
+    link_ttl_ms: int
+
+    @property
+    def window(self) -> int:
+        return self.count
+
+
+async def _owned(
+    script: AsyncScript, keys: list[str], args: Sequence[EncodableT], topic: str
+) -> Any:
+    """Run an owner-checked script; its NOTOWNER error is :class:`NotOwner`."""
+    try:
+        return await script(keys=keys, args=args)
+    except ResponseError as exc:
+        if "NOTOWNER" in str(exc):
+            raise NotOwner(topic) from None
+        raise
+
+
+class RobustStore:
+    """Robust pubsub state of one deployment, as seen by pod ``pod_id``."""
+
+    def __init__(self, redis: Redis, keys: Keys, pod_id: str) -> None:
+        self._redis = redis
+        self.keys = RobustKeys(keys)
+        self.pod_id = pod_id
+        self._commit = redis.register_script(_COMMIT)
+        self._heartbeats = redis.register_script(_HEARTBEATS)
+        self._permissions = redis.register_script(_PERMISSIONS)
+        self._read_link = redis.register_script(_READ_LINK)
+        self._take = redis.register_script(_TAKE)
+        self._release = redis.register_script(_RELEASE)
+
+    # ------------------------------------------------------------------ ownership
+
+    async def own(self, domain: str, topic: str, lease_ms: int) -> bool:
+        """Take or renew the topic's sequencer lease; True while this pod holds it."""
+        key = self.keys.owner(domain, topic)
+        return bool(await self._take(keys=[key], args=[self.pod_id, lease_ms]))
+
+    async def release(self, domain: str, topic: str) -> None:
+        await self._release(keys=[self.keys.owner(domain, topic)], args=[self.pod_id])
+
+    # ------------------------------------------------------------------ committing
+
+    async def commit_publication(
+        self,
+        domain: str,
+        topic: str,
+        *,
+        source: str,
+        payload: bytes,
+        now_ms: int,
+        resolution: Resolution,
+        retention: Retention,
+        subscribers: Sequence[tuple[str, bool]] = (),
+        type_: str = "",
+        item: str = "",
+        permtoken: str = "",
+        contributor: str = "",
+        content_type: str = "",
+        image: Image | None = None,
+        drop: bool = False,
+        check_owner: bool = True,
+    ) -> Committed:
+        """Make one publication durable and number it for every recipient
+        (``subscribers``: (endpoint, permitted)); raise :class:`NotOwner`."""
+        k = self.keys
+        image_arg = "-" if drop else ("" if image is None else image_json(image))
+        link_keys = [k.link(domain, topic, name) for name, _ in subscribers]
+        args: list[str | bytes | int] = [
+            self.pod_id if check_owner else "",
+            source,
+            type_,
+            item,
+            permtoken,
+            contributor,
+            content_type,
+            payload,
+            now_ms,
+            retention.count,
+            max(0, now_ms - retention.ms),
+            resolution.max_seq,
+            retention.link_ttl_ms,
+            retention.window,
+            image_arg,
+            *[name for name, _ in subscribers],
+            *["1" if ok else "0" for _, ok in subscribers],
+        ]
+        keys = [
+            k.owner(domain, topic),
+            k.stream(domain, topic),
+            k.sources(domain, topic),
+            k.epochs(domain, topic),
+            k.images(domain, topic),
+            *link_keys,
+        ]
+        values = list(await _owned(self._commit, keys, args, topic))
+        links: list[LinkSeq | None] = []
+        for index in range(2, len(values), 2):
+            seq, epoch = int(values[index]), int(values[index + 1])
+            links.append(None if seq < 0 else LinkSeq(seq, epoch))
+        return Committed(int(values[0]), _text(values[1]), tuple(links))
+
+    async def commit_heartbeats(
+        self,
+        domain: str,
+        topic: str,
+        subscribers: Sequence[str],
+        *,
+        resolution: Resolution,
+        retention: Retention,
+        check_owner: bool = True,
+    ) -> tuple[LinkSeq, ...]:
+        """Number one heartbeat on each link (a lost context restarts it at 0)."""
+        k = self.keys
+        keys = [k.owner(domain, topic), k.epochs(domain, topic)]
+        keys += [k.link(domain, topic, name) for name in subscribers]
+        args: list[str | int] = [
+            self.pod_id if check_owner else "",
+            resolution.max_seq,
+            retention.link_ttl_ms,
+            retention.window,
+            *subscribers,
+        ]
+        raw = list(await _owned(self._heartbeats, keys, args, topic))
+        return tuple(LinkSeq(int(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2))
+
+    async def commit_permissions(
+        self,
+        domain: str,
+        topic: str,
+        table: PermissionTable,
+        *,
+        now_ms: int,
+        retention: Retention,
+        check_owner: bool = True,
+    ) -> str:
+        """Sequence a permission table in the topic's stream (``kind`` ``perm``, the
+        whole table after the change): publications after it use it, on every pod and
+        in every repair (XEP 5.1 "applied from the next publication"). Returns its id."""
+        k = self.keys
+        args: list[str | int] = [
+            self.pod_id if check_owner else "",
+            json.dumps(table.to_json(), sort_keys=True),
+            now_ms,
+            retention.count,
+            max(0, now_ms - retention.ms),
+        ]
+        try:
+            raw = await self._permissions(
+                keys=[k.owner(domain, topic), k.stream(domain, topic)], args=args
+            )
+        except ResponseError as exc:
+            if "NOTOWNER" in str(exc):
+                raise NotOwner(topic) from None
+            raise
+        return _text(raw)
+
+    async def end_link(self, domain: str, topic: str, subscriber: str) -> None:
+        """The subscription ended: its link and epoch go (a new one starts at epoch 1)."""
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(self.keys.link(domain, topic, subscriber))
+        pipe.hdel(self.keys.epochs(domain, topic), subscriber)
+        await pipe.execute()
+
+    # ------------------------------------------------------------------ reading
+
+    async def read_link_range(
+        self,
+        domain: str,
+        topic: str,
+        subscriber: str,
+        *,
+        first: int,
+        last: int | None,
+        epoch: int | None,
+        resolution: Resolution,
+    ) -> list[tuple[int, StreamEntry | None]]:
+        """What link seqs ``first .. last`` (None: up to the link's current seq) of the
+        link carried, in order: the stream entry, or None for a heartbeat. Raises
+        :class:`LinkGone` (no context, or another epoch) or :class:`BeyondRetention`
+        (left the record or the stream), both 550 to the requester; 553 past MAX_GAP."""
+        key = self.keys.link(domain, topic, subscriber)
+        head = await self._read_link(keys=[key], args=["" if epoch is None else epoch])
+        if _text(head[0]) == "gone":
+            raise LinkGone(subscriber)
+        current = int(head[2])
+        end = current if last is None else last
+        seqs: list[int] = []
+        seq = first
+        while True:
+            seqs.append(seq)
+            if seq == end:
+                break
+            if len(seqs) > MAX_GAP:
+                _dtd.fail("gap: more than MAX_GAP link seqs", ApexReplyCode.PARAMETER_INVALID)
+            seq = resolution.next(seq)
+        out: list[tuple[int, StreamEntry | None]] = []
+        stream = self.keys.stream(domain, topic)
+        for start in range(0, len(seqs), PAGE):
+            chunk = seqs[start : start + PAGE]
+            raw = await self._read_link(keys=[key], args=["" if epoch is None else epoch, *chunk])
+            status = _text(raw[0])
+            if status == "gone":
+                raise LinkGone(subscriber)
+            if status == "trimmed":
+                raise BeyondRetention(subscriber)
+            pipe = self._redis.pipeline(transaction=False)
+            ids = [_text(value) for value in raw[3:]]
+            for entry_id in ids:
+                if entry_id != "hb":
+                    pipe.xrange(stream, entry_id, entry_id)
+            found = iter(await pipe.execute())
+            for link_seq, entry_id in zip(chunk, ids, strict=True):
+                if entry_id == "hb":
+                    out.append((link_seq, None))
+                    continue
+                rows = next(found)
+                if not rows:
+                    raise BeyondRetention(entry_id)
+                out.append((link_seq, _entry(rows[0])))
+        return out
+
+    async def read_after(
+        self, domain: str, topic: str, positions: Sequence[tuple[str, int]]
+    ) -> list[StreamEntry]:
+        """Every stream entry after the latest of ``positions`` ((source, source seq) a
+        subscriber last received) in the topic's order, oldest first; everything
+        retained when ``positions`` is empty. Scans backwards from the end, so the cost
+        follows the size of the gap. Raises :class:`BeyondRetention` when none of the
+        positions is retained, or the gap is longer than MAX_GAP."""
+        stream = self.keys.stream(domain, topic)
+        wanted = {(source, str(seq)) for source, seq in positions}
+        collected: list[StreamEntry] = []
+        upper = "+"
+        while True:
+            page = await self._redis.xrevrange(stream, upper, "-", count=PAGE)
+            if not page:
+                if wanted:
+                    raise BeyondRetention(topic)
+                break
+            for raw in page:
+                entry = _entry(raw)
+                key = (entry.source, entry.fields.get("seq", b"").decode())
+                if wanted and entry.kind == "pub" and key in wanted:
+                    collected.reverse()
+                    return collected
+                collected.append(entry)
+                if len(collected) > MAX_GAP:
+                    raise BeyondRetention(topic)
+            last_id = _text(page[-1][0])
+            upper = "(" + last_id
+        collected.reverse()
+        return collected
+
+    async def images(self, domain: str, topic: str) -> dict[str, Image]:
+        """Every item's image (for a snapshot, or the sequencer's cache)."""
+        raw = await self._redis.hgetall(self.keys.images(domain, topic))
+        return {_text(k): image_from_json(v) for k, v in raw.items()}
+
+    async def image(self, domain: str, topic: str, item: str) -> Image | None:
+        raw = await self._redis.hget(self.keys.images(domain, topic), item)
+        return None if raw is None else image_from_json(raw)
+
+    async def source_seq(self, domain: str, topic: str, source: str) -> int:
+        """The last source seq given to ``source`` (0: none yet)."""
+        raw = await self._redis.hget(self.keys.sources(domain, topic), source)
+        return 0 if raw is None else int(raw)
+
+
+__all__ = [
+    "PAGE",
+    "BeyondRetention",
+    "Committed",
+    "LinkGone",
+    "LinkSeq",
+    "NotOwner",
+    "Retention",
+    "RobustKeys",
+    "RobustStore",
+    "StreamEntry",
+    "image_from_json",
+    "image_json",
+]
