@@ -38,7 +38,7 @@ from apexmesh.client import ApexClient, XmlContent, connect_endpoint
 from apexmesh.client.attachment import Attachment
 from apexmesh.client.presence import PresenceClient
 from apexmesh.client.pubsub import PubsubClient
-from apexmesh.ops.localmesh import DEMO_TOPIC, DOMAINS, LocalMesh, Relay
+from apexmesh.ops.localmesh import DEMO_TOPIC, DOMAINS, LocalMesh, Relay, snapshot_environment
 
 TIMEOUT = 10.0
 
@@ -218,15 +218,8 @@ async def snapshot_step(mesh: LocalMesh, workdir: Path) -> bool:
         return False
     ok = True
     for domain in DOMAINS:
-        storage = workdir / "snapshots" / domain
-        env = {
-            **os.environ,
-            "APEXMESH_REDIS_URL": redis_url,
-            "APEXMESH_REDIS_PREFIX": domain.split(".")[0],
-            "APEXMESH_PUBSUB_DOMAINS": domain,
-            "APEXMESH_SNAPSHOT_STORAGE": str(storage),
-            "APEXMESH_SNAPSHOT_MASTER": "local[2]",
-        }
+        env = {**os.environ, **snapshot_environment(redis_url, domain, workdir)}
+        storage = Path(env["APEXMESH_SNAPSHOT_STORAGE"])
         say("snapshot", f"{domain}: python -m spark.snapshot (storage {storage})")
         job = await asyncio.create_subprocess_exec(
             sys.executable,

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -23,6 +24,7 @@ from apexmesh.cli.base import app, fail, mesh, options, show, with_admin
 from apexmesh.cli.kube import trigger_snapshot
 from apexmesh.cli.output import err
 from apexmesh.ops.adminclient import AdminClient, AdminError
+from apexmesh.ops.localmesh import snapshot_environment
 from apexmesh.ops.targets import SERVICES, Context, ContextError, Target
 
 servers_app = typer.Typer(help="The mesh's pods: list, inspect, ping.", no_args_is_help=True)
@@ -496,22 +498,28 @@ def snapshot_trigger(ctx: typer.Context) -> None:
             or importlib.util.find_spec("spark.snapshot") is None
         ):
             raise fail("this checkout has no Spark snapshot job (spark/snapshot)", 2)
-        env = {**os.environ, "APEXMESH_REDIS_URL": context.redis_url}
-        with Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err
-        ) as progress:
-            progress.add_task("running python -m spark.snapshot", total=None)
-            done = subprocess.run(
-                [sys.executable, "-m", "spark.snapshot"],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-        if done.returncode != 0:
-            err.print(done.stderr[-2000:])
-            raise fail(f"the snapshot job exited {done.returncode}")
-        show(ctx, {"job": "spark.snapshot", "started": True, "output": done.stdout[-2000:]})
+        # Once per domain, as scripts/run --snapshot does: each domain's services keep
+        # their own keys; the storage is the mesh's workdir (where its context file is).
+        workdir = Path(context.source).parent if context.source else Path.cwd()
+        outputs: dict[str, str] = {}
+        for domain in sorted({t.domain for t in context.of("pubsub")}):
+            env = {**os.environ, **snapshot_environment(context.redis_url, domain, workdir)}
+            with Progress(
+                SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err
+            ) as progress:
+                progress.add_task(f"running python -m spark.snapshot for {domain}", total=None)
+                done = subprocess.run(
+                    [sys.executable, "-m", "spark.snapshot"],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+            if done.returncode != 0:
+                err.print(done.stderr[-2000:])
+                raise fail(f"the snapshot job for {domain} exited {done.returncode}")
+            outputs[domain] = done.stdout[-2000:]
+        show(ctx, {"job": "spark.snapshot", "started": True, "output": outputs})
 
 
 __all__ = ["NAGIOS"]

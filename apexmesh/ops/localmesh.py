@@ -57,6 +57,23 @@ ENDPOINTS: Final = (
 )
 
 
+def redis_prefix(domain: str) -> str:
+    """The key prefix of one domain's services in the local mesh (they share a Redis)."""
+    return domain.split(".", maxsplit=1)[0]
+
+
+def snapshot_environment(redis_url: str, domain: str, workdir: Path) -> dict[str, str]:
+    """The Spark snapshot job's settings for one domain of a local mesh (docs/snapshot.md):
+    that domain's keys, its storage under the mesh's workdir, two local cores."""
+    return {
+        "APEXMESH_REDIS_URL": redis_url,
+        "APEXMESH_REDIS_PREFIX": redis_prefix(domain),
+        "APEXMESH_PUBSUB_DOMAINS": domain,
+        "APEXMESH_SNAPSHOT_STORAGE": str(workdir / "snapshots" / domain),
+        "APEXMESH_SNAPSHOT_MASTER": "local[2]",
+    }
+
+
 def free_port() -> int:
     """A TCP port free on loopback right now."""
     with socket.socket() as sock:
@@ -248,7 +265,7 @@ class LocalMesh:
                 )
         for domain in DOMAINS:
             access_grpc, report_grpc, presence_grpc = ports[domain]
-            prefix = {"APEXMESH_REDIS_PREFIX": domain.split(".")[0]}
+            prefix = {"APEXMESH_REDIS_PREFIX": redis_prefix(domain)}
             self.children.append(
                 self._child(
                     f"access-{domain}",
@@ -422,7 +439,7 @@ class LocalMesh:
                         "services.pubsub",
                         {
                             **common,
-                            "APEXMESH_REDIS_PREFIX": domain.split(".")[0],
+                            "APEXMESH_REDIS_PREFIX": redis_prefix(domain),
                             "APEXMESH_PUBSUB_DOMAINS": domain,
                             "APEXMESH_PUBSUB_POD_ID": name,
                             "APEXMESH_ACCESS_ADDRESS": f"127.0.0.1:{access_grpc}",

@@ -15,7 +15,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path
 from pydantic import BaseModel, Field
 
-from apexmesh.ops.admin import Guard
+from apexmesh.ops.admin import GUARDED_ONE, Guard
 from apexmesh.pubsub.catalogue import unpack_id
 from apexmesh.store.pubsub_snapshot import CatalogueSource
 
@@ -85,6 +85,7 @@ def catalogue_router(source: CatalogueSource, domains: tuple[str, ...], guard: G
         "/catalogue/{domain}",
         response_model=DomainCatalogue,
         summary="Every topic and live subscription of a domain",
+        responses=GUARDED_ONE,
     )
     async def of_domain(domain: DomainName) -> DomainCatalogue:
         if domain not in domains:

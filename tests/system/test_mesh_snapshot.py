@@ -38,11 +38,12 @@ def test_run_command_snapshot(tmp_path: Path) -> None:
     manifests = sorted((tmp_path / "snapshots" / "example.com").glob("snapshots/*/manifest.json"))
     assert len(manifests) == 1
     manifest = json.loads(manifests[0].read_text())
-    # the demo's topic; its two subscriptions unless their 60 s leases ran out before the
-    # job's clock (a Spark start on a loaded machine)
-    assert (manifest["topics"], manifest["schema"]) == (1, 1)
+    # the demo's topic and the two well-known topics (draft-wyman 6.2, 6.3); the demo's
+    # two subscriptions unless their 60 s leases ran out before the job's clock (a Spark
+    # start on a loaded machine)
+    assert (manifest["topics"], manifest["schema"]) == (3, 1)
     assert manifest["subscriptions"] in (0, 2)
-    assert f"1 topics, {manifest['subscriptions']} subscriptions" in out, out
+    assert f"3 topics, {manifest['subscriptions']} subscriptions" in out, out
     assert (manifests[0].parent / "_SUCCESS").exists()
     assert f"snapshot |   {manifests[0].relative_to(tmp_path)}" in out
     assert "snapshot | rubble.com: snapshot file://" in out
