@@ -219,7 +219,7 @@ async def snapshot_step(mesh: LocalMesh, workdir: Path) -> bool:
     ok = True
     for domain in DOMAINS:
         env = {**os.environ, **snapshot_environment(redis_url, domain, workdir)}
-        storage = Path(env["APEXMESH_SNAPSHOT_STORAGE"])
+        storage = env["APEXMESH_SNAPSHOT_STORAGE"]
         say("snapshot", f"{domain}: python -m spark.snapshot (storage {storage})")
         job = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -237,10 +237,19 @@ async def snapshot_step(mesh: LocalMesh, workdir: Path) -> bool:
         for line in out.decode().splitlines():
             if line.startswith("snapshot "):
                 say("snapshot", f"{domain}: {line}")
-        for path in sorted(storage.rglob("*")):
-            if path.is_file() and not path.name.startswith("."):
-                say("snapshot", f"  {path.relative_to(workdir)} ({path.stat().st_size} bytes)")
+        for line in written_files(Path(storage), workdir):
+            say("snapshot", line)
     return ok
+
+
+def written_files(storage: Path, workdir: Path) -> list[str]:
+    """A line per file the snapshot job wrote under ``storage`` (a quick directory walk
+    once the job has ended)."""
+    return [
+        f"  {path.relative_to(workdir)} ({path.stat().st_size} bytes)"
+        for path in sorted(storage.rglob("*"))
+        if path.is_file() and not path.name.startswith(".")
+    ]
 
 
 async def main(argv: list[str], make_mesh: Callable[[Path], LocalMesh] = LocalMesh) -> int:
