@@ -230,12 +230,11 @@ class _Stream:
         it has (a second at most), then the stream is cancelled."""
         self._closing = True
         self._wake.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), CLOSE_SECONDS)
-        except TimeoutError:
+        # Bounded waits only: a shutdown never hangs on a stream whose peer is gone.
+        await asyncio.wait({self._task}, timeout=CLOSE_SECONDS)
+        if not self._task.done():
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait({self._task}, timeout=CLOSE_SECONDS)
 
 
 class BatchedCaller(Generic[RequestT, ResponseT]):
@@ -286,8 +285,8 @@ class BatchedCaller(Generic[RequestT, ResponseT]):
         stream, self._stream = self._stream, None
         if stream is not None:
             await stream.close()
-        for task in tuple(self._closing):
-            await task
+        if self._closing:
+            await asyncio.wait(tuple(self._closing), timeout=2 * CLOSE_SECONDS)
 
 
 # --------------------------------------------------------------------------- callee
