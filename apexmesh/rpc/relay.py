@@ -35,6 +35,7 @@ import random
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 import grpc
@@ -79,15 +80,24 @@ def exponential_backoff(attempt: int) -> float:
     return base * (0.5 + random.random() / 2)
 
 
+class SubmitSource(StrEnum):
+    """Who decided a submission's outcome (the text is the metrics label)."""
+
+    #: A relay answered: its code is the relay's (250, or a refusal it will keep).
+    RELAY = "relay"
+    #: No relay could be reached: nobody took the data.
+    UNAVAILABLE = "unavailable"
+    #: A call failed in a way that leaves its outcome unknown.
+    ABORTED = "aborted"
+
+
 @dataclass(frozen=True, slots=True)
 class SubmitOutcome:
     """The relay's answer (or 421/451 when none came)."""
 
     code: int
     text: str
-    #: "relay" when a relay answered, "unavailable" when none could be reached,
-    #: "aborted" when a call failed in a way that leaves its outcome unknown.
-    source: str = "relay"
+    source: SubmitSource = SubmitSource.RELAY
 
 
 class RelaySubmitter:
@@ -136,7 +146,9 @@ class RelaySubmitter:
         count = len(self._stubs)
         if count == 0:
             return SubmitOutcome(
-                ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay address configured", "unavailable"
+                ApexReplyCode.SERVICE_NOT_AVAILABLE,
+                "no relay address configured",
+                SubmitSource.UNAVAILABLE,
             )
         if key is None:
             start, self._next = self._next, (self._next + 1) % count
@@ -162,7 +174,9 @@ class RelaySubmitter:
                 self._seen(address, "unavailable")
                 _log.warning("relay %s unavailable, trying the next one", address)
                 outcome = SubmitOutcome(
-                    ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay reachable", "unavailable"
+                    ApexReplyCode.SERVICE_NOT_AVAILABLE,
+                    "no relay reachable",
+                    SubmitSource.UNAVAILABLE,
                 )
                 turn, unavailable = turn + 1, unavailable + 1
                 if unavailable % count:
@@ -171,7 +185,9 @@ class RelaySubmitter:
                 self._seen(address, "failed")
                 _log.warning("relay %s: Submit cut off: %s", address, code)
                 outcome = SubmitOutcome(
-                    ApexReplyCode.ACTION_ABORTED, "relay call failed; outcome unknown", "aborted"
+                    ApexReplyCode.ACTION_ABORTED,
+                    "relay call failed; outcome unknown",
+                    SubmitSource.ABORTED,
                 )
                 if code not in CUT_OFF or not submission_id:
                     break  # a retry could relay it twice (no id), or would fail alike
@@ -202,7 +218,9 @@ class RelaySubmitter:
         if not 200 <= code <= 599:
             _log.warning("relay %s answered no valid reply code (%d)", address, code)
             return SubmitOutcome(
-                ApexReplyCode.ACTION_ABORTED, "relay answered no valid reply code", "aborted"
+                ApexReplyCode.ACTION_ABORTED,
+                "relay answered no valid reply code",
+                SubmitSource.ABORTED,
             )
         return SubmitOutcome(code, text)
 
@@ -232,6 +250,7 @@ def _caller(
 
 
 __all__ = [
+    "SubmitSource",
     "CUT_OFF",
     "Backoff",
     "CallObserver",

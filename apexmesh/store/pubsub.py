@@ -30,6 +30,7 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Final
 
 from redis.asyncio import Redis
@@ -189,16 +190,38 @@ return 0
 """
 
 
+class JournalKind(StrEnum):
+    """What a journal entry asks for; the text is what Redis holds (the lease script
+    writes ``expired`` itself)."""
+
+    #: Send ``content`` from ``origin`` to ``recipient``.
+    SEND = "send"
+    #: A lease ended: send the subscriber's originator its cancel.
+    EXPIRED = "expired"
+    #: Add or remove the topic's tuple in ``apex=pubsub``'s presence entry.
+    PRESENCE = "presence"
+    #: Grant or revoke a topic creator's entry on its topic.
+    OWNER = "owner"
+    #: Grant or revoke ``core:data`` on a topic for a subscriber.
+    ACCESS = "access"
+
+
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
-    """One piece of work still to do: ``kind`` is ``send`` (recipient, content),
-    ``publish`` (domain, topic, originator, payload), ``expired`` (a lease ended: send
-    its cancel), ``presence`` (domain, topic, action) or ``access`` (domain, topic,
-    subscriber, action). Binary fields are hex text."""
+    """One piece of work still to do (:class:`JournalKind`); binary fields are hex
+    text. ``kind`` stays the text read back, so an entry written by a newer pod with a
+    kind this one does not know can be recognised (:attr:`known_kind`) and dropped."""
 
     id: str
     kind: str
     fields: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def known_kind(self) -> JournalKind | None:
+        try:
+            return JournalKind(self.kind)
+        except ValueError:
+            return None
 
     def encode(self, pod: str, at_ms: int) -> str:
         return json.dumps({**self.fields, "kind": self.kind, "pod": pod, "at_ms": str(at_ms)})
@@ -216,7 +239,7 @@ class JournalEntry:
         return cls(entry_id, values.get("kind", ""), values)
 
 
-def new_entry(kind: str, **fields: str) -> JournalEntry:
+def new_entry(kind: JournalKind, **fields: str) -> JournalEntry:
     return JournalEntry(f"{kind}:{uuid.uuid4().hex}", kind, fields)
 
 
@@ -536,7 +559,9 @@ class PubsubStore:
             return ops
         if isinstance(change, (TupleAdded, TupleRemoved)):
             action = "add" if isinstance(change, TupleAdded) else "remove"
-            entry = new_entry("presence", domain=domain, topic=change.topic, action=action)
+            entry = new_entry(
+                JournalKind.PRESENCE, domain=domain, topic=change.topic, action=action
+            )
             effects.append(entry)
             return [
                 ["hset", keys.pubsub_journal(domain), entry.id, entry.encode(self.pod_id, now_ms)]
@@ -544,7 +569,11 @@ class PubsubStore:
         if isinstance(change, (OwnerGranted, OwnerRevoked)):
             action = "grant" if isinstance(change, OwnerGranted) else "revoke"
             entry = new_entry(
-                "owner", domain=domain, topic=change.topic, owner=str(change.owner), action=action
+                JournalKind.OWNER,
+                domain=domain,
+                topic=change.topic,
+                owner=str(change.owner),
+                action=action,
             )
             effects.append(entry)
             return [
@@ -553,7 +582,7 @@ class PubsubStore:
         if isinstance(change, (DataGranted, DataRevoked)):
             action = "grant" if isinstance(change, DataGranted) else "revoke"
             entry = new_entry(
-                "access",
+                JournalKind.ACCESS,
                 domain=domain,
                 topic=change.topic,
                 subscriber=str(change.subscriber),
@@ -707,6 +736,7 @@ __all__ = [
     "EVENT_FIELDS",
     "EVENT_VERSION",
     "JournalEntry",
+    "JournalKind",
     "PubsubStore",
     "TopicSummary",
     "TopicView",

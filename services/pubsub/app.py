@@ -266,6 +266,8 @@ class PubsubApp:
                 with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                     await asyncio.wait_for(task, 2.0)
         self._loop = self._alive = None
+        if self.service is not None:
+            await self.service.journal.aclose()
         with contextlib.suppress(RedisError, OSError):
             if self.service is not None:
                 await self.service.resign()

@@ -43,7 +43,7 @@ from apexmesh.pubsub.elements import topic_endpoint
 from apexmesh.pubsub.fanout import FanoutChunk, plan_fanout
 from apexmesh.pubsub.inre import inre_option
 from apexmesh.pubsub.wire import delivered_content, element_payload, forward_payload
-from apexmesh.rpc.relay import RelaySubmitter
+from apexmesh.rpc.relay import RelaySubmitter, SubmitSource
 from apexmesh.store.pubsub_cache import SubscriberCache, TopicState
 from services.pubsub.content import ContentSelection
 from services.pubsub.metrics import PubsubMetrics
@@ -54,7 +54,11 @@ _log = logging.getLogger(__name__)
 DataCheck = Callable[[Endpoint, Endpoint], Awaitable[bool]]
 
 #: Why a chunk was not taken, by the submitter's outcome source.
-_REASONS = {"unavailable": "unavailable", "aborted": "aborted", "relay": "refused"}
+_REASONS = {
+    SubmitSource.UNAVAILABLE: "unavailable",
+    SubmitSource.ABORTED: "aborted",
+    SubmitSource.RELAY: "refused",
+}
 
 
 def delivery_key(delivery_id: str, payload: bytes) -> str:
@@ -280,12 +284,12 @@ class Publisher:
         outcome = await submitter.submit(
             str(owner), payload, key=str(owner), submission_id=chunk.submission_id
         )
-        if outcome.source == "unavailable" and submitter is not self._fanout:
+        if outcome.source is SubmitSource.UNAVAILABLE and submitter is not self._fanout:
             outcome = await self._fanout.submit(
                 str(owner), payload, key=str(owner), submission_id=chunk.submission_id
             )
         if outcome.code != ApexReplyCode.SUCCESS:
-            self._metrics.fanout_failures.labels(_REASONS.get(outcome.source, "refused")).inc()
+            self._metrics.fanout_failures.labels(_REASONS[outcome.source]).inc()
             _log.warning(
                 "fan-out of %s to %d recipients (%s): %d %s",
                 owner,

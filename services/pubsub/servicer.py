@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -34,13 +33,12 @@ import grpc
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.apex.elements import Reply, reply_from
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.presence_core import error_reply
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2
-from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
+from apexmesh.contracts.presence.v1 import presence_pb2_grpc
 from apexmesh.pubsub import core
 from apexmesh.pubsub._fields import pubsub_tag
 from apexmesh.pubsub.core import Outcome, Send
@@ -51,7 +49,6 @@ from apexmesh.pubsub.elements import (
     DELETETOPIC_TOKEN,
     LISTTOPICS_TOKEN,
     SUBSCRIBE_TOKEN,
-    Cancel,
     CreateTopic,
     DeleteTopic,
     ListTopics,
@@ -75,42 +72,33 @@ from apexmesh.pubsub.subscription_elements import (
 from apexmesh.pubsub.topic_description import TopicDescription
 from apexmesh.pubsub.topic_index import SelectorCompiler
 from apexmesh.pubsub.wire import (
-    access_get,
-    access_set,
     delivered_content,
-    element_payload,
-    last_update,
-    reply_code,
 )
 from apexmesh.pubsub.wkt import TOPICS, is_well_known
 from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.endpoint import WellKnownEndpointServicer
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.store.access_cache import CachedAccessChecker
-from apexmesh.store.pubsub import JournalEntry, PubsubStore, TopicView, new_entry
+from apexmesh.store.pubsub import PubsubStore, TopicView
 from apexmesh.store.pubsub_cache import SubscriberCache
 from apexmesh.store.pubsub_leader import Elector, RedisLeader
 from apexmesh.store.pubsub_messages import MessageStore
 from services.pubsub.content import ContentSelection
 from services.pubsub.content_ops import ContentOperations, refused
+from services.pubsub.journal import JournalWorker, send_entries
 from services.pubsub.metrics import PubsubMetrics
 from services.pubsub.publishing import Publisher
 from services.pubsub.settings import Upstream
+from services.pubsub.upstream import Redistribution
 from services.pubsub.well_known import WellKnownTopics, topic_operation
 
 _log = logging.getLogger(__name__)
-
-#: RFC 3341's token to change an owner's entries: who holds it on a topic owns it.
-ACCESS_SET_TOKEN = "access:set"  # noqa: S105 - an access token name
 
 #: Milliseconds since the epoch (the core reads no clock).
 Clock = Callable[[], int]
 
 #: Attempts at an operation whose topic keeps changing under it (optimistic commits).
 COMMIT_ATTEMPTS = 16
-
-#: Journal entries redone at once (bounded concurrency of Submit calls).
-SEND_CONCURRENCY = 128
 
 #: Leases ended per claim (one Lua call).
 EXPIRY_BATCH = 500
@@ -164,16 +152,10 @@ class PubsubService:
         self._elector: Elector = elector or RedisLeader(store)
         self._access = access
         self._access_cache = access_cache
-        self._relays = relays
-        self._presence = presence
         self._metrics = metrics
         self._clock = clock
         self._lease_ms = lease_ms
         self._grant = grant_data
-        self._hops = hops
-        self._upstreams = tuple(upstreams)
-        self._upstream_duration = upstream_duration
-        self._timeout = timeout
         #: The pod's subscriber lists (apexmesh/store/pubsub_cache.py).
         self._topics = cache
         #: Content-based selection (draft-wyman): selector classes, schemas, cached
@@ -211,195 +193,30 @@ class PubsubService:
                 d, sub, status=status, duration=duration
             ),
         )
-        self._ids = itertools.count(1)
+        self.journal = JournalWorker(
+            store=store,
+            access=access,
+            relays=relays,
+            presence=presence,
+            metrics=metrics,
+            timeout=timeout,
+        )
+        self.redistribution = Redistribution(
+            store=store,
+            journal=self.journal,
+            run=self._run,
+            clock=clock,
+            upstreams=upstreams,
+            duration_seconds=upstream_duration,
+            grant_data=grant_data,
+        )
         self._last_scan = 0
         #: Domains this pod currently leads.
         self.leading: set[str] = set()
 
-    def _next_id(self) -> int:
-        return next(self._ids) % 2_147_483_647 or 1
-
-    # ------------------------------------------------------------------ sending
-
-    async def _submit(
-        self, entry: JournalEntry, origin: Endpoint, recipient: Endpoint, content: bytes
-    ) -> bool:
-        """Send one element of ``entry``; True when the work is done (a relay answered,
-        even with a refusal: the element can never be delivered then). The submission id
-        is the entry's, so a redone entry whose first send went through (its pod died
-        before forgetting it) is answered by the relay pod that took it, not relayed
-        again (while that pod remembers it)."""
-        outcome = await self._relays.submit(
-            str(origin),
-            element_payload(origin, recipient, content),
-            key=str(recipient),
-            submission_id=entry.submission_id,
-        )
-        self._metrics.sent.labels(str(outcome.code)).inc()
-        if outcome.code != ApexReplyCode.SUCCESS:
-            _log.info("to %s: relay answered %d %s", recipient, outcome.code, outcome.text)
-        return outcome.source == "relay"
-
-    async def _do(self, entry: JournalEntry) -> bool:
-        f = entry.fields
-        try:
-            if entry.kind == "send":
-                return await self._submit(
-                    entry,
-                    Endpoint.parse(f["origin"]),
-                    Endpoint.parse(f["recipient"]),
-                    bytes.fromhex(f["content"]),
-                )
-            if entry.kind == "expired":
-                cancel: Cancel | ContentCancel = Cancel(
-                    topic=f["topic"],
-                    trans_id=int(f["trans_id"]),
-                    subscriber=Endpoint.parse(f["subscriber"]),
-                )
-                if f.get("subscription_id"):
-                    cancel = ContentCancel(
-                        topic=f["topic"],
-                        trans_id=int(f["trans_id"]),
-                        subscriber=Endpoint.parse(f["subscriber"]),
-                        subscription_id=int(f["subscription_id"]),
-                    )
-                self._metrics.expired.inc()
-                return await self._submit(
-                    entry,
-                    service_endpoint(f["domain"]),
-                    Endpoint.parse(f["originator"]),
-                    cancel.to_xml(),
-                )
-            if entry.kind == "presence":
-                return await self._tuple(f["domain"], f["topic"], add=f["action"] == "add")
-            if entry.kind == "owner":
-                return await self._grant_owner(
-                    f["domain"], f["topic"], Endpoint.parse(f["owner"]), f["action"] == "grant"
-                )
-            if entry.kind == "access":
-                return await self._grant_data(
-                    f["domain"], f["topic"], Endpoint.parse(f["subscriber"]), f["action"] == "grant"
-                )
-        except (KeyError, ValueError, EndpointError, ApexError) as exc:
-            _log.warning("journal entry %s cannot be done (%s): dropped", entry.id, exc)
-            return True
-        _log.warning("journal entry %s of unknown kind %r: dropped", entry.id, entry.kind)
-        return True
-
     @property
     def leader(self) -> bool:
         return bool(self.leading)
-
-    async def perform(self, domain: str, entries: Sequence[JournalEntry]) -> None:
-        """Do journalled work in order (bounded concurrency) and forget what is done.
-        Entries for one endpoint run one after the other, so it gets them in the order
-        they were journalled (a deletetopic's reply, then the cancel of its subscriber's
-        subscription); entries for different endpoints run at once."""
-        for start in range(0, len(entries), SEND_CONCURRENCY):
-            batch = entries[start : start + SEND_CONCURRENCY]
-            if len(batch) == 1:
-                results = [await self._do(batch[0])]
-            else:
-                results = await self._do_per_endpoint(batch)
-            await self.store.done(
-                domain, *(e.id for e, ok in zip(batch, results, strict=True) if ok)
-            )
-
-    async def _do_per_endpoint(self, batch: Sequence[JournalEntry]) -> list[bool]:
-        chains: dict[str, list[int]] = {}
-        for index, entry in enumerate(batch):
-            fields = entry.fields
-            endpoint = fields.get("recipient") or fields.get("subscriber") or entry.id
-            chains.setdefault(endpoint, []).append(index)
-        results = [False] * len(batch)
-
-        async def chain(indices: list[int]) -> None:
-            for index in indices:
-                results[index] = await self._do(batch[index])
-
-        await asyncio.gather(*(chain(indices) for indices in chains.values()))
-        return results
-
-    async def _tuple(self, domain: str, topic: str, *, add: bool) -> bool:
-        """Sections 4.2/4.3 step 3.2: the topic's tuple in apex=pubsub's presence entry."""
-        if self._presence is None:
-            return True
-        publisher = str(service_endpoint(domain))
-        destination = f"apex:{topic_endpoint(topic, domain)}"
-        try:
-            if add:
-                tuple_ = presence_pb2.Tuple(destination=destination)
-                request = presence_pb2.SetTuplesRequest(publisher=publisher, tuples=[tuple_])
-                answer = await self._presence.SetTuples(request, timeout=self._timeout)
-            else:
-                removal = presence_pb2.RemoveTuplesRequest(
-                    publisher=publisher, destinations=[destination]
-                )
-                answer = await self._presence.RemoveTuples(removal, timeout=self._timeout)
-        except grpc.aio.AioRpcError as exc:
-            _log.warning("presence service unreachable: %s", exc.code())
-            return False
-        if answer.status.code != ApexReplyCode.SUCCESS:
-            _log.warning("presence refused %s: %d", destination, answer.status.code)
-        return True
-
-    async def _grant_owner(self, domain: str, topic: str, owner: Endpoint, grant: bool) -> bool:
-        """Sections 5.1 and 7: the creator's entry on its topic (or its removal)."""
-        return await self._set_entry(
-            domain, topic, owner, list(core.OWNER_TOKENS) if grant else [], only_if_found=not grant
-        )
-
-    async def _set_entry(
-        self,
-        domain: str,
-        topic: str,
-        actor: Endpoint,
-        actions: list[str],
-        *,
-        only_if_found: bool = False,
-    ) -> bool:
-        """Write (or with no actions delete) the entry of ``actor`` on the topic, as the
-        service; False when the access service could not be reached (done again)."""
-        owner = topic_endpoint(topic, domain)
-        service = str(service_endpoint(domain))
-        try:
-            get = access_get(owner, actor, self._next_id())
-            found = last_update((await self._access.handle_operation(service, get)).reply.content)
-            if only_if_found and not found:
-                return True  # nothing to remove
-            content = access_set(owner, actor, actions, found, self._next_id())
-            result = await self._access.handle_operation(service, content)
-        except grpc.aio.AioRpcError as exc:
-            _log.warning("access service unreachable: %s", exc.code())
-            return False
-        if reply_code(result.reply.content) != ApexReplyCode.SUCCESS:
-            _log.warning("access refused %s for %s: %r", owner, actor, result.reply.content[:120])
-        return True
-
-    async def _grant_data(self, domain: str, topic: str, subscriber: Endpoint, grant: bool) -> bool:
-        """Section 7: core:data on the topic for a subscriber, or its removal.
-
-        The grant is an entry for exactly the subscriber, which takes precedence over
-        the wildcard entries that let it subscribe (RFC 3341 section 3.1): it therefore
-        keeps the pubsub tokens the subscriber holds now, plus ``core:data``. Removal
-        deletes that entry, so the subscriber falls back to the wildcard entries (an
-        explicit entry it had before the grant is not restored: docs/pubsub.md). The
-        topic's owner (who may set its entries) keeps its own entry either way."""
-        owner = str(topic_endpoint(topic, domain))
-        tokens = (SUBSCRIBE_TOKEN, CANCEL_TOKEN, ACCESS_SET_TOKEN)
-        try:
-            decisions, _ = await self._access.check_many(
-                [(owner, str(subscriber), token) for token in tokens]
-            )
-        except grpc.aio.AioRpcError as exc:
-            _log.warning("access service unreachable: %s", exc.code())
-            return False
-        if decisions[2].allowed:
-            return True  # the owner's entry already holds core:data, and stays
-        if not grant:
-            return await self._set_entry(domain, topic, subscriber, [], only_if_found=True)
-        actions = [t for t, d in zip(tokens[:2], decisions[:2], strict=True) if d.allowed]
-        return await self._set_entry(domain, topic, subscriber, [*actions, DATA_TOKEN])
 
     # ------------------------------------------------------------------ access
 
@@ -423,13 +240,6 @@ class PubsubService:
 
     # ------------------------------------------------------------------ operations
 
-    def _entries(self, domain: str, sends: Iterable[Send]) -> list[JournalEntry]:
-        origin = str(service_endpoint(domain))
-        return [
-            new_entry("send", origin=origin, recipient=str(s.recipient), content=s.content.hex())
-            for s in sends
-        ]
-
     async def _decided(
         self,
         domain: str,
@@ -442,7 +252,7 @@ class PubsubService:
         """Commit (with the journal) and send; False when the topic moved meanwhile.
         A subscription change needs only the topic to exist still (``subscription``);
         topic creation and deletion need the version they were decided on."""
-        work = self._entries(domain, outcome.sends)
+        work = send_entries(domain, outcome.sends)
         now = self._clock()
         if outcome.changes and topic is not None:
             entries = await self.store.commit(
@@ -459,7 +269,7 @@ class PubsubService:
         else:
             await self.store.journal(domain, work, now)
             entries = work
-        await self.perform(domain, entries)
+        await self.journal.perform(domain, entries)
         return True
 
     async def _run(
@@ -654,114 +464,13 @@ class PubsubService:
         if topic == TOPICS and originator != service_endpoint(domain):
             _data, body, _parts = delivered_content(payload)
             try:
-                op = topic_operation(body, self._next_id())
+                op = topic_operation(body, self.journal.next_id())
             except ApexError as exc:
                 return int(exc.code), str(exc)[:200]
             outcome = await self._operate(domain, originator, op)
             self._metrics.operations.labels(type(op).__name__.lower(), str(outcome.code)).inc()
             return outcome.code, ""
         return await self.publisher.publish(domain, topic, originator, payload, delivery_id)
-
-    # ------------------------------------------------------------------ 2.6, as redistributor
-
-    async def from_upstream(
-        self, domain: str, topic: str, originator: Endpoint, content: bytes
-    ) -> int:
-        """Data to ``apex=pubsub/TOPIC@domain`` from another domain's ``apex=pubsub``: a
-        subscribe or cancel it forwarded (4.5 step 4, 4.6 step 3), the cancel of our own
-        upstream subscription, or its reply to it."""
-        root = _dtd.parse_root(content)
-        if _dtd.tag_of(root) == "reply":
-            reply = reply_from(root, require_trans_id=False)
-            if reply.code != ApexReplyCode.SUCCESS:
-                _log.warning(
-                    "upstream %s refused %s: %d %s", originator, topic, reply.code, reply.text
-                )
-            return 250
-        op = operation_from(root)
-        ours = topic_endpoint(topic, domain)
-        if not any(
-            u.topic == topic and u.domain == domain and u.upstream == originator.domain
-            for u in self._upstreams
-        ):
-            raise ApexError(ApexReplyCode.NOT_AUTHORIZED, f"{originator} does not feed {topic}")
-        if isinstance(op, Cancel) and op.subject(originator) == ours:
-            await self.store.upstream_lost(domain, topic)
-            return 250
-        if isinstance(op, Subscribe):
-            subject = op.subscriber
-
-            def decide(view: TopicView) -> Outcome:
-                if not view.exists:
-                    return Outcome(
-                        code=553,
-                        step="4.5/2",
-                        sends=(
-                            Send(
-                                subject,
-                                Reply(
-                                    code=553, trans_id=op.trans_id, text=f"no topic {topic}"
-                                ).to_xml(),
-                            ),
-                        ),
-                    )
-                if op.duration <= 0:
-                    return Outcome(
-                        code=553,
-                        step="4.5/3",
-                        sends=(Send(subject, Reply(code=553, trans_id=op.trans_id).to_xml()),),
-                    )
-                return core.accept_subscribe(
-                    op, subject, view.subscriptions, self._clock(), grant_data=self._grant
-                )
-
-            return (await self._run(domain, topic, decide, subscribers=(subject,))).code
-        if isinstance(op, Cancel):
-            subject = op.subject(originator)
-            return (
-                await self._run(
-                    domain,
-                    topic,
-                    lambda v: core.accept_cancel(
-                        op, subject, v.subscriptions, grant_data=self._grant
-                    ),
-                    subscribers=(subject,),
-                )
-            ).code
-        raise ApexError(ApexReplyCode.PARAMETER_SYNTAX_ERROR, "not a forwarded operation")
-
-    async def _renew_upstreams(self) -> None:
-        now = self._clock()
-        for up in self._upstreams:
-            if up.domain not in self.leading:
-                continue
-            if not await self.store.upstream_due(up.domain, up.topic):
-                continue
-            ours = topic_endpoint(up.topic, up.domain)
-            view = await self.store.read_topic(up.domain, up.topic)
-            if not view.exists:
-                create = core.create_topic(
-                    CreateTopic(topic=up.topic, trans_id=self._next_id()),
-                    service_endpoint(up.domain),
-                    allowed=True,
-                    exists=False,
-                )
-                await self.store.commit(up.domain, up.topic, view.version, create.changes, [], now)
-            op = Subscribe(
-                subscriber=ours,
-                topic=up.topic,
-                trans_id=self._next_id(),
-                duration=self._upstream_duration,
-            )
-            entry = new_entry(
-                "send",
-                origin=str(ours),
-                recipient=str(service_endpoint(up.upstream)),
-                content=op.to_xml().hex(),
-            )
-            await self.store.journal(up.domain, [entry], now)
-            await self.store.upstream_sent(up.domain, up.topic, self._upstream_duration * 500, now)
-            await self.perform(up.domain, [entry])
 
     # ------------------------------------------------------------------ time
 
@@ -788,14 +497,16 @@ class PubsubService:
                 due = await self.store.claim_expired(domain, self._clock(), EXPIRY_BATCH)
                 if not due:
                     break
-                await self.perform(domain, due)
+                # Not awaited to the end: leases that fall due while these cancels are
+                # sent are claimed on time (start waits only while the window is full).
+                await self.journal.start(domain, due)
             if scan:
                 now = self._clock()
                 orphans = await self.store.orphans(domain, now, max(RETRY_AFTER_MS, self._lease_ms))
                 if orphans:
                     _log.info("redoing %d journal entries of %s", len(orphans), domain)
-                    await self.perform(domain, orphans)
-        await self._renew_upstreams()
+                    await self.journal.perform(domain, orphans)
+        await self.redistribution.renew(self.leading)
 
     async def next_timer(self) -> int | None:
         """The earliest lease end of the domains this pod leads."""
@@ -850,7 +561,7 @@ class PubsubEndpointServicer(WellKnownEndpointServicer):
         try:
             if core.is_upstream_operation(originator):
                 _data, body, _parts = delivered_content(bytes(request.payload))
-                code = await service.from_upstream(domain, topic, originator, body)
+                code = await service.redistribution.from_upstream(domain, topic, originator, body)
                 return endpoint_pb2.EndpointDeliverResponse(status=_status(code))
             # Shielded: a relay that gives up waiting (its deadline) must not stop the
             # fan-out between its per-pod submits (some subscribers served, others not).

@@ -51,7 +51,7 @@ from apexmesh.contracts.endpoint.v1 import endpoint_pb2
 from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
 from apexmesh.rpc.endpoint import WellKnownEndpointServicer
 from apexmesh.rpc.observe import observed_channel
-from apexmesh.rpc.relay import ChannelFactory, RelaySubmitter
+from apexmesh.rpc.relay import ChannelFactory, RelaySubmitter, SubmitSource
 
 _log = logging.getLogger(__name__)
 
@@ -237,8 +237,8 @@ class RelayPool:
     async def submit(self, originator: str, payload: bytes) -> SubmitOutcome:
         """Submit ``payload`` as ``originator``; never raises for relay trouble."""
         outcome = await self._submitter.submit(originator, payload)
-        if outcome.source != "relay":
-            result = outcome.source
+        if outcome.source is not SubmitSource.RELAY:
+            result = str(outcome.source)
         elif outcome.code == ApexReplyCode.SUCCESS:
             result = "submitted"
         else:

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 import grpc
 import pytest
 
-from apexmesh.rpc.relay import RelaySubmitter
+from apexmesh.rpc.relay import RelaySubmitter, SubmitSource
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
 from tests.support.redis_server import free_port
 
@@ -56,7 +56,7 @@ async def test_without_an_id_a_cut_off_call_is_not_retried() -> None:
     relay = ScriptedRelay(grpc.StatusCode.INTERNAL)
     async with scripted_relays(relay) as addresses, submitter(addresses) as client:
         outcome = await client.submit("apex=presence@example.com", b"x")
-    assert (outcome.code, outcome.source) == (451, "aborted")
+    assert (outcome.code, outcome.source) == (451, SubmitSource.ABORTED)
     assert relay.calls == [""]
 
 
@@ -68,7 +68,7 @@ async def test_attempts_are_bounded_and_the_last_code_is_answered() -> None:
         submitter(addresses, attempts=3, observe=lambda a, o: seen.append((a, o))) as client,
     ):
         outcome = await client.submit("apex=pubsub@example.com", b"x", submission_id="s2")
-    assert (outcome.code, outcome.source) == (451, "aborted")
+    assert (outcome.code, outcome.source) == (451, SubmitSource.ABORTED)
     assert relay.calls == ["s2"] * 3
     assert [o for _, o in seen] == ["failed", "failed", "failed", "gave-up"]
 
@@ -90,7 +90,7 @@ async def test_no_relay_reachable_is_421_after_bounded_rounds() -> None:
     seen: list[str] = []
     async with submitter(dead, attempts=4, observe=lambda _a, o: seen.append(o)) as client:
         outcome = await client.submit("apex=pubsub@example.com", b"x", submission_id="s4")
-    assert (outcome.code, outcome.source) == (421, "unavailable")
+    assert (outcome.code, outcome.source) == (421, SubmitSource.UNAVAILABLE)
     assert seen == ["unavailable"] * 4 + ["gave-up"]
 
 

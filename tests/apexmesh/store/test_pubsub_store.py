@@ -12,7 +12,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.pubsub import core
 from apexmesh.pubsub.core import Subscribed, Subscription, TopicCreated, TupleAdded, Unsubscribed
 from apexmesh.store.keys import Keys
-from apexmesh.store.pubsub import EVENT_FIELDS, JournalEntry, PubsubStore, new_entry
+from apexmesh.store.pubsub import EVENT_FIELDS, JournalEntry, JournalKind, PubsubStore, new_entry
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ async def test_topics_subscriptions_and_versions(redis: Redis, keys: Keys) -> No
         is None
     )
     assert (await store.read_topic(DOMAIN, TOPIC)).subscriptions == {}
-    reply = new_entry("send", recipient=str(MIKE), content="00")
+    reply = new_entry(JournalKind.SEND, recipient=str(MIKE), content="00")
     entries = await store.commit(
         DOMAIN, TOPIC, view.version, [Subscribed(sub(MIKE, NOW + 5), False)], [reply], NOW
     )
@@ -143,7 +143,7 @@ async def test_journal_of_a_dead_pod_is_taken_over(redis: Redis, keys: Keys) -> 
     await a.heartbeat(60_000)
     await b.heartbeat(60_000)
     await _create(a)
-    work = new_entry("send", recipient=str(MIKE), content="3c6f6b2f3e")
+    work = new_entry(JournalKind.SEND, recipient=str(MIKE), content="3c6f6b2f3e")
     await a.commit(DOMAIN, TOPIC, None, [], [work], NOW)
     # pod-a lives: its fresh entries are its own.
     assert [e.id for e in await b.orphans(DOMAIN, NOW + 1, retry_after_ms=10_000)] == []

@@ -14,7 +14,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.pubsub.core import Subscribed, Subscription, TopicCreated
 from apexmesh.pubsub.elements import Cancel
 from apexmesh.store.keys import Keys
-from apexmesh.store.pubsub import PubsubStore, new_entry
+from apexmesh.store.pubsub import JournalKind, PubsubStore, new_entry
 from tests.services.pubsub.conftest import Attach, PubsubMesh
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -30,7 +30,7 @@ async def test_a_dead_pods_journal_is_done_by_the_leader(
     now = int(time.time() * 1000)
     who = Endpoint.parse("mike@example.com")
     reply = new_entry(
-        "send",
+        JournalKind.SEND,
         origin="apex=pubsub@example.com",
         recipient=str(who),
         content=Reply(code=250, trans_id=77).to_xml().hex(),
