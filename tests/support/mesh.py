@@ -19,7 +19,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from apexmesh.aio import BeepConnection, Channel, connect
 from apexmesh.apex.content import parse_payload
@@ -133,7 +133,11 @@ START_ATTEMPTS: Final = 4
 
 T = TypeVar("T")
 
-App = AccessApp | RelayApp | ReportApp
+
+class App(Protocol):
+    """A service of the mesh run in the test's process: what the harness stops."""
+
+    async def stop(self) -> None: ...
 
 
 @contextlib.asynccontextmanager

@@ -35,7 +35,7 @@ from services.relay.settings import RelaySettings
 from services.report.app import ReportApp
 from services.report.settings import ReportSettings
 from tests.support.loops import LoopFactories, loop_factories
-from tests.support.mesh import base_env, endpoint_client, relay_env, retried
+from tests.support.mesh import base_env, endpoint_client, relay_env, retried, stop_watched
 from tests.support.redis_server import RedisServer, free_port
 
 TOPIC: Final = "music.jazz.milesdavis"
@@ -234,8 +234,7 @@ async def pubsub_mesh(
             mesh.pubsub[name] = app
         yield mesh
     finally:
-        await asyncio.gather(*(relay.stop() for relay in relays))
-        await asyncio.gather(*(app.stop() for app in others))
+        await stop_watched([*relays, *others])
         await access.stop()
 
 
