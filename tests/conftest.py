@@ -7,6 +7,17 @@ on a free loopback port (tests/support/redis_server.py).
 
 from __future__ import annotations
 
+import os
+
+# gRPC's fork handlers (on by default in grpcio's core) restart its poller in a child
+# that is about to exec; when the child closes its descriptors first, that poller fails
+# with EBADF and the child dies before exec (grpc/grpc#43055: since grpcio 1.81). The
+# test process forks with gRPC running (the Spark gateway is started with a preexec_fn,
+# so with fork, not vfork) and never uses gRPC in a child: the handlers are turned off
+# before gRPC is initialised (grpc's doc/fork_support.md: "should be set whenever a user
+# expects to always call exec immediately following fork").
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
