@@ -30,6 +30,7 @@ from typing import Final
 
 from apexmesh.aio import BeepConnection, Channel, ChannelStartError, ConnectionClosedError, connect
 from apexmesh.aio.connection import Incoming, Reply
+from apexmesh.aio.tasks import stop_task
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.content import MimePart, parse_payload
 from apexmesh.apex.data import Data, Recipient
@@ -587,10 +588,7 @@ class ApexClient:
         self._closed = True
         self._end_all(AttachmentTerminatedError(421, "client closed"))
         await _release(self.conn, timeout)
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        await stop_task(self._reader)
 
 
 #: Receive window an endpoint advertises (RFC 3081 3.1.3 lets it exceed the default 4096

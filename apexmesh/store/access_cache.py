@@ -36,6 +36,7 @@ from typing import Final, Protocol
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from apexmesh.aio.tasks import stop_task
 from apexmesh.apex.access import Decision
 from apexmesh.common.cache import BoundedCache
 from apexmesh.store.keys import Keys
@@ -101,13 +102,10 @@ class CachedAccessChecker:
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            # Not bounded again here: the listener's own close of its subscription is
-            # (PUBSUB_CLOSE_SECONDS), and cancelling that close midway leaves the
-            # subscription's connection open (a socket leaked until garbage collection).
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # Room for the listener's own close of its subscription (PUBSUB_CLOSE_SECONDS):
+        # cancelling that close midway leaves the subscription's connection open (a
+        # socket leaked until garbage collection).
+        await stop_task(task, grace=PUBSUB_CLOSE_SECONDS + 1)
         self._invalidate_all()
         self._synced = False
 

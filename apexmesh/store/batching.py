@@ -19,10 +19,11 @@ with its batch, as a command already written to a socket would be.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Generic, TypeVar
+
+from apexmesh.aio.tasks import stop_tasks
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -103,10 +104,7 @@ class Coalescer(Generic[_T, _R]):
 
     async def aclose(self) -> None:
         """Stop: batches out are cancelled, and what is still queued fails."""
-        for worker in list(self._workers):
-            worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker
+        await stop_tasks(list(self._workers))
         queued = list(self._pending)
         self._pending.clear()
         _fail(queued, ConnectionError(f"{self.name}: closed"))

@@ -28,7 +28,6 @@ and follows the log from then on, so it never needs the trimmed part.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
+from apexmesh.aio.tasks import stop_task
 from apexmesh.pubsub.catalogue import (
     Catalogue,
     SubscriptionRow,
@@ -350,10 +350,7 @@ class CatalogueSource:
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_task(task)
 
 
 __all__ = [

@@ -11,7 +11,6 @@ every service's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
@@ -25,6 +24,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import Gauge
 
+from apexmesh.aio.tasks import stop_task
 from apexmesh.ops.http import HttpServer, create_ops_app
 from apexmesh.ops.registry import service_registry
 from services.dashboard.collector import Collector
@@ -142,10 +142,7 @@ class DashboardApp:
         self.http_port = await self.http.start(self.settings.http_host, self.settings.http_port)
 
     async def stop(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
+        await stop_task(self._poller)
         await self.http.stop()
         await self.collector.aclose()
 

@@ -8,7 +8,6 @@ admin HTTP server. Stop order is the reverse, with the gRPC grace period first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ from prometheus_client import Gauge
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from apexmesh.aio.tasks import stop_task
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2_grpc
 from apexmesh.contracts.presence.v1 import presence_pb2_grpc
 from apexmesh.ops.admin import AdminSpec, Guard
@@ -135,11 +135,8 @@ class PresenceApp:
         if self._grpc is not None:
             await graceful_stop(self._grpc, self.settings.shutdown_grace)
             self._grpc = None
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(self._loop, 2.0)
-            self._loop = None
+        await stop_task(self._loop)
+        self._loop = None
         await self.http.stop()
         await self.relays.aclose()
         if self._access_channel is not None:

@@ -21,6 +21,7 @@ from prometheus_client import Gauge
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from apexmesh.aio.tasks import stop_tasks
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2_grpc
 from apexmesh.contracts.presence.v1 import presence_pb2_grpc
 from apexmesh.ops.admin import AdminSpec, Guard
@@ -260,11 +261,7 @@ class PubsubApp:
         if self._grpc is not None:
             await graceful_stop(self._grpc, self.settings.shutdown_grace)
             self._grpc = None
-        for task in (self._loop, self._alive):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                    await asyncio.wait_for(task, 2.0)
+        await stop_tasks((self._loop, self._alive))
         self._loop = self._alive = None
         if self.service is not None:
             await self.service.journal.aclose()

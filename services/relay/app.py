@@ -21,6 +21,7 @@ import grpc
 from redis.asyncio import Redis
 
 from apexmesh.aio import BeepConnection, Channel, listen
+from apexmesh.aio.tasks import stop_task
 from apexmesh.apex.associations import Binding
 from apexmesh.apex.holding import HOLD_FOR_ENDPOINT, TIMING_OPTIONS
 from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
@@ -353,10 +354,7 @@ class RelayApp:
     async def stop(self) -> None:
         for server in self._listeners:
             server.close()
-        if self._lease_task is not None:
-            self._lease_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._lease_task
+        await stop_task(self._lease_task)
         connections = self.sessions.connections()
         await asyncio.gather(
             *(conn.close(timeout=2.0) for conn in connections), return_exceptions=True

@@ -13,7 +13,6 @@ bind's own error code (537 ...) when the bind is refused.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import secrets
@@ -26,6 +25,7 @@ import dns.exception
 import dns.resolver
 
 from apexmesh.aio import BeepConnection, Channel, ChannelStartError, ConnectionClosedError, connect
+from apexmesh.aio.tasks import stop_tasks
 from apexmesh.apex.associations import Binding
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.discovery import (
@@ -302,7 +302,4 @@ class MeshPool:
         links, self._links = self._links, {}
         for link in links.values():
             await link.conn.close()
-        for task in list(self._serving):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks(list(self._serving))

@@ -17,7 +17,6 @@ in the same :class:`DeliverBatch`, built in place as deliveries arrive, and cut 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections import deque
@@ -26,6 +25,7 @@ from typing import Final
 
 import grpc
 
+from apexmesh.aio.tasks import stop_task
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
@@ -232,9 +232,7 @@ class _Stream:
     async def close(self) -> None:
         self._closing = True
         self._wake.set()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await stop_task(self._task)
         await self.channel.close()
 
 
