@@ -29,7 +29,7 @@ from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import Element
-from apexmesh.pubsub.core import Send, Subscribed, Subscription
+from apexmesh.pubsub.changes import Send, Subscribed, Subscription
 from apexmesh.pubsub.elements import topic_of
 from apexmesh.pubsub.inre import delivery_ids
 from apexmesh.pubsub.matcher import Matcher

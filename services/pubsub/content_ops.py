@@ -27,8 +27,8 @@ from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.pubsub import content_core
+from apexmesh.pubsub.changes import Change, Outcome, Send, Subscription, Unsubscribed
 from apexmesh.pubsub.content_core import CachedMessage, same_selection
-from apexmesh.pubsub.core import Change, Outcome, Send, Subscription, Unsubscribed
 from apexmesh.pubsub.elements import CANCEL_TOKEN, SUBSCRIBE_TOKEN, topic_endpoint
 from apexmesh.pubsub.schema import DEFAULTS
 from apexmesh.pubsub.selection.types import MessageView

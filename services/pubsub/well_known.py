@@ -32,7 +32,7 @@ from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.pubsub._fields import pubsub_tag
-from apexmesh.pubsub.core import Subscription, TopicCreated
+from apexmesh.pubsub.changes import Subscription, TopicCreated
 from apexmesh.pubsub.elements import CreateTopic, DeleteTopic, service_endpoint, topic_endpoint
 from apexmesh.pubsub.message import MAX_REVISION, Expiry, MessageContent, message_from
 from apexmesh.pubsub.topic_description import TopicDescription, description_from
