@@ -283,8 +283,8 @@ class ContentPublishPlan:
 
 def publish(
     originator: Endpoint,
-    message: ParsedMessage | Element,
-    view: MessageView,
+    message: ParsedMessage | Element | None,
+    view: MessageView | None,
     *,
     exists: bool,
     allowed: bool,
@@ -296,23 +296,31 @@ def publish(
     """Draft-schwartz 4.7.1 with the content-based steps: 550 (no topic), 537 (no
     ``core:data``), 561 (the body does not conform to the message schema), then the
     matching subscriptions, one delivery per endpoint (never back to the redistributing
-    server the data came from). ``message`` is the parsed envelope, or the root of a
-    body sent without one (validated as the body itself)."""
+    server the data came from). ``message`` is the parsed envelope, the root of an XML
+    body sent without one (validated as the body itself), or None for a body that is
+    not XML (text or not processed: 561 on a topic with a message schema);
+    ``view`` is what selectors read of it (:meth:`apexmesh.pubsub.body.Body.view`),
+    None for a body not processed, which only subscriptions without a selector
+    receive (7.2, 7.3)."""
     if not exists:
         return ContentPublishPlan(code=ApexReplyCode.ACTION_NOT_TAKEN, step="4.7.1/1")
     if not allowed:
         return ContentPublishPlan(code=ApexReplyCode.NOT_AUTHORIZED, step="4.7.1/access")
+    if message is None and schemas.message is not None:
+        text = "the topic's messages are XML"
+        return ContentPublishPlan(code=ApexReplyCode.INVALID_MESSAGE, step="5.9.1", text=text)
     try:
         if isinstance(message, ParsedMessage):
             schemas.check(message.content)
-        else:
+        elif message is not None:
             schemas.check_body(message)
     except ApexError as exc:
         return ContentPublishPlan(code=exc.code, step="5.9.1", text=str(exc))
     horizon = originator if topic_of(originator) is not None else None
+    keys = matcher.without_selector() if view is None else matcher.match(view)
     matched = (
         key
-        for key in matcher.match(view)
+        for key in keys
         if key[0] != horizon and (sub := subscriptions.get(key)) is not None and sub.active(now_ms)
     )
     return ContentPublishPlan(code=250, step="5.10", deliveries=delivery_ids(matched))
