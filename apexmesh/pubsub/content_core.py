@@ -9,7 +9,10 @@ changes to commit and what to send.
   the subscription id (a subscribe repeating an existing subscription's selector renews
   it under its id, so periodic renewals do not pile up subscriptions), and, when
   ``cached`` was asked, the cached messages the selector selects.
-- :func:`cancel`: the four forms of 5.8.2; 568 when nothing matches.
+- :func:`cancel`: the four forms of 5.8.2 over the subject's content-based and plain
+  (draft-schwartz) subscriptions: the forms without an id end the plain ones they
+  cover too (a plain subscription has no id, so the forms naming one never do); 568
+  when nothing matches. :func:`cancel_changes` turns the decision into the changes.
 - :func:`publish`: 550, 537, 561 (schema), then one delivery per recipient endpoint with
   the ids of every subscription it matched (InRe, 5.10.1), and what to do with the cache.
 
@@ -29,7 +32,14 @@ from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import Element
-from apexmesh.pubsub.changes import Send, Subscribed, Subscription
+from apexmesh.pubsub.changes import (
+    Change,
+    DataRevoked,
+    Send,
+    Subscribed,
+    Subscription,
+    Unsubscribed,
+)
 from apexmesh.pubsub.elements import topic_of
 from apexmesh.pubsub.inre import delivery_ids
 from apexmesh.pubsub.matcher import Matcher
@@ -244,6 +254,25 @@ def cancel(
     )
 
 
+def cancel_changes(
+    outcome: CancelOutcome, originator: Endpoint, *, grant_data: bool = False
+) -> dict[str, tuple[Change, ...]]:
+    """The changes of a decided cancel, by topic (one commit per topic): every chosen
+    subscription ends (reason ``cancel``); a plain (draft-schwartz) one also loses the
+    ``core:data`` of section 7's "only subscribers publish" policy (``grant_data``), as
+    draft-schwartz's own cancel does it (4.6 step 4)."""
+    by_topic: dict[str, list[Change]] = {}
+    for gone in outcome.changes:
+        sub = gone.subscription
+        changes = by_topic.setdefault(sub.topic, [])
+        changes.append(
+            Unsubscribed(sub.topic, sub.subscriber, "cancel", originator, sub.subscription_id)
+        )
+        if grant_data and sub.subscription_id is None:
+            changes.append(DataRevoked(sub.topic, sub.subscriber))
+    return {topic: tuple(changes) for topic, changes in sorted(by_topic.items())}
+
+
 # --------------------------------------------------------------------------- publish
 
 
@@ -339,6 +368,7 @@ __all__ = [
     "SubscriptionKey",
     "cache_action",
     "cancel",
+    "cancel_changes",
     "compile_selection",
     "publish",
     "replayed",

@@ -81,9 +81,8 @@ for _, member in ipairs(due) do
                 local who, sid = string.match(s, '^([^\\n]*)\\n(.*)$')
                 if not who then
                     who, sid = s, ''
-                else
-                    redis.call('HDEL', ARGV[6] .. d .. ':' .. who, t .. '\\n' .. sid)
                 end
+                redis.call('HDEL', ARGV[6] .. d .. ':' .. who, t .. '\\n' .. sid)
                 local id = 'expired:' .. member .. ':' .. rec.expires_ms
                 local entry = cjson.encode({
                     kind = 'expired', pod = ARGV[5], at_ms = ARGV[1], domain = d,
@@ -228,23 +227,36 @@ class PubsubStore(JournalStore):
         )
 
     async def subject_subscriptions(
-        self, domain: str, subscriber: Endpoint, topic: str | None = None
+        self,
+        domain: str,
+        subscriber: Endpoint,
+        topic: str | None = None,
+        *,
+        plain: bool = False,
     ) -> list[Subscription]:
         """The content-based subscriptions of ``subscriber`` in ``domain`` (to ``topic``
-        only when given): draft-wyman 5.8.2's cancels may name no topic."""
+        only when given), and with ``plain`` its draft-schwartz subscriptions too:
+        draft-wyman 5.8.2's cancels may name no topic. Read from the subscriber's index
+        (``Keys.pubsub_subject``), which lists plain subscriptions since they are
+        written with their index entry (a plain subscription made before is listed once
+        renewed)."""
         index = await self._redis.hkeys(self._keys.pubsub_subject(domain, str(subscriber)))
-        wanted: list[tuple[str, str]] = []
+        wanted: list[tuple[str, int | None]] = []
         for item in map(_text, index):
-            name, _, identifier = item.partition("\n")
-            if topic is None or name == topic:
-                wanted.append((name, identifier))
+            name, _, raw_id = item.partition("\n")
+            if (topic is not None and name != topic) or (not raw_id and not plain):
+                continue
+            try:
+                wanted.append((name, int(raw_id) if raw_id else None))
+            except ValueError:
+                continue
         if not wanted:
             return []
         async with self._redis.pipeline(transaction=False) as pipe:
             for name, identifier in wanted:
                 pipe.hget(
                     self._keys.pubsub_subscriptions(domain, name),
-                    subscription_field(subscriber, int(identifier)),
+                    subscription_field(subscriber, identifier),
                 )
             found = await pipe.execute()
         out: list[Subscription] = []
@@ -255,7 +267,7 @@ class PubsubStore(JournalStore):
                 out.append(
                     subscription_from(
                         name,
-                        subscription_field(subscriber, int(identifier)),
+                        subscription_field(subscriber, identifier),
                         json.loads(_text(raw)),
                     )
                 )

@@ -76,6 +76,13 @@ def topic_field(domain: str, topic: str) -> str:
     return f"{domain} {topic}"
 
 
+def subject_field(topic: str, subscription_id: int | None) -> str:
+    """A subscription's field in its subscriber's index (``Keys.pubsub_subject``):
+    ``"<topic>\n<id>"``, the id empty for a plain (draft-schwartz) subscription, so that
+    draft-wyman 5.8.2's cancels naming no topic find those too."""
+    return f"{topic}\n{'' if subscription_id is None else subscription_id}"
+
+
 class ChangeWriter:
     """The commands of the commit script for the changes of the pod ``pod_id``."""
 
@@ -162,9 +169,8 @@ class ChangeWriter:
                     cached="1" if sub.cached else "",
                 ),
             ]
-            if sub.subscription_id is not None:
-                subject = keys.pubsub_subject(domain, str(sub.subscriber))
-                ops.append(["hset", subject, f"{sub.topic}\n{sub.subscription_id}", "1"])
+            subject = keys.pubsub_subject(domain, str(sub.subscriber))
+            ops.append(["hset", subject, subject_field(sub.topic, sub.subscription_id), "1"])
             return ops
         if isinstance(change, Unsubscribed):
             name = subscription_field(change.subscriber, change.subscription_id)
@@ -183,9 +189,8 @@ class ChangeWriter:
                     **self._selection(change.subscription_id, "", ""),
                 ),
             ]
-            if change.subscription_id is not None:
-                subject = keys.pubsub_subject(domain, str(change.subscriber))
-                ops.append(["hdel", subject, f"{change.topic}\n{change.subscription_id}"])
+            subject = keys.pubsub_subject(domain, str(change.subscriber))
+            ops.append(["hdel", subject, subject_field(change.topic, change.subscription_id)])
             return ops
         if isinstance(change, (TupleAdded, TupleRemoved)):
             action = "add" if isinstance(change, TupleAdded) else "remove"
@@ -225,4 +230,11 @@ class ChangeWriter:
         raise TypeError(f"unknown change {change!r}")  # pragma: no cover - closed union
 
 
-__all__ = ["COMMIT_SCRIPT", "EVENT_FIELDS", "EVENT_VERSION", "ChangeWriter", "topic_field"]
+__all__ = [
+    "COMMIT_SCRIPT",
+    "EVENT_FIELDS",
+    "EVENT_VERSION",
+    "ChangeWriter",
+    "subject_field",
+    "topic_field",
+]

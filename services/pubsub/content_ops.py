@@ -10,7 +10,8 @@ then replay the cached messages a ``cached`` subscribe selected.
   subscriber endpoint, 5.8) when it is a new one; 566/567 from the topic's selector
   classes and schemas. The reply carries the id.
 - **cancel**: the four forms of 5.8.2 over the subject's subscriptions in the domain
-  (the per-subscriber index of the store); 568 when none matches. A subscriber may
+  (the per-subscriber index of the store), plain ones included for the forms without
+  an id; 568 when none matches. A subscriber may
   cancel its own subscriptions; cancelling another's needs ``pubsub:cancel`` on each
   topic concerned.
 """
@@ -27,7 +28,7 @@ from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.pubsub import content_core
-from apexmesh.pubsub.changes import Change, Outcome, Send, Subscription, Unsubscribed
+from apexmesh.pubsub.changes import Change, Outcome, Send, Subscription
 from apexmesh.pubsub.content_core import CachedMessage, same_selection
 from apexmesh.pubsub.elements import CANCEL_TOKEN, SUBSCRIBE_TOKEN, topic_endpoint
 from apexmesh.pubsub.schema import DEFAULTS
@@ -67,8 +68,11 @@ class ContentOperations:
         decided: Decided,
         clock: Callable[[], int],
         announce: Announce | None = None,
+        grant_data: bool = False,
     ) -> None:
         self._announce = announce
+        #: Section 7's "only subscribers publish": a plain subscription's cancel revokes.
+        self._grant = grant_data
         self._store = store
         self._selection = selection
         self._publisher = publisher
@@ -144,10 +148,15 @@ class ContentOperations:
     async def cancel(self, domain: str, originator: Endpoint, op: ContentCancel) -> Outcome:
         subject = op.subject(originator)
         store = self._store
-        subscriptions = await store.subject_subscriptions(domain, subject, op.topic)
+        # 5.8.2: a form without an id covers the subject's plain subscriptions too (the
+        # subscriber's index lists them; a topic's own HASH too, for one made before).
+        found = await store.subject_subscriptions(
+            domain, subject, op.topic, plain=op.subscription_id is None
+        )
         if op.topic is not None and op.subscription_id is None:
             plain = await store.read_topic(domain, op.topic, (subject,))
-            subscriptions += list(plain.subscriptions.values())
+            found += list(plain.subscriptions.values())
+        subscriptions = list({(sub.topic, sub.key): sub for sub in found}.values())
         allowed = True
         if subject != originator:
             topics = sorted({sub.topic for sub in subscriptions} | {op.topic or ""} - {""})
@@ -156,21 +165,16 @@ class ContentOperations:
                 if not await self._allowed(owner, originator, CANCEL_TOKEN, op.trans_id):
                     allowed = False
         decision = content_core.cancel(op, originator, allowed=allowed, subscriptions=subscriptions)
-        by_topic: dict[str, list[Change]] = {}
-        for gone in decision.changes:
-            sub: Subscription = gone.subscription
-            by_topic.setdefault(sub.topic, []).append(
-                Unsubscribed(sub.topic, sub.subscriber, "cancel", originator, sub.subscription_id)
-            )
+        by_topic = content_core.cancel_changes(decision, originator, grant_data=self._grant)
         outcome = Outcome(code=decision.code, step=decision.step, sends=decision.sends)
         if not by_topic:
             await self._decided(domain, outcome, None, None)
             return outcome
-        groups = sorted(by_topic.items())
+        groups = list(by_topic.items())
         for index, (topic, changes) in enumerate(groups):
             last = index == len(groups) - 1
             part = dataclasses.replace(
-                outcome, changes=tuple(changes), sends=outcome.sends if last else ()
+                outcome, changes=changes, sends=outcome.sends if last else ()
             )
             # A topic deleted meanwhile ended these subscriptions itself: nothing to do.
             await self._decided(domain, part, topic, None, subscription=False)

@@ -192,6 +192,7 @@ class PubsubService:
             announce=lambda d, sub, status, duration: self.well_known.subscription_changed(
                 d, sub, status=status, duration=duration
             ),
+            grant_data=grant_data,
         )
         self.journal = JournalWorker(
             store=store,

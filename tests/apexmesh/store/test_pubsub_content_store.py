@@ -90,6 +90,42 @@ async def test_content_subscriptions_events_and_index(redis: Redis, keys: Keys) 
     )
 
 
+async def test_the_subscriber_index_lists_plain_subscriptions_too(redis: Redis, keys: Keys) -> None:
+    """5.8.2's cancels naming no topic cover the subject's plain subscriptions: the index
+    lists them (id empty), and every way a plain subscription ends removes its entry
+    (cancel, lease end, topic deletion)."""
+    store = PubsubStore(redis, keys, "pod-a")
+    await created(store)
+    other = "other.topic"
+    assert await store.commit(DOMAIN, other, None, [TopicCreated(other, JADE)], [], NOW) == []
+
+    def plain(topic: str, expires: int = NOW + 60_000) -> Subscription:
+        return Subscription(
+            topic=topic, subscriber=JADE, originator=JADE, trans_id=9, expires_ms=expires
+        )
+
+    tagged = content(JADE, 1, "symbol = 'XMPL'")
+    changes = [Subscribed(plain(TOPIC), False), Subscribed(tagged, False)]
+    assert await store.commit(DOMAIN, TOPIC, None, changes, [], NOW) is not None
+    short = plain(other, NOW + 5)
+    assert await store.commit(DOMAIN, other, None, [Subscribed(short, False)], [], NOW) == []
+    assert await store.subject_subscriptions(DOMAIN, JADE) == [tagged]  # content only
+    everything = set(await store.subject_subscriptions(DOMAIN, JADE, plain=True))
+    assert everything == {plain(TOPIC), tagged, short}
+    assert await store.subject_subscriptions(DOMAIN, JADE, other, plain=True) == [short]
+    # A lease end removes the plain one's entry ...
+    (entry,) = await store.claim_expired(DOMAIN, NOW + 10)
+    assert (entry.fields["topic"], entry.fields["subscription_id"]) == (other, "")
+    subject = keys.pubsub_subject(DOMAIN, str(JADE))
+    assert set(await redis.hkeys(subject)) == {f"{TOPIC}\n".encode(), f"{TOPIC}\n1".encode()}
+    # ... so does a cancel, and the topic's deletion ends the rest.
+    await store.commit(DOMAIN, TOPIC, None, [Unsubscribed(TOPIC, JADE, "cancel", JADE)], [], NOW)
+    assert await store.subject_subscriptions(DOMAIN, JADE, plain=True) == [tagged]
+    gone = Unsubscribed(TOPIC, JADE, "topic-deleted", JADE, 1)
+    await store.commit(DOMAIN, TOPIC, None, [gone], [], NOW)
+    assert await redis.exists(subject) == 0
+
+
 async def test_a_content_lease_ends_by_its_id(redis: Redis, keys: Keys) -> None:
     store = PubsubStore(redis, keys, "pod-a")
     await created(store)
