@@ -141,6 +141,27 @@ class OwnerRevoked:
     owner: Endpoint
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Announced:
+    """A message the service publishes on a well-known topic because of this change
+    (draft-wyman 6.2.2: a topic created or deleted on ``WKT=Topics``; 6.3: a
+    subscription made or ended on ``WKT=Subscriptions``). Committed with the change as a
+    journal entry, so that a pod dying between the commit and the publication leaves it
+    to the leader, like a reply."""
+
+    #: The well-known topic.
+    topic: str
+    #: The ``message-content`` envelope published.
+    content: bytes
+    #: The publication's key: the same fan-out submission ids when it is redone.
+    key: str
+    #: Announcements of one message (one message-id) are published in journal order.
+    chain: str
+    #: A message-id to remove from the topic's cache once published (a cancellation:
+    #: later subscribers asking ``cached`` must not get it).
+    retire: int | None = None
+
+
 Change = (
     TopicCreated
     | TopicDeleted
@@ -152,6 +173,7 @@ Change = (
     | DataRevoked
     | OwnerGranted
     | OwnerRevoked
+    | Announced
 )
 
 
@@ -178,6 +200,7 @@ class Outcome:
 
 __all__ = [
     "FORWARDED",
+    "Announced",
     "OWNER_TOKENS",
     "Change",
     "DataGranted",

@@ -6,7 +6,8 @@ work it leaves are stored together or not at all).
 commands of the commit script (:data:`COMMIT_SCRIPT`): the topic's record or its
 subscriptions HASH, the lease ZSET, the per-subscriber index, the event of the event log
 (schema v2, :data:`EVENT_FIELDS`, docs/pubsub.md) and, for the changes whose effect lies
-outside Redis (presence tuples, access entries), the journal entry that has it done.
+outside Redis (presence tuples, access entries, announcements on the well-known topics),
+the journal entry that has it done.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Final
 
 from apexmesh.pubsub.catalogue import EVENT_FIELDS_V2
 from apexmesh.pubsub.changes import (
+    Announced,
     Change,
     DataGranted,
     DataRevoked,
@@ -139,6 +141,8 @@ class ChangeWriter:
         if isinstance(change, TopicDeleted):
             return [
                 ["hdel", keys.pubsub_topics(), topic_field(domain, change.topic)],
+                # Its cached messages (draft-wyman 5.8) go with it, in the same script.
+                ["del", keys.pubsub_cached(domain, change.topic)],
                 self._event(
                     "topic.deleted", domain, change.topic, now_ms, originator=str(change.originator)
                 ),
@@ -222,6 +226,20 @@ class ChangeWriter:
                 topic=change.topic,
                 subscriber=str(change.subscriber),
                 action=action,
+            )
+            effects.append(entry)
+            return [
+                ["hset", keys.pubsub_journal(domain), entry.id, entry.encode(self.pod_id, now_ms)]
+            ]
+        if isinstance(change, Announced):
+            entry = new_entry(
+                JournalKind.ANNOUNCE,
+                domain=domain,
+                topic=change.topic,
+                content=change.content.hex(),
+                key=change.key,
+                chain=change.chain,
+                retire="" if change.retire is None else str(change.retire),
             )
             effects.append(entry)
             return [

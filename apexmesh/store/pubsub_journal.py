@@ -68,6 +68,8 @@ class JournalKind(StrEnum):
     OWNER = "owner"
     #: Grant or revoke ``core:data`` on a topic for a subscriber.
     ACCESS = "access"
+    #: Publish ``content`` on the well-known ``topic`` (draft-wyman 6.2.2, 6.3).
+    ANNOUNCE = "announce"
 
 
 @dataclass(frozen=True, slots=True)

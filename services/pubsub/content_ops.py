@@ -28,7 +28,14 @@ from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.pubsub import content_core
-from apexmesh.pubsub.changes import Change, Outcome, Send, Subscription
+from apexmesh.pubsub.changes import (
+    Announced,
+    Change,
+    Outcome,
+    Send,
+    Subscribed,
+    Subscription,
+)
 from apexmesh.pubsub.content_core import CachedMessage, same_selection
 from apexmesh.pubsub.elements import CANCEL_TOKEN, SUBSCRIBE_TOKEN, topic_endpoint
 from apexmesh.pubsub.schema import DEFAULTS
@@ -48,8 +55,9 @@ AccessCheck = Callable[[Endpoint, Endpoint, str, int | None], Awaitable[bool]]
 #: ``decided(domain, outcome, topic, version, subscription=...)``: commit and send.
 Decided = Callable[..., Awaitable[bool]]
 
-#: ``announce(domain, subscription, status, duration)``: the Subscriptions topic (6.3).
-Announce = Callable[[str, Subscription, str, int], Awaitable[None]]
+#: ``announce(domain, subscription, status, duration)``: its record on the Subscriptions
+#: topic (6.3), committed with the change it announces (None: nothing to announce).
+Announce = Callable[[str, Subscription, str, int], Announced | None]
 
 #: Attempts at a subscribe whose topic went away under it.
 ATTEMPTS = 16
@@ -118,7 +126,9 @@ class ContentOperations:
                 now_ms=self._clock(),
                 cached=[entry for entry, _ in cached],
             )
-            changes: tuple[Change, ...] = () if decision.change is None else (decision.change,)
+            changes: tuple[Change, ...] = ()
+            if decision.change is not None:
+                changes = (decision.change, *self._announced(domain, decision.change, op.duration))
             outcome = Outcome(
                 code=decision.code, step=decision.step, changes=changes, sends=decision.sends
             )
@@ -140,8 +150,6 @@ class ContentOperations:
                     sub.subscription_id or 0,
                     [published[id(entry.message)] for entry in replay],
                 )
-            if self._announce is not None:
-                await self._announce(domain, sub, "ACTIVE", op.duration)
             return outcome
         raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, f"topic {op.topic} is busy")
 
@@ -170,18 +178,35 @@ class ContentOperations:
         if not by_topic:
             await self._decided(domain, outcome, None, None)
             return outcome
+        ended: dict[str, list[Change]] = {}
+        for gone in decision.changes:
+            ended.setdefault(gone.subscription.topic, []).extend(
+                self._announced(domain, gone.subscription, 0, "CANCELLED")
+            )
         groups = list(by_topic.items())
         for index, (topic, changes) in enumerate(groups):
             last = index == len(groups) - 1
             part = dataclasses.replace(
-                outcome, changes=changes, sends=outcome.sends if last else ()
+                outcome,
+                changes=(*changes, *ended.get(topic, ())),
+                sends=outcome.sends if last else (),
             )
             # A topic deleted meanwhile ended these subscriptions itself: nothing to do.
             await self._decided(domain, part, topic, None, subscription=False)
-        if self._announce is not None:
-            for gone in decision.changes:
-                await self._announce(domain, gone.subscription, "CANCELLED", 0)
         return outcome
+
+    def _announced(
+        self,
+        domain: str,
+        change: Subscribed | Subscription,
+        duration: int,
+        status: str = "ACTIVE",
+    ) -> tuple[Announced, ...]:
+        """The 6.3 record of a subscription made, renewed or ended, as a change to commit
+        with it (journalled, so it is published even if this pod dies right after)."""
+        sub = change.subscription if isinstance(change, Subscribed) else change
+        found = None if self._announce is None else self._announce(domain, sub, status, duration)
+        return () if found is None else (found,)
 
 
 def refused(to: Endpoint, trans_id: int, code: int, text: str) -> Outcome:

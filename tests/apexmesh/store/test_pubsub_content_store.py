@@ -13,7 +13,13 @@ import pytest
 from redis.asyncio import Redis
 
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.pubsub.core import Subscribed, Subscription, TopicCreated, Unsubscribed
+from apexmesh.pubsub.core import (
+    Subscribed,
+    Subscription,
+    TopicCreated,
+    TopicDeleted,
+    Unsubscribed,
+)
 from apexmesh.pubsub.schema import LocalSchemas, SchemaCache
 from apexmesh.pubsub.selection.registry import default_classes
 from apexmesh.pubsub.selection.types import MessageView
@@ -226,3 +232,15 @@ async def test_cached_messages_keep_the_highest_revision(redis: Redis, keys: Key
     live = await messages.live(DOMAIN, TOPIC, NOW)
     assert [m.body for m in live] == [b"<r2/>"]
     assert await messages.revision(DOMAIN, TOPIC, publisher, 8) is None  # expired: removed
+
+
+async def test_a_topic_deleted_takes_its_cached_messages_in_the_same_commit(
+    redis: Redis, keys: Keys
+) -> None:
+    store = PubsubStore(redis, keys, "pod-a")
+    await created(store)
+    messages = MessageStore(redis, keys)
+    assert await messages.put(DOMAIN, TOPIC, "p", 1, StoredMessage(b"<m/>", None, 0))
+    await store.commit(DOMAIN, TOPIC, None, [TopicDeleted(TOPIC, JADE)], [], NOW)
+    assert await messages.live(DOMAIN, TOPIC, NOW) == []
+    assert await redis.exists(keys.pubsub_cached(DOMAIN, TOPIC)) == 0
