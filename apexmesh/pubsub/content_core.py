@@ -22,6 +22,7 @@ service and subscriber endpoint, as 5.8 requires) and passed in.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import Element
 from apexmesh.pubsub.changes import (
+    FORWARDED,
     Change,
     DataRevoked,
     Send,
@@ -154,15 +156,24 @@ def subscribe(
     new_id: int,
     now_ms: int,
     cached: Iterable[CachedMessage] = (),
+    forward_to: Endpoint | None = None,
 ) -> SubscribeOutcome:
-    """Section 5.8 (after draft-schwartz 4.5 steps 1-3) for a subscribe that is not
-    forwarded: ``existing`` are the subject's subscriptions to the topic."""
+    """Section 5.8 after draft-schwartz 4.5 steps 1-3: ``existing`` are the subject's
+    subscriptions to the topic. ``forward_to``: the server redistributing the topic to
+    the subject's domain (:func:`apexmesh.pubsub.core.redistributor`), to which the
+    subscribe goes as it is (4.5 step 4, draft-schwartz 2.6), before any class or
+    selector check: 5.7, that server selects for its own subscribers with the classes
+    it supports, so a class this service does not offer is applied downstream."""
     if not allowed:
         return _refused("5.8/access", originator, op.trans_id, 537, "action not authorized")
     if not exists:
         return _refused("5.8/topic", originator, op.trans_id, 553, f"no topic {op.topic}")
     if op.duration <= 0:
         return _refused("5.8/duration", originator, op.trans_id, 553, "duration must be positive")
+    if forward_to is not None:
+        return SubscribeOutcome(
+            code=FORWARDED, step="5.7/4.5/4", sends=(Send(forward_to, op.to_xml()),)
+        )
     try:
         selector = compile_selection(op, schemas, classes)
     except ApexError as exc:
@@ -222,13 +233,22 @@ def cancel(
     *,
     allowed: bool,
     subscriptions: Iterable[ContentSubscription],
+    forward_to: Endpoint | None = None,
 ) -> CancelOutcome:
     """Section 5.8.2: ``subscriptions`` are the subject's (all topics when the cancel
-    names none). Cancels what the form selects; 568 when that is nothing."""
+    names none). Cancels what the form selects; 568 when that is nothing. A cancel
+    naming a topic that ``forward_to`` redistributes to the subject's domain goes there
+    (4.6 step 3, 5.7: the subscriptions, and their ids, are that server's), naming its
+    subject; one naming no topic covers this service's subscriptions."""
     if not allowed:
         reply = Reply(code=537, trans_id=op.trans_id, text="action not authorized")
         return CancelOutcome(code=537, step="5.8.2/access", sends=_answer(originator, reply))
     subject = op.subject(originator)
+    if forward_to is not None and op.topic is not None:
+        forwarded = dataclasses.replace(op, subscriber=subject)
+        return CancelOutcome(
+            code=FORWARDED, step="5.7/4.6/3", sends=(Send(forward_to, forwarded.to_xml()),)
+        )
     chosen = tuple(
         sub
         for sub in subscriptions

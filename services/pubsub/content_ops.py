@@ -9,11 +9,16 @@ then replay the cached messages a ``cached`` subscribe selected.
   its subscription under its id), a new id from Redis (unique per service and
   subscriber endpoint, 5.8) when it is a new one; 566/567 from the topic's selector
   classes and schemas. The reply carries the id.
+- **distribution of selection** (5.7, draft-schwartz 2.6): a subscribe, or a cancel
+  naming a topic, whose subject is in the domain of a server redistributing the topic
+  goes to that server (4.5 step 4, 4.6 step 3) before any class or selector check: it
+  selects for its own subscribers with its own classes, so a class this service does
+  not offer for the topic is applied there. On that server, what the upstream server
+  forwarded (:mod:`services.pubsub.upstream`) is decided with ``forwarded``.
 - **cancel**: the four forms of 5.8.2 over the subject's subscriptions in the domain
   (the per-subscriber index of the store), plain ones included for the forms without
-  an id; 568 when none matches. A subscriber may
-  cancel its own subscriptions; cancelling another's needs ``pubsub:cancel`` on each
-  topic concerned.
+  an id; 568 when none matches. A subscriber may cancel its own subscriptions;
+  cancelling another's needs ``pubsub:cancel`` on each topic concerned.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
-from apexmesh.pubsub import content_core
+from apexmesh.pubsub import content_core, core
 from apexmesh.pubsub.changes import (
     Announced,
     Change,
@@ -88,14 +93,26 @@ class ContentOperations:
         self._decided = decided
         self._clock = clock
 
-    async def subscribe(self, domain: str, originator: Endpoint, op: ContentSubscribe) -> Outcome:
-        owner = topic_endpoint(op.topic, domain)
-        allowed = await self._allowed(owner, originator, SUBSCRIBE_TOKEN, op.trans_id)
+    async def subscribe(
+        self, domain: str, originator: Endpoint, op: ContentSubscribe, *, forwarded: bool = False
+    ) -> Outcome:
+        """5.8 for ``op`` from ``originator``. ``forwarded``: a subscribe the upstream
+        server of a redistributed topic forwarded here (draft-schwartz 4.5 step 4, 5.7):
+        its access was checked there, and ``originator`` is its subject, who gets the
+        reply (the forwarding server sends none)."""
+        allowed = forwarded or await self._allowed(
+            topic_endpoint(op.topic, domain), originator, SUBSCRIBE_TOKEN, op.trans_id
+        )
         if op.topic == SUBSCRIPTIONS and op.subscriber != originator:
             allowed = False  # 6.3.1: only one's own subscriptions
         store = self._store
         for _ in range(ATTEMPTS):
-            view = await store.read_topic(domain, op.topic, ())
+            view = await store.read_topic(domain, op.topic, core.concerned(op.topic, op.subscriber))
+            target = core.redistributor(
+                op.topic, op.subscriber, domain, view.subscriptions.values(), self._clock()
+            )
+            if target is not None:  # 5.7: the subject's domain selects for itself
+                return await self._forward(domain, op, originator, allowed, view.exists, target)
             existing = await store.subject_subscriptions(domain, op.subscriber, op.topic)
             try:
                 schemas = (
@@ -153,9 +170,54 @@ class ContentOperations:
             return outcome
         raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, f"topic {op.topic} is busy")
 
-    async def cancel(self, domain: str, originator: Endpoint, op: ContentCancel) -> Outcome:
+    async def _forward(
+        self,
+        domain: str,
+        op: ContentSubscribe,
+        originator: Endpoint,
+        allowed: bool,
+        exists: bool,
+        target: Endpoint,
+    ) -> Outcome:
+        """4.5 step 4: the subscribe goes to ``target`` as it is (after steps 1-3)."""
+        decision = content_core.subscribe(
+            op,
+            originator,
+            allowed=allowed,
+            exists=exists,
+            schemas=DEFAULTS,
+            classes=self._selection.compiler.classes,
+            existing=(),
+            new_id=0,
+            now_ms=self._clock(),
+            forward_to=target,
+        )
+        outcome = Outcome(code=decision.code, step=decision.step, sends=decision.sends)
+        await self._decided(domain, outcome, None, None)
+        return outcome
+
+    async def cancel(
+        self, domain: str, originator: Endpoint, op: ContentCancel, *, forwarded: bool = False
+    ) -> Outcome:
+        """5.8.2 for ``op`` from ``originator`` (``forwarded``: by the upstream server
+        of a redistributed topic, 4.6 step 3, naming its subject)."""
         subject = op.subject(originator)
         store = self._store
+        if op.topic is not None and not forwarded:
+            view = await store.read_topic(domain, op.topic, core.concerned(op.topic, subject))
+            target = core.redistributor(
+                op.topic, subject, domain, view.subscriptions.values(), self._clock()
+            )
+            if target is not None:
+                allowed = subject == originator or await self._allowed(
+                    topic_endpoint(op.topic, domain), originator, CANCEL_TOKEN, op.trans_id
+                )
+                decision = content_core.cancel(
+                    op, originator, allowed=allowed, subscriptions=(), forward_to=target
+                )
+                outcome = Outcome(code=decision.code, step=decision.step, sends=decision.sends)
+                await self._decided(domain, outcome, None, None)
+                return outcome
         # 5.8.2: a form without an id covers the subject's plain subscriptions too (the
         # subscriber's index lists them; a topic's own HASH too, for one made before).
         found = await store.subject_subscriptions(

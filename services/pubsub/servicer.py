@@ -180,6 +180,7 @@ class PubsubService:
             messages=self.selection.messages,
             publish=lambda d, t, o, p, k: self.publisher.publish(d, t, o, p, k, trusted=True),
             clock=clock,
+            classes=self.selection.compiler.classes.names,
         )
         self.content = ContentOperations(
             store=store,
@@ -210,6 +211,8 @@ class PubsubService:
             upstreams=upstreams,
             duration_seconds=upstream_duration,
             grant_data=grant_data,
+            content=self.content,
+            well_known=self.well_known,
         )
         self._last_scan = 0
         #: Domains this pod currently leads.

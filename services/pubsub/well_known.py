@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from apexmesh.apex import _dtd
@@ -98,7 +98,10 @@ class WellKnownTopics:
         messages: MessageStore,
         publish: Publish,
         clock: Callable[[], int],
+        classes: Sequence[str] = (),
     ) -> None:
+        #: The selector classes this service applies, listed for every topic (6.2).
+        self._classes = tuple(classes)
         self._store = store
         self._messages = messages
         self._publish = publish
@@ -162,6 +165,7 @@ class WellKnownTopics:
             revision=revision,
             now=_when(self._clock()),
             cancelled=cancelled,
+            classes=self._classes,
         )
         return Announced(
             topic=TOPICS,

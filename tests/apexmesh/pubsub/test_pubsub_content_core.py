@@ -260,6 +260,35 @@ def test_cancel_changes_by_topic_revoke_the_grant_of_plain_subscriptions_only() 
     )
 
 
+def test_operations_for_a_redistributed_domain_are_forwarded_before_any_class_check() -> None:
+    """5.7 with draft-schwartz 4.5 step 4 / 4.6 step 3: the server redistributing the topic
+    to the subject's domain selects for it, with its own classes: the operation goes
+    there as it is, after the access, topic and duration steps, whatever its class."""
+    redistributor = Endpoint.parse("apex=pubsub/quotes@redistr.com")
+    unknown = _subscribe(SelectorSpec(selector_class="XPath", text="/a"))
+    outcome = _decide(unknown, forward_to=redistributor)
+    assert (outcome.code, outcome.step, outcome.change) == (0, "5.7/4.5/4", None)
+    ((send,),) = (outcome.sends,)
+    assert send.recipient == redistributor
+    assert send.content == unknown.to_xml()
+    assert _decide(unknown, forward_to=redistributor, allowed=False).code == 537
+    assert _decide(unknown, forward_to=redistributor, exists=False).code == 553
+    cancel = ContentCancel(trans_id=5, topic="quotes", subscription_id=7)
+    forwarded = cc.cancel(cancel, JADE, allowed=True, subscriptions=(), forward_to=redistributor)
+    assert (forwarded.code, forwarded.step, forwarded.changes) == (0, "5.7/4.6/3", ())
+    (sent,) = forwarded.sends
+    assert sent.recipient == redistributor
+    assert (
+        sent.content
+        == ContentCancel(trans_id=5, topic="quotes", subscription_id=7, subscriber=JADE).to_xml()
+    )  # names its subject: the redistributing server answers it
+    everything = ContentCancel(trans_id=6)  # no topic: this service's own subscriptions
+    kept = cc.cancel(
+        everything, JADE, allowed=True, subscriptions=SUBSCRIPTIONS, forward_to=redistributor
+    )
+    assert kept.code == 250
+
+
 def test_publish_delivers_once_per_endpoint_with_every_matching_id() -> None:
     matcher: Matcher[cc.SubscriptionKey] = Matcher()
     subscriptions: dict[cc.SubscriptionKey, cc.ContentSubscription] = {}
