@@ -178,9 +178,10 @@ class WellKnownTopics:
     def subscription_announcement(
         self, domain: str, sub: Subscription, *, status: str, duration: int
     ) -> Announced | None:
-        """6.3: a content-based subscription's record (``ACTIVE`` when made or renewed;
-        ``CANCELLED`` when it ended, then no longer cached), to commit with that change;
-        None for a plain subscription or one to a well-known topic."""
+        """6.3: a content-based subscription's record (``ACTIVE`` when made or renewed,
+        cached until its lease ends; ``CANCELLED`` when it was cancelled, then no longer
+        cached), to commit with that change; None for a plain subscription or one to a
+        well-known topic."""
         if sub.subscription_id is None or sub.topic in (TOPICS, SUBSCRIPTIONS):
             return None
         now = self._clock()
@@ -196,12 +197,18 @@ class WellKnownTopics:
             duration=duration,
             current_status=status,
         )
+        # The record is valid while the lease runs (5.2.1's expiration-date): cached
+        # until the lease end, so a later subscriber asking ``cached`` never gets the
+        # record of a subscription whose lease ended; a renewal replaces it. An ended
+        # one is distributed once ('0') and its record retired.
+        active = status == "ACTIVE"
         message = MessageContent(
             trans_id=1,
             topic=SUBSCRIPTIONS,
             publisher=str(service),
             publication_date=_when(now),
-            expiry=Expiry.NEVER,
+            expiry=Expiry.AT if active else Expiry.ONCE,
+            expiration_date=_when(sub.expires_ms) if active else None,
             message_id=message_id,
             revision_id=(now // 1000) % (MAX_REVISION + 1),
             body=record.to_xml(),
@@ -211,7 +218,7 @@ class WellKnownTopics:
             content=message.to_xml(),
             key=f"wkt:{domain}:{sub.subscriber}:{sub.subscription_id}:{status}:{now}",
             chain=f"wkt:{domain}:{SUBSCRIPTIONS}:{message_id}",
-            retire=None if status == "ACTIVE" else message_id,
+            retire=None if active else message_id,
         )
 
     async def perform(
