@@ -76,6 +76,7 @@ from apexmesh.pubsub.publication import (
     is_upstream_operation,
     publish,
 )
+from apexmesh.pubsub.subscription_elements import ContentCancel
 
 
 def _reply(step: str, to: Endpoint, code: int, trans_id: int | None, text: str = "") -> Outcome:
@@ -150,8 +151,9 @@ def delete_topic(
     subscriptions: Iterable[Subscription] = (),
     creator: Endpoint | None = None,
 ) -> Outcome:
-    """Section 4.3; the topic's subscriptions end with a cancel to each originator, and
-    its creator's access entry is removed. A well-known topic cannot be deleted (553)."""
+    """Section 4.3; the topic's subscriptions end with a cancel to each originator (a
+    content-based one's names its subscription id, draft-wyman 5.8.2), and its
+    creator's access entry is removed. A well-known topic cannot be deleted (553)."""
     if not allowed:
         return _denied("4.3", originator, op.trans_id)
     if op.topic in WELL_KNOWN_TOPICS:
@@ -168,7 +170,16 @@ def delete_topic(
         changes.append(
             Unsubscribed(op.topic, sub.subscriber, "topic-deleted", originator, sub.subscription_id)
         )
-        cancel = Cancel(topic=op.topic, trans_id=sub.trans_id, subscriber=sub.subscriber)
+        cancel: Cancel | ContentCancel = Cancel(
+            topic=op.topic, trans_id=sub.trans_id, subscriber=sub.subscriber
+        )
+        if sub.subscription_id is not None:  # draft-wyman 5.8.2: the service names the id
+            cancel = ContentCancel(
+                topic=op.topic,
+                trans_id=sub.trans_id,
+                subscriber=sub.subscriber,
+                subscription_id=sub.subscription_id,
+            )
         sends.append(Send(sub.originator, cancel.to_xml()))
     return Outcome(code=250, step="4.3/3", changes=tuple(changes), sends=tuple(sends))
 
