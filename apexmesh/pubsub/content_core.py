@@ -9,7 +9,10 @@ changes to commit and what to send.
   the subscription id (a subscribe repeating an existing subscription's selector renews
   it under its id, so periodic renewals do not pile up subscriptions), and, when
   ``cached`` was asked, the cached messages the selector selects.
-- :func:`cancel`: the four forms of 5.8.2; 568 when nothing matches.
+- :func:`cancel`: the four forms of 5.8.2 over the subject's content-based and plain
+  (draft-schwartz) subscriptions: the forms without an id end the plain ones they
+  cover too (a plain subscription has no id, so the forms naming one never do); 568
+  when nothing matches. :func:`cancel_changes` turns the decision into the changes.
 - :func:`publish`: 550, 537, 561 (schema), then one delivery per recipient endpoint with
   the ids of every subscription it matched (InRe, 5.10.1), and what to do with the cache.
 
@@ -19,6 +22,7 @@ service and subscriber endpoint, as 5.8 requires) and passed in.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,7 +33,15 @@ from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import Element
-from apexmesh.pubsub.core import Send, Subscribed, Subscription
+from apexmesh.pubsub.changes import (
+    FORWARDED,
+    Change,
+    DataRevoked,
+    Send,
+    Subscribed,
+    Subscription,
+    Unsubscribed,
+)
 from apexmesh.pubsub.elements import topic_of
 from apexmesh.pubsub.inre import delivery_ids
 from apexmesh.pubsub.matcher import Matcher
@@ -144,15 +156,24 @@ def subscribe(
     new_id: int,
     now_ms: int,
     cached: Iterable[CachedMessage] = (),
+    forward_to: Endpoint | None = None,
 ) -> SubscribeOutcome:
-    """Section 5.8 (after draft-schwartz 4.5 steps 1-3) for a subscribe that is not
-    forwarded: ``existing`` are the subject's subscriptions to the topic."""
+    """Section 5.8 after draft-schwartz 4.5 steps 1-3: ``existing`` are the subject's
+    subscriptions to the topic. ``forward_to``: the server redistributing the topic to
+    the subject's domain (:func:`apexmesh.pubsub.core.redistributor`), to which the
+    subscribe goes as it is (4.5 step 4, draft-schwartz 2.6), before any class or
+    selector check: 5.7, that server selects for its own subscribers with the classes
+    it supports, so a class this service does not offer is applied downstream."""
     if not allowed:
         return _refused("5.8/access", originator, op.trans_id, 537, "action not authorized")
     if not exists:
         return _refused("5.8/topic", originator, op.trans_id, 553, f"no topic {op.topic}")
     if op.duration <= 0:
         return _refused("5.8/duration", originator, op.trans_id, 553, "duration must be positive")
+    if forward_to is not None:
+        return SubscribeOutcome(
+            code=FORWARDED, step="5.7/4.5/4", sends=(Send(forward_to, op.to_xml()),)
+        )
     try:
         selector = compile_selection(op, schemas, classes)
     except ApexError as exc:
@@ -212,13 +233,22 @@ def cancel(
     *,
     allowed: bool,
     subscriptions: Iterable[ContentSubscription],
+    forward_to: Endpoint | None = None,
 ) -> CancelOutcome:
     """Section 5.8.2: ``subscriptions`` are the subject's (all topics when the cancel
-    names none). Cancels what the form selects; 568 when that is nothing."""
+    names none). Cancels what the form selects; 568 when that is nothing. A cancel
+    naming a topic that ``forward_to`` redistributes to the subject's domain goes there
+    (4.6 step 3, 5.7: the subscriptions, and their ids, are that server's), naming its
+    subject; one naming no topic covers this service's subscriptions."""
     if not allowed:
         reply = Reply(code=537, trans_id=op.trans_id, text="action not authorized")
         return CancelOutcome(code=537, step="5.8.2/access", sends=_answer(originator, reply))
     subject = op.subject(originator)
+    if forward_to is not None and op.topic is not None:
+        forwarded = dataclasses.replace(op, subscriber=subject)
+        return CancelOutcome(
+            code=FORWARDED, step="5.7/4.6/3", sends=(Send(forward_to, forwarded.to_xml()),)
+        )
     chosen = tuple(
         sub
         for sub in subscriptions
@@ -242,6 +272,25 @@ def cancel(
         sends=_answer(originator, reply),
         changes=tuple(ContentUnsubscribed(sub, originator) for sub in chosen),
     )
+
+
+def cancel_changes(
+    outcome: CancelOutcome, originator: Endpoint, *, grant_data: bool = False
+) -> dict[str, tuple[Change, ...]]:
+    """The changes of a decided cancel, by topic (one commit per topic): every chosen
+    subscription ends (reason ``cancel``); a plain (draft-schwartz) one also loses the
+    ``core:data`` of section 7's "only subscribers publish" policy (``grant_data``), as
+    draft-schwartz's own cancel does it (4.6 step 4)."""
+    by_topic: dict[str, list[Change]] = {}
+    for gone in outcome.changes:
+        sub = gone.subscription
+        changes = by_topic.setdefault(sub.topic, [])
+        changes.append(
+            Unsubscribed(sub.topic, sub.subscriber, "cancel", originator, sub.subscription_id)
+        )
+        if grant_data and sub.subscription_id is None:
+            changes.append(DataRevoked(sub.topic, sub.subscriber))
+    return {topic: tuple(changes) for topic, changes in sorted(by_topic.items())}
 
 
 # --------------------------------------------------------------------------- publish
@@ -283,8 +332,8 @@ class ContentPublishPlan:
 
 def publish(
     originator: Endpoint,
-    message: ParsedMessage | Element,
-    view: MessageView,
+    message: ParsedMessage | Element | None,
+    view: MessageView | None,
     *,
     exists: bool,
     allowed: bool,
@@ -296,23 +345,31 @@ def publish(
     """Draft-schwartz 4.7.1 with the content-based steps: 550 (no topic), 537 (no
     ``core:data``), 561 (the body does not conform to the message schema), then the
     matching subscriptions, one delivery per endpoint (never back to the redistributing
-    server the data came from). ``message`` is the parsed envelope, or the root of a
-    body sent without one (validated as the body itself)."""
+    server the data came from). ``message`` is the parsed envelope, the root of an XML
+    body sent without one (validated as the body itself), or None for a body that is
+    not XML (text or not processed: 561 on a topic with a message schema);
+    ``view`` is what selectors read of it (:meth:`apexmesh.pubsub.body.Body.view`),
+    None for a body not processed, which only subscriptions without a selector
+    receive (7.2, 7.3)."""
     if not exists:
         return ContentPublishPlan(code=ApexReplyCode.ACTION_NOT_TAKEN, step="4.7.1/1")
     if not allowed:
         return ContentPublishPlan(code=ApexReplyCode.NOT_AUTHORIZED, step="4.7.1/access")
+    if message is None and schemas.message is not None:
+        text = "the topic's messages are XML"
+        return ContentPublishPlan(code=ApexReplyCode.INVALID_MESSAGE, step="5.9.1", text=text)
     try:
         if isinstance(message, ParsedMessage):
             schemas.check(message.content)
-        else:
+        elif message is not None:
             schemas.check_body(message)
     except ApexError as exc:
         return ContentPublishPlan(code=exc.code, step="5.9.1", text=str(exc))
     horizon = originator if topic_of(originator) is not None else None
+    keys = matcher.without_selector() if view is None else matcher.match(view)
     matched = (
         key
-        for key in matcher.match(view)
+        for key in keys
         if key[0] != horizon and (sub := subscriptions.get(key)) is not None and sub.active(now_ms)
     )
     return ContentPublishPlan(code=250, step="5.10", deliveries=delivery_ids(matched))
@@ -331,6 +388,7 @@ __all__ = [
     "SubscriptionKey",
     "cache_action",
     "cancel",
+    "cancel_changes",
     "compile_selection",
     "publish",
     "replayed",

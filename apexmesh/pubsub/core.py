@@ -1,15 +1,16 @@
-"""The steps of draft-schwartz-apex-pubsub-02 sections 4.2 to 4.7, sans I/O.
+"""The steps of draft-schwartz-apex-pubsub-02 sections 4.2 to 4.6, sans I/O.
 
 Pubsub pods are stateless (DESIGN.md): topics and subscriptions live in Redis and any pod
 may serve any request. The core therefore keeps no state of its own. Each operation is a
 pure function of the operation, the facts the caller read (the access decision of step
 1, whether the topic exists, its subscriptions) and the time (``now_ms``, milliseconds
-since the epoch: the core reads no clock). It returns an :class:`Outcome`: the reply
-code and the step that decided it, the :data:`Change` list the store must apply
-atomically, and the elements to send (:class:`Send`), in order. The caller applies the
-changes and journals the sends in one Redis script before sending anything, so an
-operation acknowledged is completed even if the pod dies (section 4, "in persistent
-storage").
+since the epoch: the core reads no clock). It returns an :class:`Outcome`
+(:mod:`apexmesh.pubsub.changes`): the reply code and the step that decided it, the
+:data:`Change` list the store must apply atomically, and the elements to send
+(:class:`Send`), in order. The caller applies the changes and journals the sends in
+one Redis script before sending anything, so an operation acknowledged is completed
+even if the pod dies (section 4, "in persistent storage"). Section 4.7 (publications)
+is :mod:`apexmesh.pubsub.publication`.
 
 Decisions the draft leaves open (also in docs/pubsub.md):
 
@@ -25,22 +26,34 @@ Decisions the draft leaves open (also in docs/pubsub.md):
   transaction identifier, section 4), so the subscriber can tell which lease ended.
 - A forwarded subscribe or cancel (4.5 step 4, 4.6 step 3) is answered by the
   redistributing server, which knows the outcome; the forwarding server sends no reply.
-- Data is never sent back to the redistributing server it came from (split horizon);
-  ``dataHopping`` bounds any loop a misconfigured tree still forms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal
 
 from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.apex.data import Data, Originator, Recipient
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.apex.options import Option
-from apexmesh.apex.party import DATA_HOPPING, MAX_HOPS, data_hopping_of, data_hopping_option
+from apexmesh.pubsub.changes import (
+    FORWARDED,
+    OWNER_TOKENS,
+    Change,
+    DataGranted,
+    DataRevoked,
+    Outcome,
+    OwnerGranted,
+    OwnerRevoked,
+    Reason,
+    Send,
+    Subscribed,
+    Subscription,
+    TopicCreated,
+    TopicDeleted,
+    TupleAdded,
+    TupleRemoved,
+    Unsubscribed,
+)
 from apexmesh.pubsub.elements import (
     WELL_KNOWN_TOPICS,
     Cancel,
@@ -49,175 +62,21 @@ from apexmesh.pubsub.elements import (
     ListTopics,
     Subscribe,
     TopicList,
-    service_endpoint,
     topic_endpoint,
     topic_of,
 )
 
-if TYPE_CHECKING:
-    from apexmesh.apex.memo import ParseMemo
-
-#: Hop budget of data the service originates for a topic (RFC 3342 section 4): a tree of
-#: redistributing servers deeper than this is refused by the relays (550).
-DEFAULT_HOPS: Final = 8
-
-#: Sent instead of a reply when the operation was forwarded (4.5 step 4, 4.6 step 3).
-FORWARDED: Final = 0
-
-Reason = Literal["cancel", "expired", "topic-deleted"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Subscription:
-    """One subscriber of one topic (section 4.5 step 5.2), with its lease."""
-
-    topic: str
-    #: The subject: where data is forwarded.
-    subscriber: Endpoint
-    #: Who sent the subscribe (the lease-end cancel goes there).
-    originator: Endpoint
-    #: The subscribe's transID, echoed by the lease-end cancel.
-    trans_id: int
-    #: End of the lease, milliseconds since the epoch.
-    expires_ms: int
-    #: Draft-wyman 5.8: the id of a content-based subscription (None: a plain topic
-    #: subscription of draft-schwartz), its selector class and text, and ``cached``.
-    subscription_id: int | None = None
-    selector_class: str = ""
-    selector: str = ""
-    cached: bool = False
-
-    @property
-    def key(self) -> tuple[Endpoint, int | None]:
-        return (self.subscriber, self.subscription_id)
-
-    def active(self, now_ms: int) -> bool:
-        return self.expires_ms > now_ms
-
-
-@dataclass(frozen=True, slots=True)
-class TopicCreated:
-    topic: str
-    originator: Endpoint
-    #: The topic's schemas (draft-wyman 6.2.3) as ``TopicSettings.to_json`` text.
-    settings: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class TopicDeleted:
-    topic: str
-    originator: Endpoint
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribed:
-    """Add or replace (section 4.5 step 5.2: "the previous duration is no longer
-    consulted") the subject's subscription."""
-
-    subscription: Subscription
-    renewed: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Unsubscribed:
-    topic: str
-    subscriber: Endpoint
-    reason: Reason
-    originator: Endpoint
-    subscription_id: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TupleAdded:
-    """Section 4.2 step 3.2: the presence tuple of a new topic."""
-
-    topic: str
-
-
-@dataclass(frozen=True, slots=True)
-class TupleRemoved:
-    """Section 4.3 step 3.2."""
-
-    topic: str
-
-
-@dataclass(frozen=True, slots=True)
-class DataGranted:
-    """Section 7: ``core:data`` on the topic granted to a subscriber (optional policy)."""
-
-    topic: str
-    subscriber: Endpoint
-
-
-@dataclass(frozen=True, slots=True)
-class DataRevoked:
-    topic: str
-    subscriber: Endpoint
-
-
-#: What a topic's creator may do on it (draft sections 5.1 and 7: the tokens of the
-#: topic endpoint, and managing its access entries through apex=access).
-OWNER_TOKENS: Final = (
-    "pubsub:subscribe",
-    "pubsub:cancel",
-    "core:data",
-    "access:query",
-    "access:get",
-    "access:set",
+# Section 4.7 lives in its own module; its names stay importable from here, as the
+# service and the tests have always used them (``core.publish``, ``core.DEFAULT_HOPS``).
+from apexmesh.pubsub.publication import (
+    DEFAULT_HOPS,
+    PublishPlan,
+    forward_data,
+    hops_left,
+    is_upstream_operation,
+    publish,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class OwnerGranted:
-    """The creator owns the topic: an access entry on ``apex=pubsub/TOPIC@D`` for
-    exactly the creator, with :data:`OWNER_TOKENS`, so it may subscribe, publish and
-    grant access on its own topic without an operator adding entries."""
-
-    topic: str
-    owner: Endpoint
-
-
-@dataclass(frozen=True, slots=True)
-class OwnerRevoked:
-    """The topic is deleted: its creator's entry goes with it."""
-
-    topic: str
-    owner: Endpoint
-
-
-Change = (
-    TopicCreated
-    | TopicDeleted
-    | Subscribed
-    | Unsubscribed
-    | TupleAdded
-    | TupleRemoved
-    | DataGranted
-    | DataRevoked
-    | OwnerGranted
-    | OwnerRevoked
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """One element the service sends to ``recipient`` as ``apex=pubsub@DOMAIN``."""
-
-    recipient: Endpoint
-    content: bytes
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
-    """What one operation decided."""
-
-    #: The code of the reply sent to the originator (250 for a topiclist), or
-    #: :data:`FORWARDED`.
-    code: int
-    #: The step that decided, e.g. ``"4.5/4"`` (section/step), for logs and tests.
-    step: str
-    changes: tuple[Change, ...] = ()
-    sends: tuple[Send, ...] = ()
+from apexmesh.pubsub.subscription_elements import ContentCancel
 
 
 def _reply(step: str, to: Endpoint, code: int, trans_id: int | None, text: str = "") -> Outcome:
@@ -292,8 +151,9 @@ def delete_topic(
     subscriptions: Iterable[Subscription] = (),
     creator: Endpoint | None = None,
 ) -> Outcome:
-    """Section 4.3; the topic's subscriptions end with a cancel to each originator, and
-    its creator's access entry is removed. A well-known topic cannot be deleted (553)."""
+    """Section 4.3; the topic's subscriptions end with a cancel to each originator (a
+    content-based one's names its subscription id, draft-wyman 5.8.2), and its
+    creator's access entry is removed. A well-known topic cannot be deleted (553)."""
     if not allowed:
         return _denied("4.3", originator, op.trans_id)
     if op.topic in WELL_KNOWN_TOPICS:
@@ -310,7 +170,16 @@ def delete_topic(
         changes.append(
             Unsubscribed(op.topic, sub.subscriber, "topic-deleted", originator, sub.subscription_id)
         )
-        cancel = Cancel(topic=op.topic, trans_id=sub.trans_id, subscriber=sub.subscriber)
+        cancel: Cancel | ContentCancel = Cancel(
+            topic=op.topic, trans_id=sub.trans_id, subscriber=sub.subscriber
+        )
+        if sub.subscription_id is not None:  # draft-wyman 5.8.2: the service names the id
+            cancel = ContentCancel(
+                topic=op.topic,
+                trans_id=sub.trans_id,
+                subscriber=sub.subscriber,
+                subscription_id=sub.subscription_id,
+            )
         sends.append(Send(sub.originator, cancel.to_xml()))
     return Outcome(code=250, step="4.3/3", changes=tuple(changes), sends=tuple(sends))
 
@@ -477,113 +346,6 @@ def expire(due: Iterable[Subscription], now_ms: int, *, grant_data: bool = False
         cancel_op = Cancel(topic=sub.topic, trans_id=sub.trans_id, subscriber=sub.subscriber)
         sends.append(Send(sub.originator, cancel_op.to_xml()))
     return Outcome(code=250, step="4.5/5.2", changes=tuple(changes), sends=tuple(sends))
-
-
-# --------------------------------------------------------------------------- 4.7
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PublishPlan:
-    """Section 4.7.1: the answer to the delivering relay and where the data goes."""
-
-    #: 250 (``ok``), 550 (no such topic) or 537 (no ``core:data`` on the topic).
-    code: int
-    step: str
-    recipients: tuple[Endpoint, ...] = ()
-
-
-def publish(
-    originator: Endpoint,
-    *,
-    exists: bool,
-    allowed: bool,
-    subscriptions: Iterable[Subscription],
-    now_ms: int,
-) -> PublishPlan:
-    """Step 1 (550), the ``core:data`` check of section 6.1 (537), step 2 (every active
-    subscriber, never the redistributing server the data came from)."""
-    if not exists:
-        return PublishPlan(code=ApexReplyCode.ACTION_NOT_TAKEN, step="4.7.1/1")
-    if not allowed:
-        return PublishPlan(code=ApexReplyCode.NOT_AUTHORIZED, step="4.7.1/access")
-    # Split horizon: data from a redistributing server never goes back to it; an
-    # application that publishes to a topic it subscribes to gets its data as anyone.
-    horizon = originator if topic_of(originator) is not None else None
-    # One copy per subscriber, however many subscriptions it holds (schema v2 keys
-    # subscriptions by id as well: docs/pubsub.md).
-    recipients = tuple(
-        dict.fromkeys(
-            sub.subscriber
-            for sub in subscriptions
-            if sub.active(now_ms) and sub.subscriber != horizon
-        )
-    )
-    return PublishPlan(code=250, step="4.7.1/2", recipients=recipients)
-
-
-def hops_left(data: Data, default: int = DEFAULT_HOPS) -> int:
-    """The hop budget of data the service re-originates: what is left of a received
-    dataHopping count (so a loop through several domains keeps shrinking it), else
-    ``default``. 0 means the data must not go on (the caller sends nothing)."""
-    options: list[Option] = [*data.options, *data.originator.options]
-    for recipient in data.recipients:
-        options.extend(recipient.options)
-    budget: int | None = None
-    for option in options:
-        if option.internal != DATA_HOPPING:
-            continue
-        count = data_hopping_of(option).no_more_than
-        if count:
-            budget = count if budget is None else min(budget, count)
-    return min(default, MAX_HOPS) if budget is None else budget
-
-
-def forward_data(
-    data: Data,
-    topic: str,
-    domain: str,
-    recipients: Iterable[Endpoint],
-    *,
-    hops: int,
-    trans_id: int,
-    memo: ParseMemo | None = None,
-    options: Mapping[Endpoint, tuple[Option, ...]] | None = None,
-) -> Data:
-    """The data of section 4.7.1 step 2: from ``apex=pubsub/TOPIC@DOMAIN`` to the
-    subscribers, with dataHopping (section 3's example), content untouched; ``memo``
-    shares each subscriber's recipient element between publications; ``options``: the
-    per-recipient options of some recipients (draft-wyman's InRe, 5.10.1)."""
-    if options:
-        named = tuple(
-            Recipient(identity=r, options=own)
-            if (own := options.get(r))
-            else (Recipient(identity=r) if memo is None else memo.recipient(r))
-            for r in recipients
-        )
-        hopping = data_hopping_option(trans_id, hops, report_errors=True)
-    elif memo is None:
-        named = tuple(Recipient(identity=r) for r in recipients)
-        hopping = data_hopping_option(trans_id, hops, report_errors=True)
-    else:
-        named = tuple(memo.recipient(r) for r in recipients)
-        hopping = memo.option_made(
-            (DATA_HOPPING, trans_id, hops),
-            lambda: data_hopping_option(trans_id, hops, report_errors=True),
-        )
-    return Data(
-        content=data.content,
-        originator=Originator(identity=topic_endpoint(topic, domain)),
-        recipients=named,
-        options=(hopping,),
-        data_content=data.data_content,
-    )
-
-
-def is_upstream_operation(originator: Endpoint) -> bool:
-    """Data to ``apex=pubsub/TOPIC`` from another domain's ``apex=pubsub`` itself is a
-    forwarded subscribe or cancel (or the cancel of our own upstream subscription), not
-    a publication: publications from a server carry the topic subaddress."""
-    return originator == service_endpoint(originator.domain)
 
 
 __all__ = [

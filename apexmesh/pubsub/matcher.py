@@ -208,6 +208,12 @@ class Matcher(Generic[K]):
         chosen |= self._everything
         return chosen
 
+    def without_selector(self) -> set[K]:
+        """The subscriptions without a selector: all that a message no selector can read
+        reaches (draft-wyman 7.2, 7.3: content not processed; 5.6: they match every
+        message)."""
+        return set(self._everything)
+
     def match_all(self, view: MessageView) -> set[K]:
         """The same answer by evaluating every selector (the naive loop; tests and the
         benchmark's baseline)."""

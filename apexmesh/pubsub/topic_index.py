@@ -21,8 +21,8 @@ from typing import Final
 
 from apexmesh.apex.errors import ApexError
 from apexmesh.common.cache import BoundedCache
+from apexmesh.pubsub.changes import Subscription
 from apexmesh.pubsub.content_core import SubscriptionKey
-from apexmesh.pubsub.core import Subscription
 from apexmesh.pubsub.matcher import Matcher
 from apexmesh.pubsub.schema import SchemaCache, TopicSchemas
 from apexmesh.pubsub.selection.registry import SelectorClasses

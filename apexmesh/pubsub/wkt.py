@@ -16,6 +16,8 @@ twice (the DTD of 8.1 makes the second ``info``) and ``message-schema`` twice, b
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -119,19 +121,30 @@ def topics_message(
     now: datetime,
     cancelled: bool = False,
     trans_id: int = 1,
+    classes: Sequence[str] = (),
 ) -> MessageContent:
     """The Topics-topic message describing ``topic`` (6.2), or its cancellation (6.2.2:
-    the same message-id, a higher revision, disposition ``cancel``)."""
+    the same message-id, a higher revision, disposition ``cancel``).
+
+    A service offering selection "must specify the selector schema and the available
+    message selector classes" of each topic (6.2): a topic without a selector schema
+    is described with one ``<selector-schema class='...' />`` per class in ``classes``
+    (the service's), the default selector schema of 5.5.1. That is how a subscriber, or
+    a redistributing service (5.7), learns which classes each service applies."""
     if cancelled:
         body = f"<topic-name>{escape_text(topic)}</topic-name><disposition>cancel</disposition>"
         content = body.encode()
     else:
+        settings = description.settings
+        if not settings.selector_schemas and classes:
+            defaults = tuple(SchemaSource(selector_class=name) for name in classes)
+            settings = dataclasses.replace(settings, selector_schemas=defaults)
         content = TopicDescription(
             topic_name=topic,
             disposition="publish",
             publishers=description.publishers,
             description=description.description,
-            settings=description.settings,
+            settings=settings,
         ).to_xml()
     return MessageContent(
         trans_id=trans_id,

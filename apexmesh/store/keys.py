@@ -225,9 +225,10 @@ class Keys:
         return f"{self.prefix}:pubsub:upstream:{domain}:{topic}"
 
     def pubsub_subject(self, domain: str, subscriber: str) -> str:
-        """HASH of one subscriber's content-based subscriptions in a domain (draft-wyman
-        5.8.2: a cancel may name no topic). Field: ``"<topic>\\n<subscription id>"``;
-        value: ``"1"``. Written with the subscriptions themselves."""
+        """HASH of one subscriber's subscriptions in a domain (draft-wyman 5.8.2: a cancel
+        may name no topic). Field: ``"<topic>\\n<subscription id>"``, the id empty for a
+        plain (draft-schwartz) subscription; value: ``"1"``. Written with the
+        subscriptions themselves."""
         return f"{self.prefix}:pubsub:subject:{domain}:{subscriber}"
 
     def pubsub_subscription_ids(self, domain: str, subscriber: str) -> str:

@@ -1,57 +1,54 @@
-"""Topics, subscriptions, leases, the event log and the journal of the pubsub service.
+"""Topics, subscriptions, leases and the event log of the pubsub service.
 
 draft-schwartz-apex-pubsub-02 section 2 asks each domain to keep "state on stable storage
 about the currently existing set of topics and subscribers for each topic", and section 4
 asks for "information about in-progress operations in persistent storage". Pubsub pods
-are stateless, so everything is here, under the keys of :mod:`apexmesh.store.keys`
-(``pubsub_*``):
+are stateless, so everything is in Redis, under the keys of :mod:`apexmesh.store.keys`
+(``pubsub_*``). :class:`PubsubStore` is the one door to it; its parts are:
 
-- topics (one HASH), each topic's subscriptions (a HASH per topic) and a per-topic
-  version counter (optimistic commits of topic creation and deletion); pods cache
-  subscriber lists and follow the event log (:mod:`apexmesh.store.pubsub_cache`);
+- topics (one HASH), each topic's subscriptions (a HASH per topic), a per-subscriber
+  index of them, and a per-topic version counter (optimistic commits of topic creation
+  and deletion); pods cache subscriber lists and follow the event log
+  (:mod:`apexmesh.store.pubsub_cache`). Reading is here; changing is
+  :meth:`PubsubStore.commit`, one script built by :mod:`apexmesh.store.pubsub_changes`
+  (the change, its event in the log and its journal entries at once);
 - leases: a ZSET scored by lease end; :meth:`PubsubStore.claim_expired` ends what is due
   in one script, so two pods can never both end (and both cancel) the same lease;
 - the event log: a STREAM with one entry per change (schema v2, :data:`EVENT_FIELDS`,
   docs/pubsub.md), appended in the same script as the change;
-- the journal: what still has to be sent for a change already made (replies, cancels,
-  forwarded data, presence tuples). It is written in the same script as the change, and
-  an entry is removed once its work is done; entries of a pod whose lease lapsed are
-  redone by the leader (:meth:`PubsubStore.orphans`). That is how an operation
+- the journal of work still to do for a change already made, pod leases and the leader
+  lock (:mod:`apexmesh.store.pubsub_journal`, the base class). That is how an operation
   acknowledged with ``ok`` is completed even if its pod dies right after.
-- the leader lock (one pod ends leases and redoes journals) and pod leases.
 
 Every multi-key change is one Lua script (no half-applied change is ever visible).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from redis.asyncio import Redis
 
 from apexmesh.apex.endpoint import Endpoint, EndpointError
-from apexmesh.pubsub.catalogue import EVENT_FIELDS_V2
-from apexmesh.pubsub.core import (
-    Change,
-    DataGranted,
-    DataRevoked,
-    OwnerGranted,
-    OwnerRevoked,
-    Subscribed,
-    Subscription,
-    TopicCreated,
-    TopicDeleted,
-    TupleAdded,
-    TupleRemoved,
-    Unsubscribed,
-)
+from apexmesh.pubsub.changes import Change, Subscription
 from apexmesh.store.keys import Keys
+from apexmesh.store.pubsub_changes import (
+    COMMIT_SCRIPT,
+    EVENT_FIELDS,
+    EVENT_VERSION,
+    ChangeWriter,
+    topic_field,
+)
+from apexmesh.store.pubsub_journal import (
+    STUCK_FACTOR,
+    JournalEntry,
+    JournalKind,
+    JournalStore,
+    new_entry,
+)
 from apexmesh.store.pubsub_records import (
     split_subscriptions,
     subscription_field,
@@ -59,48 +56,6 @@ from apexmesh.store.pubsub_records import (
     subscription_record,
     topic_settings,
 )
-
-#: Version of the event schema; bumped only when a field changes meaning.
-EVENT_VERSION: Final = "2"
-
-#: Every field of an event, always present (empty string when it does not apply): the
-#: schema the snapshot job folds (one definition, apexmesh/pubsub/catalogue.py).
-EVENT_FIELDS: Final = EVENT_FIELDS_V2
-
-#: A live pod's journal entry is taken over only when it is this many times older than
-#: the retry delay (its pod keeps failing); a dead pod's entries at once.
-STUCK_FACTOR: Final = 6
-
-# KEYS: version, topics. ARGV: expected version ("" = unchecked), JSON list of
-# operations, topic field, "1" when the topic must (still) exist ("" = unchecked).
-# Returns 0 when the version moved or the topic went (the caller re-reads and decides
-# again), else 1.
-_COMMIT: Final = """
-if ARGV[1] ~= '' and (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] then
-    return 0
-end
-if ARGV[4] == '1' and redis.call('HEXISTS', KEYS[2], ARGV[3]) == 0 then
-    return 0
-end
-for _, op in ipairs(cjson.decode(ARGV[2])) do
-    local name = op[1]
-    if name == 'hset' then
-        redis.call('HSET', op[2], op[3], op[4])
-    elseif name == 'hdel' then
-        redis.call('HDEL', op[2], op[3])
-    elseif name == 'zadd' then
-        redis.call('ZADD', op[2], op[3], op[4])
-    elseif name == 'zrem' then
-        redis.call('ZREM', op[2], op[3])
-    elseif name == 'del' then
-        redis.call('DEL', op[2])
-    elseif name == 'xadd' then
-        redis.call('XADD', op[2], '*', unpack(op, 3))
-    end
-end
-redis.call('INCR', KEYS[1])
-return 1
-"""
 
 # KEYS: expiry, journal, events.
 # ARGV: now ms, limit, subscriptions key prefix, version key prefix, pod id, subject
@@ -126,9 +81,8 @@ for _, member in ipairs(due) do
                 local who, sid = string.match(s, '^([^\\n]*)\\n(.*)$')
                 if not who then
                     who, sid = s, ''
-                else
-                    redis.call('HDEL', ARGV[6] .. d .. ':' .. who, t .. '\\n' .. sid)
                 end
+                redis.call('HDEL', ARGV[6] .. d .. ':' .. who, t .. '\\n' .. sid)
                 local id = 'expired:' .. member .. ':' .. rec.expires_ms
                 local entry = cjson.encode({
                     kind = 'expired', pod = ARGV[5], at_ms = ARGV[1], domain = d,
@@ -166,81 +120,6 @@ for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
 end
 return {topics, redis.call('ZCARD', KEYS[2])}
 """
-
-# KEYS: leader. ARGV: pod id, lease ms. Returns 1 while this pod leads.
-_LEAD: Final = """
-local holder = redis.call('GET', KEYS[1])
-if not holder then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return 1
-end
-if holder == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return 1
-end
-return 0
-"""
-
-# KEYS: leader. ARGV: pod id.
-_RESIGN: Final = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-
-
-class JournalKind(StrEnum):
-    """What a journal entry asks for; the text is what Redis holds (the lease script
-    writes ``expired`` itself)."""
-
-    #: Send ``content`` from ``origin`` to ``recipient``.
-    SEND = "send"
-    #: A lease ended: send the subscriber's originator its cancel.
-    EXPIRED = "expired"
-    #: Add or remove the topic's tuple in ``apex=pubsub``'s presence entry.
-    PRESENCE = "presence"
-    #: Grant or revoke a topic creator's entry on its topic.
-    OWNER = "owner"
-    #: Grant or revoke ``core:data`` on a topic for a subscriber.
-    ACCESS = "access"
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """One piece of work still to do (:class:`JournalKind`); binary fields are hex
-    text. ``kind`` stays the text read back, so an entry written by a newer pod with a
-    kind this one does not know can be recognised (:attr:`known_kind`) and dropped."""
-
-    id: str
-    kind: str
-    fields: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def known_kind(self) -> JournalKind | None:
-        try:
-            return JournalKind(self.kind)
-        except ValueError:
-            return None
-
-    def encode(self, pod: str, at_ms: int) -> str:
-        return json.dumps({**self.fields, "kind": self.kind, "pod": pod, "at_ms": str(at_ms)})
-
-    @property
-    def submission_id(self) -> str:
-        """The ``SubmitRequest.submission_id`` of this entry's send: the same on every
-        pod that does it, and short whatever the entry id (a lease end's names the
-        topic and the subscriber)."""
-        return "journal-" + hashlib.blake2b(self.id.encode(), digest_size=16).hexdigest()
-
-    @classmethod
-    def decode(cls, entry_id: str, text: str) -> JournalEntry:
-        values = {str(k): str(v) for k, v in json.loads(text).items()}
-        return cls(entry_id, values.get("kind", ""), values)
-
-
-def new_entry(kind: JournalKind, **fields: str) -> JournalEntry:
-    return JournalEntry(f"{kind}:{uuid.uuid4().hex}", kind, fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,27 +167,21 @@ def _creator(record: object) -> Endpoint | None:
         return None
 
 
-class PubsubStore:
+class PubsubStore(JournalStore):
     """The pubsub state of one deployment, as seen by the pod ``pod_id``."""
 
     def __init__(self, redis: Redis, keys: Keys, pod_id: str) -> None:
-        self._redis = redis
-        self._keys = keys
-        #: The client and key scheme, for the stores beside this one (cached messages).
-        self.redis = redis
-        self.keys = keys
-        self.pod_id = pod_id
-        self._commit = redis.register_script(_COMMIT)
+        super().__init__(redis, keys, pod_id)
+        self._writer = ChangeWriter(keys, pod_id)
+        self._commit = redis.register_script(COMMIT_SCRIPT)
         self._claim = redis.register_script(_CLAIM_EXPIRED)
         self._counts = redis.register_script(_COUNTS)
-        self._lead = redis.register_script(_LEAD)
-        self._resign = redis.register_script(_RESIGN)
 
     # ------------------------------------------------------------------ reading
 
     @staticmethod
     def topic_field(domain: str, topic: str) -> str:
-        return f"{domain} {topic}"
+        return topic_field(domain, topic)
 
     async def topics(self, domain: str) -> list[str]:
         fields = await self._redis.hkeys(self._keys.pubsub_topics())
@@ -354,23 +227,36 @@ class PubsubStore:
         )
 
     async def subject_subscriptions(
-        self, domain: str, subscriber: Endpoint, topic: str | None = None
+        self,
+        domain: str,
+        subscriber: Endpoint,
+        topic: str | None = None,
+        *,
+        plain: bool = False,
     ) -> list[Subscription]:
         """The content-based subscriptions of ``subscriber`` in ``domain`` (to ``topic``
-        only when given): draft-wyman 5.8.2's cancels may name no topic."""
+        only when given), and with ``plain`` its draft-schwartz subscriptions too:
+        draft-wyman 5.8.2's cancels may name no topic. Read from the subscriber's index
+        (``Keys.pubsub_subject``), which lists plain subscriptions since they are
+        written with their index entry (a plain subscription made before is listed once
+        renewed)."""
         index = await self._redis.hkeys(self._keys.pubsub_subject(domain, str(subscriber)))
-        wanted: list[tuple[str, str]] = []
+        wanted: list[tuple[str, int | None]] = []
         for item in map(_text, index):
-            name, _, identifier = item.partition("\n")
-            if topic is None or name == topic:
-                wanted.append((name, identifier))
+            name, _, raw_id = item.partition("\n")
+            if (topic is not None and name != topic) or (not raw_id and not plain):
+                continue
+            try:
+                wanted.append((name, int(raw_id) if raw_id else None))
+            except ValueError:
+                continue
         if not wanted:
             return []
         async with self._redis.pipeline(transaction=False) as pipe:
             for name, identifier in wanted:
                 pipe.hget(
                     self._keys.pubsub_subscriptions(domain, name),
-                    subscription_field(subscriber, int(identifier)),
+                    subscription_field(subscriber, identifier),
                 )
             found = await pipe.execute()
         out: list[Subscription] = []
@@ -381,7 +267,7 @@ class PubsubStore:
                 out.append(
                     subscription_from(
                         name,
-                        subscription_field(subscriber, int(identifier)),
+                        subscription_field(subscriber, identifier),
                         json.loads(_text(raw)),
                     )
                 )
@@ -440,159 +326,12 @@ class PubsubStore:
         )
         return int(topics), int(subscriptions)
 
-    async def pending(self, domain: str) -> list[JournalEntry]:
-        """The domain's journal: work accepted and not yet done (sends, publications
-        still being forwarded), for the admin API's backlog figures."""
-        raw = await self._redis.hgetall(self._keys.pubsub_journal(domain))
-        return [JournalEntry.decode(_text(k), _text(v)) for k, v in raw.items()]
-
     async def events(self, count: int = 10_000) -> list[dict[str, str]]:
         """The first ``count`` events of the log, oldest first (tests, tools)."""
         items = await self._redis.xrange(self._keys.pubsub_events(), count=count) or []
         return [{_text(k): _text(v) for k, v in (fields or {}).items()} for _, fields in items]
 
     # ------------------------------------------------------------------ changing
-
-    def _event(self, kind: str, domain: str, topic: str, now_ms: int, **values: str) -> list[str]:
-        event = dict.fromkeys(EVENT_FIELDS, "")
-        event.update(
-            v=EVENT_VERSION,
-            type=kind,
-            domain=domain,
-            topic=topic,
-            at_ms=str(now_ms),
-            pod=self.pod_id,
-            **values,
-        )
-        return ["xadd", self._keys.pubsub_events(), *(x for item in event.items() for x in item)]
-
-    @staticmethod
-    def _selection(
-        subscription_id: int | None, selector_class: str, selector: str
-    ) -> dict[str, str]:
-        return {
-            "subscription_id": "" if subscription_id is None else str(subscription_id),
-            "selector_class": selector_class,
-            "selector": selector,
-        }
-
-    def _ops(
-        self, domain: str, change: Change, now_ms: int, effects: list[JournalEntry]
-    ) -> list[list[str]]:
-        keys = self._keys
-        if isinstance(change, TopicCreated):
-            record = json.dumps(
-                {
-                    "created_ms": str(now_ms),
-                    "creator": str(change.originator),
-                    "settings": change.settings,
-                }
-            )
-            return [
-                ["hset", keys.pubsub_topics(), self.topic_field(domain, change.topic), record],
-                self._event(
-                    "topic.created",
-                    domain,
-                    change.topic,
-                    now_ms,
-                    originator=str(change.originator),
-                    settings=change.settings,
-                ),
-            ]
-        if isinstance(change, TopicDeleted):
-            return [
-                ["hdel", keys.pubsub_topics(), self.topic_field(domain, change.topic)],
-                self._event(
-                    "topic.deleted", domain, change.topic, now_ms, originator=str(change.originator)
-                ),
-            ]
-        if isinstance(change, Subscribed):
-            sub = change.subscription
-            name = subscription_field(sub.subscriber, sub.subscription_id)
-            member = f"{domain}\n{sub.topic}\n{name}"
-            kind = "subscription.renewed" if change.renewed else "subscription.created"
-            ops = [
-                [
-                    "hset",
-                    keys.pubsub_subscriptions(domain, sub.topic),
-                    name,
-                    subscription_record(sub),
-                ],
-                ["zadd", keys.pubsub_expiry(domain), str(sub.expires_ms), member],
-                self._event(
-                    kind,
-                    domain,
-                    sub.topic,
-                    now_ms,
-                    subscriber=str(sub.subscriber),
-                    originator=str(sub.originator),
-                    trans_id=str(sub.trans_id),
-                    expires_ms=str(sub.expires_ms),
-                    **self._selection(sub.subscription_id, sub.selector_class, sub.selector),
-                    cached="1" if sub.cached else "",
-                ),
-            ]
-            if sub.subscription_id is not None:
-                subject = keys.pubsub_subject(domain, str(sub.subscriber))
-                ops.append(["hset", subject, f"{sub.topic}\n{sub.subscription_id}", "1"])
-            return ops
-        if isinstance(change, Unsubscribed):
-            name = subscription_field(change.subscriber, change.subscription_id)
-            member = f"{domain}\n{change.topic}\n{name}"
-            ops = [
-                ["hdel", keys.pubsub_subscriptions(domain, change.topic), name],
-                ["zrem", keys.pubsub_expiry(domain), member],
-                self._event(
-                    "subscription.ended",
-                    domain,
-                    change.topic,
-                    now_ms,
-                    subscriber=str(change.subscriber),
-                    originator=str(change.originator),
-                    reason=change.reason,
-                    **self._selection(change.subscription_id, "", ""),
-                ),
-            ]
-            if change.subscription_id is not None:
-                subject = keys.pubsub_subject(domain, str(change.subscriber))
-                ops.append(["hdel", subject, f"{change.topic}\n{change.subscription_id}"])
-            return ops
-        if isinstance(change, (TupleAdded, TupleRemoved)):
-            action = "add" if isinstance(change, TupleAdded) else "remove"
-            entry = new_entry(
-                JournalKind.PRESENCE, domain=domain, topic=change.topic, action=action
-            )
-            effects.append(entry)
-            return [
-                ["hset", keys.pubsub_journal(domain), entry.id, entry.encode(self.pod_id, now_ms)]
-            ]
-        if isinstance(change, (OwnerGranted, OwnerRevoked)):
-            action = "grant" if isinstance(change, OwnerGranted) else "revoke"
-            entry = new_entry(
-                JournalKind.OWNER,
-                domain=domain,
-                topic=change.topic,
-                owner=str(change.owner),
-                action=action,
-            )
-            effects.append(entry)
-            return [
-                ["hset", keys.pubsub_journal(domain), entry.id, entry.encode(self.pod_id, now_ms)]
-            ]
-        if isinstance(change, (DataGranted, DataRevoked)):
-            action = "grant" if isinstance(change, DataGranted) else "revoke"
-            entry = new_entry(
-                JournalKind.ACCESS,
-                domain=domain,
-                topic=change.topic,
-                subscriber=str(change.subscriber),
-                action=action,
-            )
-            effects.append(entry)
-            return [
-                ["hset", keys.pubsub_journal(domain), entry.id, entry.encode(self.pod_id, now_ms)]
-            ]
-        raise TypeError(f"unknown change {change!r}")  # pragma: no cover - closed union
 
     async def commit(
         self,
@@ -614,7 +353,7 @@ class PubsubStore:
         effects: list[JournalEntry] = []
         ops: list[list[str]] = []
         for change in changes:
-            ops += self._ops(domain, change, now_ms, effects)
+            ops += self._writer.ops(domain, change, now_ms, effects)
         entries = [*work, *effects]
         journal = self._keys.pubsub_journal(domain)
         ops += [["hset", journal, e.id, e.encode(self.pod_id, now_ms)] for e in work]
@@ -628,14 +367,6 @@ class PubsubStore:
             ],
         )
         return entries if done else None
-
-    async def journal(self, domain: str, entries: Iterable[JournalEntry], now_ms: int) -> None:
-        """Journal work that belongs to no change (a forwarded operation, a refusal)."""
-        items = [(e.id, e.encode(self.pod_id, now_ms)) for e in entries]
-        if items:
-            await self._redis.hset(
-                self._keys.pubsub_journal(domain), items=[x for i in items for x in i]
-            )
 
     async def upstream_due(self, domain: str, topic: str) -> bool:
         """True when the upstream subscription of a redistributed topic must be (re)sent."""
@@ -651,11 +382,6 @@ class PubsubStore:
     async def upstream_lost(self, domain: str, topic: str) -> None:
         """The upstream server cancelled us: resubscribe at the next leader tick."""
         await self._redis.delete(self._keys.pubsub_upstream(domain, topic))
-
-    async def done(self, domain: str, *entry_ids: str) -> None:
-        """The work of these entries is done: forget them."""
-        if entry_ids:
-            await self._redis.hdel(self._keys.pubsub_journal(domain), *entry_ids)
 
     async def claim_expired(self, domain: str, now_ms: int, limit: int = 500) -> list[JournalEntry]:
         """End every lease due at ``now_ms`` (at most ``limit``); the cancels to send."""
@@ -679,62 +405,11 @@ class PubsubStore:
             for i in range(0, len(answer) - 1, 2)
         ]
 
-    # ------------------------------------------------------------------ pods, leader
-
-    async def heartbeat(self, lease_ms: int) -> None:
-        """This pod lives for ``lease_ms`` more (its journal entries are its own)."""
-        await self._redis.set(self._keys.pubsub_pod(self.pod_id), "1", px=lease_ms)
-
-    async def lead(self, domain: str, lease_ms: int) -> bool:
-        """Take or keep the leader lock; True while this pod is the leader."""
-        return bool(
-            await self._lead(keys=[self._keys.pubsub_leader(domain)], args=[self.pod_id, lease_ms])
-        )
-
-    async def resign(self, domain: str) -> None:
-        await self._resign(keys=[self._keys.pubsub_leader(domain)], args=[self.pod_id])
-
-    async def leave(self) -> None:
-        """Clean shutdown: the pod's lease goes now, so the leader redoes what is left."""
-        await self._redis.delete(self._keys.pubsub_pod(self.pod_id))
-
-    async def orphans(self, domain: str, now_ms: int, retry_after_ms: int) -> list[JournalEntry]:
-        """Journal entries to redo: those of pods whose lease lapsed, this pod's own older
-        than ``retry_after_ms`` (the send failed), and a live pod's much older ones. They
-        are taken over by this pod."""
-        raw = await self._redis.hgetall(self._keys.pubsub_journal(domain))
-        entries = [JournalEntry.decode(_text(k), _text(v)) for k, v in raw.items()]
-        pods = sorted({e.fields.get("pod", "") for e in entries} - {self.pod_id})
-        alive: set[str] = set()
-        if pods:
-            found = await self._redis.mget([self._keys.pubsub_pod(p) for p in pods])
-            alive = {pod for pod, value in zip(pods, found, strict=True) if value is not None}
-        out = []
-        for entry in entries:
-            pod = entry.fields.get("pod", "")
-            age = now_ms - int(entry.fields.get("at_ms", "0") or 0)
-            if pod == self.pod_id:
-                redo = age >= retry_after_ms  # this pod's send failed: retry
-            elif pod in alive:
-                redo = age >= STUCK_FACTOR * retry_after_ms  # a live pod that never got it done
-            else:
-                redo = True  # its pod is gone
-            if redo:
-                out.append(entry)
-        if out:
-            await self._redis.hset(
-                self._keys.pubsub_journal(domain),
-                mapping={
-                    e.id: JournalEntry(e.id, e.kind, e.fields).encode(self.pod_id, now_ms)
-                    for e in out
-                },
-            )
-        return out
-
 
 __all__ = [
     "EVENT_FIELDS",
     "EVENT_VERSION",
+    "STUCK_FACTOR",
     "JournalEntry",
     "JournalKind",
     "PubsubStore",

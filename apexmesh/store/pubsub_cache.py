@@ -58,7 +58,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.common.cache import BoundedCache
-from apexmesh.pubsub.core import Subscription
+from apexmesh.pubsub.changes import Subscription
 from apexmesh.pubsub.topic_index import TopicIndex
 from apexmesh.store.batching import Coalescer
 from apexmesh.store.keys import Keys

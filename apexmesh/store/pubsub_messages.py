@@ -6,7 +6,8 @@ it expires; a higher ``revision-id`` of the same message replaces it (one Lua sc
 compares and sets, so two pods publishing revisions at once keep the higher), a lower
 one is delivered but not cached (:func:`apexmesh.pubsub.content_core.cache_action`
 decides the rest). A subscribe asking ``cached`` reads the topic's live messages and
-replays those its selector selects; expired ones are removed when read.
+replays those its selector selects; expired ones are removed when read. A deleted
+topic's cache goes in the commit that deletes it (:mod:`apexmesh.store.pubsub_changes`).
 """
 
 from __future__ import annotations
@@ -128,10 +129,6 @@ class MessageStore:
         await self._redis.hdel(
             self._keys.pubsub_cached(domain, topic), self.field(publisher, message_id)
         )
-
-    async def forget(self, domain: str, topic: str) -> None:
-        """A deleted topic's cache goes with it."""
-        await self._redis.delete(self._keys.pubsub_cached(domain, topic))
 
 
 __all__ = ["MAX_CACHED", "MessageStore", "StoredMessage"]

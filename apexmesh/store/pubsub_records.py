@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from apexmesh.apex.endpoint import Endpoint, EndpointError
-from apexmesh.pubsub.core import Subscription
+from apexmesh.pubsub.changes import Subscription
 
 
 def _text(value: object) -> str:

@@ -2,13 +2,14 @@
 
 :class:`ContentSelection` is what :class:`services.pubsub.publishing.Publisher` asks for
 a topic that has content-based subscriptions, schemas, or a ``message-content``
-envelope: it checks the body against the topic's message schema (561 with the
-validator's first error), matches it against the topic's selector index (kept in the
-topic's entry of the pod's subscriber cache, built on first use, kept current by the
-event log: :mod:`apexmesh.pubsub.topic_index`), caches an envelope with a message-id
-(:mod:`apexmesh.store.pubsub_messages`) and returns one delivery per recipient endpoint
-with the ids of every subscription it matched. Delivery itself is the publisher's
-fan-out, the same as for topic pubsub.
+envelope: it reads the body as selectors do (:mod:`apexmesh.pubsub.body`: XML as
+elements, ``text/*`` as text, other types not processed), checks it against the topic's
+message schema (561 with the validator's first error), matches it against the topic's
+selector index (kept in the topic's entry of the pod's subscriber cache, built on first
+use, kept current by the event log: :mod:`apexmesh.pubsub.topic_index`), caches an
+envelope with a message-id (:mod:`apexmesh.store.pubsub_messages`) and returns one
+delivery per recipient endpoint with the ids of every subscription it matched. Delivery
+itself is the publisher's fan-out, the same as for topic pubsub.
 """
 
 from __future__ import annotations
@@ -17,19 +18,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.apex.content import MimePart
+from apexmesh.apex.content import MimePart, resolve_content
 from apexmesh.apex.data import Data
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
-from apexmesh.beep.xml import Element
 from apexmesh.pubsub import content_core
-from apexmesh.pubsub._fields import pubsub_tag
+from apexmesh.pubsub.body import Body, read_body
 from apexmesh.pubsub.content_core import CacheAction, CachedMessage, ContentPublishPlan
-from apexmesh.pubsub.message import ParsedMessage, message_from, parse_message
-from apexmesh.pubsub.schema import TopicSchemas
-from apexmesh.pubsub.selection.types import MessageView
+from apexmesh.pubsub.message import ParsedMessage, parse_message
 from apexmesh.pubsub.topic_index import SelectorCompiler, TopicIndex
 from apexmesh.store.pubsub_cache import TopicState
 from apexmesh.store.pubsub_messages import MessageStore, StoredMessage
@@ -87,24 +84,14 @@ class ContentSelection:
             state.index = index
         return index
 
-    def parse(self, body: bytes, schemas: TopicSchemas) -> ParsedMessage | Element:
-        """The envelope, or the body's root; 554 over the size limit, 561 for a body
-        that is not XML on a topic with a message schema, 500/501 for a broken
-        envelope. A body that is not XML on a topic without one is selected as a
-        message without identifiers."""
+    def read(self, data: Data, body: bytes, parts: Sequence[MimePart]) -> Body:
+        """The body as selectors read it (:mod:`apexmesh.pubsub.body`: XML as elements,
+        ``text/*`` as text, other types not processed); 554 over the size limit,
+        500/501 for a broken ``message-content`` envelope."""
         if len(body) > self.max_octets:
             parse_message(body, max_octets=self.max_octets)  # raises its 554
-        try:
-            root = _dtd.parse_root(body)
-        except ApexError:
-            if schemas.message is not None:
-                raise ApexError(
-                    ApexReplyCode.INVALID_MESSAGE, "the topic's messages are XML"
-                ) from None
-            return _dtd.parse_root(b"<content/>")
-        if pubsub_tag(root) == "message-content":
-            return message_from(root)
-        return root
+        by_id = {part.content_id: part for part in parts if part.content_id is not None}
+        return read_body(resolve_content(data, by_id), body)
 
     async def select(
         self,
@@ -118,18 +105,16 @@ class ContentSelection:
     ) -> ContentPublishPlan:
         """5.9/5.10 for one publication (``data`` and ``parts`` as delivered; ``body``
         the content octets)."""
-        del data, parts  # text/* bodies: see docs/pubsub.md, "Missing"
         try:
             index = self.index(domain, topic, state)
-            message = self.parse(body, index.schemas)
+            read = self.read(data, body, parts)
         except ApexError as exc:
             return ContentPublishPlan(code=exc.code, step="5.9", text=str(exc)[:200])
         started = time.perf_counter()
-        view = MessageView.of(message.root if isinstance(message, ParsedMessage) else message)
         plan = content_core.publish(
             originator,
-            message,
-            view,
+            read.message,
+            read.view(),
             exists=state.exists,
             allowed=True,
             schemas=index.schemas,
@@ -138,8 +123,8 @@ class ContentSelection:
             now_ms=self._clock(),
         )
         self._metrics.selector_match.observe(time.perf_counter() - started)
-        if plan.code == ApexReplyCode.SUCCESS and isinstance(message, ParsedMessage):
-            await self._cache(domain, topic, message, body)
+        if plan.code == ApexReplyCode.SUCCESS and isinstance(read.message, ParsedMessage):
+            await self._cache(domain, topic, read.message, body)
         return plan
 
     async def _cache(self, domain: str, topic: str, message: ParsedMessage, body: bytes) -> None:

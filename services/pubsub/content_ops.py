@@ -9,10 +9,16 @@ then replay the cached messages a ``cached`` subscribe selected.
   its subscription under its id), a new id from Redis (unique per service and
   subscriber endpoint, 5.8) when it is a new one; 566/567 from the topic's selector
   classes and schemas. The reply carries the id.
+- **distribution of selection** (5.7, draft-schwartz 2.6): a subscribe, or a cancel
+  naming a topic, whose subject is in the domain of a server redistributing the topic
+  goes to that server (4.5 step 4, 4.6 step 3) before any class or selector check: it
+  selects for its own subscribers with its own classes, so a class this service does
+  not offer for the topic is applied there. On that server, what the upstream server
+  forwarded (:mod:`services.pubsub.upstream`) is decided with ``forwarded``.
 - **cancel**: the four forms of 5.8.2 over the subject's subscriptions in the domain
-  (the per-subscriber index of the store); 568 when none matches. A subscriber may
-  cancel its own subscriptions; cancelling another's needs ``pubsub:cancel`` on each
-  topic concerned.
+  (the per-subscriber index of the store), plain ones included for the forms without
+  an id; 568 when none matches. A subscriber may cancel its own subscriptions;
+  cancelling another's needs ``pubsub:cancel`` on each topic concerned.
 """
 
 from __future__ import annotations
@@ -26,9 +32,16 @@ from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
-from apexmesh.pubsub import content_core
+from apexmesh.pubsub import content_core, core
+from apexmesh.pubsub.changes import (
+    Announced,
+    Change,
+    Outcome,
+    Send,
+    Subscribed,
+    Subscription,
+)
 from apexmesh.pubsub.content_core import CachedMessage, same_selection
-from apexmesh.pubsub.core import Change, Outcome, Send, Subscription, Unsubscribed
 from apexmesh.pubsub.elements import CANCEL_TOKEN, SUBSCRIBE_TOKEN, topic_endpoint
 from apexmesh.pubsub.schema import DEFAULTS
 from apexmesh.pubsub.selection.types import MessageView
@@ -47,8 +60,9 @@ AccessCheck = Callable[[Endpoint, Endpoint, str, int | None], Awaitable[bool]]
 #: ``decided(domain, outcome, topic, version, subscription=...)``: commit and send.
 Decided = Callable[..., Awaitable[bool]]
 
-#: ``announce(domain, subscription, status, duration)``: the Subscriptions topic (6.3).
-Announce = Callable[[str, Subscription, str, int], Awaitable[None]]
+#: ``announce(domain, subscription, status, duration)``: its record on the Subscriptions
+#: topic (6.3), committed with the change it announces (None: nothing to announce).
+Announce = Callable[[str, Subscription, str, int], Announced | None]
 
 #: Attempts at a subscribe whose topic went away under it.
 ATTEMPTS = 16
@@ -67,8 +81,11 @@ class ContentOperations:
         decided: Decided,
         clock: Callable[[], int],
         announce: Announce | None = None,
+        grant_data: bool = False,
     ) -> None:
         self._announce = announce
+        #: Section 7's "only subscribers publish": a plain subscription's cancel revokes.
+        self._grant = grant_data
         self._store = store
         self._selection = selection
         self._publisher = publisher
@@ -76,14 +93,26 @@ class ContentOperations:
         self._decided = decided
         self._clock = clock
 
-    async def subscribe(self, domain: str, originator: Endpoint, op: ContentSubscribe) -> Outcome:
-        owner = topic_endpoint(op.topic, domain)
-        allowed = await self._allowed(owner, originator, SUBSCRIBE_TOKEN, op.trans_id)
+    async def subscribe(
+        self, domain: str, originator: Endpoint, op: ContentSubscribe, *, forwarded: bool = False
+    ) -> Outcome:
+        """5.8 for ``op`` from ``originator``. ``forwarded``: a subscribe the upstream
+        server of a redistributed topic forwarded here (draft-schwartz 4.5 step 4, 5.7):
+        its access was checked there, and ``originator`` is its subject, who gets the
+        reply (the forwarding server sends none)."""
+        allowed = forwarded or await self._allowed(
+            topic_endpoint(op.topic, domain), originator, SUBSCRIBE_TOKEN, op.trans_id
+        )
         if op.topic == SUBSCRIPTIONS and op.subscriber != originator:
             allowed = False  # 6.3.1: only one's own subscriptions
         store = self._store
         for _ in range(ATTEMPTS):
-            view = await store.read_topic(domain, op.topic, ())
+            view = await store.read_topic(domain, op.topic, core.concerned(op.topic, op.subscriber))
+            target = core.redistributor(
+                op.topic, op.subscriber, domain, view.subscriptions.values(), self._clock()
+            )
+            if target is not None:  # 5.7: the subject's domain selects for itself
+                return await self._forward(domain, op, originator, allowed, view.exists, target)
             existing = await store.subject_subscriptions(domain, op.subscriber, op.topic)
             try:
                 schemas = (
@@ -114,7 +143,9 @@ class ContentOperations:
                 now_ms=self._clock(),
                 cached=[entry for entry, _ in cached],
             )
-            changes: tuple[Change, ...] = () if decision.change is None else (decision.change,)
+            changes: tuple[Change, ...] = ()
+            if decision.change is not None:
+                changes = (decision.change, *self._announced(domain, decision.change, op.duration))
             outcome = Outcome(
                 code=decision.code, step=decision.step, changes=changes, sends=decision.sends
             )
@@ -136,18 +167,66 @@ class ContentOperations:
                     sub.subscription_id or 0,
                     [published[id(entry.message)] for entry in replay],
                 )
-            if self._announce is not None:
-                await self._announce(domain, sub, "ACTIVE", op.duration)
             return outcome
         raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, f"topic {op.topic} is busy")
 
-    async def cancel(self, domain: str, originator: Endpoint, op: ContentCancel) -> Outcome:
+    async def _forward(
+        self,
+        domain: str,
+        op: ContentSubscribe,
+        originator: Endpoint,
+        allowed: bool,
+        exists: bool,
+        target: Endpoint,
+    ) -> Outcome:
+        """4.5 step 4: the subscribe goes to ``target`` as it is (after steps 1-3)."""
+        decision = content_core.subscribe(
+            op,
+            originator,
+            allowed=allowed,
+            exists=exists,
+            schemas=DEFAULTS,
+            classes=self._selection.compiler.classes,
+            existing=(),
+            new_id=0,
+            now_ms=self._clock(),
+            forward_to=target,
+        )
+        outcome = Outcome(code=decision.code, step=decision.step, sends=decision.sends)
+        await self._decided(domain, outcome, None, None)
+        return outcome
+
+    async def cancel(
+        self, domain: str, originator: Endpoint, op: ContentCancel, *, forwarded: bool = False
+    ) -> Outcome:
+        """5.8.2 for ``op`` from ``originator`` (``forwarded``: by the upstream server
+        of a redistributed topic, 4.6 step 3, naming its subject)."""
         subject = op.subject(originator)
         store = self._store
-        subscriptions = await store.subject_subscriptions(domain, subject, op.topic)
+        if op.topic is not None and not forwarded:
+            view = await store.read_topic(domain, op.topic, core.concerned(op.topic, subject))
+            target = core.redistributor(
+                op.topic, subject, domain, view.subscriptions.values(), self._clock()
+            )
+            if target is not None:
+                allowed = subject == originator or await self._allowed(
+                    topic_endpoint(op.topic, domain), originator, CANCEL_TOKEN, op.trans_id
+                )
+                decision = content_core.cancel(
+                    op, originator, allowed=allowed, subscriptions=(), forward_to=target
+                )
+                outcome = Outcome(code=decision.code, step=decision.step, sends=decision.sends)
+                await self._decided(domain, outcome, None, None)
+                return outcome
+        # 5.8.2: a form without an id covers the subject's plain subscriptions too (the
+        # subscriber's index lists them; a topic's own HASH too, for one made before).
+        found = await store.subject_subscriptions(
+            domain, subject, op.topic, plain=op.subscription_id is None
+        )
         if op.topic is not None and op.subscription_id is None:
             plain = await store.read_topic(domain, op.topic, (subject,))
-            subscriptions += list(plain.subscriptions.values())
+            found += list(plain.subscriptions.values())
+        subscriptions = list({(sub.topic, sub.key): sub for sub in found}.values())
         allowed = True
         if subject != originator:
             topics = sorted({sub.topic for sub in subscriptions} | {op.topic or ""} - {""})
@@ -156,28 +235,40 @@ class ContentOperations:
                 if not await self._allowed(owner, originator, CANCEL_TOKEN, op.trans_id):
                     allowed = False
         decision = content_core.cancel(op, originator, allowed=allowed, subscriptions=subscriptions)
-        by_topic: dict[str, list[Change]] = {}
-        for gone in decision.changes:
-            sub: Subscription = gone.subscription
-            by_topic.setdefault(sub.topic, []).append(
-                Unsubscribed(sub.topic, sub.subscriber, "cancel", originator, sub.subscription_id)
-            )
+        by_topic = content_core.cancel_changes(decision, originator, grant_data=self._grant)
         outcome = Outcome(code=decision.code, step=decision.step, sends=decision.sends)
         if not by_topic:
             await self._decided(domain, outcome, None, None)
             return outcome
-        groups = sorted(by_topic.items())
+        ended: dict[str, list[Change]] = {}
+        for gone in decision.changes:
+            ended.setdefault(gone.subscription.topic, []).extend(
+                self._announced(domain, gone.subscription, 0, "CANCELLED")
+            )
+        groups = list(by_topic.items())
         for index, (topic, changes) in enumerate(groups):
             last = index == len(groups) - 1
             part = dataclasses.replace(
-                outcome, changes=tuple(changes), sends=outcome.sends if last else ()
+                outcome,
+                changes=(*changes, *ended.get(topic, ())),
+                sends=outcome.sends if last else (),
             )
             # A topic deleted meanwhile ended these subscriptions itself: nothing to do.
             await self._decided(domain, part, topic, None, subscription=False)
-        if self._announce is not None:
-            for gone in decision.changes:
-                await self._announce(domain, gone.subscription, "CANCELLED", 0)
         return outcome
+
+    def _announced(
+        self,
+        domain: str,
+        change: Subscribed | Subscription,
+        duration: int,
+        status: str = "ACTIVE",
+    ) -> tuple[Announced, ...]:
+        """The 6.3 record of a subscription made, renewed or ended, as a change to commit
+        with it (journalled, so it is published even if this pod dies right after)."""
+        sub = change.subscription if isinstance(change, Subscribed) else change
+        found = None if self._announce is None else self._announce(domain, sub, status, duration)
+        return () if found is None else (found,)
 
 
 def refused(to: Endpoint, trans_id: int, code: int, text: str) -> Outcome:

@@ -1,6 +1,6 @@
 """Journalled work of the pubsub service: what an operation committed together with its
-changes (replies, cancels of ended leases, presence tuples, access entries) is done here
-and then forgotten.
+changes (replies, cancels of ended leases, presence tuples, access entries,
+announcements on the well-known topics) is done here and then forgotten.
 
 Section 4 of draft-schwartz keeps in-progress operations in persistent storage: an entry
 stays in the domain's journal (Redis) until its work is done, so a pod that dies between
@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
 import grpc
@@ -78,10 +78,17 @@ def send_entries(domain: str, sends: Iterable[Send]) -> list[JournalEntry]:
     ]
 
 
+#: ``announce(domain, topic, content, key, retire)``: publish an announcement on a
+#: well-known topic (:meth:`services.pubsub.well_known.WellKnownTopics.perform`); True
+#: once done, False to leave it journalled for a redo.
+Announcer = Callable[[str, str, bytes, str, int | None], Awaitable[bool]]
+
+
 def _chain_key(entry: JournalEntry) -> str:
-    """Entries with the same key are done in journal order: those for one endpoint."""
+    """Entries with the same key are done in journal order: those for one endpoint, and
+    the announcements of one well-known message (its revisions in order)."""
     fields = entry.fields
-    return fields.get("recipient") or fields.get("subscriber") or entry.id
+    return fields.get("recipient") or fields.get("subscriber") or fields.get("chain") or entry.id
 
 
 class JournalWorker:
@@ -98,8 +105,10 @@ class JournalWorker:
         metrics: PubsubMetrics,
         timeout: float,
         concurrency: int = SEND_CONCURRENCY,
+        announce: Announcer | None = None,
     ) -> None:
         self._store = store
+        self._announce = announce
         self._access = access
         self._relays = relays
         self._presence = presence
@@ -217,6 +226,13 @@ class JournalWorker:
                 return await self._grant_data(
                     f["domain"], f["topic"], Endpoint.parse(f["subscriber"]), f["action"] == "grant"
                 )
+            if kind is JournalKind.ANNOUNCE:
+                if self._announce is None:
+                    return False  # left to a pod that publishes (every service pod does)
+                retire = int(f["retire"]) if f.get("retire") else None
+                return await self._announce(
+                    f["domain"], f["topic"], bytes.fromhex(f["content"]), f["key"], retire
+                )
         except (KeyError, ValueError, EndpointError, ApexError) as exc:
             _log.warning("journal entry %s cannot be done (%s): dropped", entry.id, exc)
             return True
@@ -324,4 +340,11 @@ class JournalWorker:
         return await self._set_entry(domain, topic, subscriber, [*actions, DATA_TOKEN])
 
 
-__all__ = ["ACCESS_SET_TOKEN", "SEND_CONCURRENCY", "JournalWorker", "Submitter", "send_entries"]
+__all__ = [
+    "ACCESS_SET_TOKEN",
+    "SEND_CONCURRENCY",
+    "Announcer",
+    "JournalWorker",
+    "Submitter",
+    "send_entries",
+]

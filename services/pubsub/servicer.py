@@ -69,7 +69,6 @@ from apexmesh.pubsub.subscription_elements import (
     content_operation_from,
     is_content_form,
 )
-from apexmesh.pubsub.topic_description import TopicDescription
 from apexmesh.pubsub.topic_index import SelectorCompiler
 from apexmesh.pubsub.wire import (
     delivered_content,
@@ -181,6 +180,7 @@ class PubsubService:
             messages=self.selection.messages,
             publish=lambda d, t, o, p, k: self.publisher.publish(d, t, o, p, k, trusted=True),
             clock=clock,
+            classes=self.selection.compiler.classes.names,
         )
         self.content = ContentOperations(
             store=store,
@@ -189,9 +189,10 @@ class PubsubService:
             allowed=self._allowed,
             decided=self._decided,
             clock=clock,
-            announce=lambda d, sub, status, duration: self.well_known.subscription_changed(
+            announce=lambda d, sub, status, duration: self.well_known.subscription_announcement(
                 d, sub, status=status, duration=duration
             ),
+            grant_data=grant_data,
         )
         self.journal = JournalWorker(
             store=store,
@@ -200,6 +201,7 @@ class PubsubService:
             presence=presence,
             metrics=metrics,
             timeout=timeout,
+            announce=self.well_known.perform,
         )
         self.redistribution = Redistribution(
             store=store,
@@ -209,6 +211,8 @@ class PubsubService:
             upstreams=upstreams,
             duration_seconds=upstream_duration,
             grant_data=grant_data,
+            content=self.content,
+            well_known=self.well_known,
         )
         self._last_scan = 0
         #: Domains this pod currently leads.
@@ -316,34 +320,38 @@ class PubsubService:
                     outcome = refused(originator, op.trans_id, int(exc.code), str(exc)[:200])
                     await self._decided(domain, outcome, None, None)
                     return outcome
-            outcome = await self._run(
+            return await self._run(
                 domain,
                 op.topic,
-                lambda v: core.create_topic(
-                    op, originator, allowed=allowed, exists=v.exists, schemas_supported=True
+                self.well_known.announcing(
+                    domain,
+                    op,
+                    lambda v: core.create_topic(
+                        op, originator, allowed=allowed, exists=v.exists, schemas_supported=True
+                    ),
                 ),
                 subscription=False,
                 subscribers=(),
             )
-            await self._topic_changed(domain, op, outcome)
-            return outcome
         if isinstance(op, DeleteTopic):
             allowed = await self._allowed(service, originator, DELETETOPIC_TOKEN, op.trans_id)
-            outcome = await self._run(
+            return await self._run(
                 domain,
                 op.topic,
-                lambda v: core.delete_topic(
+                self.well_known.announcing(
+                    domain,
                     op,
-                    originator,
-                    allowed=allowed,
-                    exists=v.exists,
-                    subscriptions=v.every_subscription,
-                    creator=v.creator,
+                    lambda v: core.delete_topic(
+                        op,
+                        originator,
+                        allowed=allowed,
+                        exists=v.exists,
+                        subscriptions=v.every_subscription,
+                        creator=v.creator,
+                    ),
                 ),
                 subscription=False,
             )
-            await self._topic_changed(domain, op, outcome)
-            return outcome
         owner = topic_endpoint(op.topic, domain)
         if isinstance(op, Subscribe):
             allowed = await self._allowed(owner, originator, SUBSCRIBE_TOKEN, op.trans_id)
@@ -403,26 +411,12 @@ class PubsubService:
         outcome = await self._run(
             domain,
             op.topic,
-            decide,
+            self.well_known.announcing(domain, op, decide),
             subscription=False,
             subscribers=() if isinstance(op, CreateTopic) else None,
         )
         self._metrics.operations.labels(type(op).__name__.lower(), str(outcome.code)).inc()
-        await self._topic_changed(domain, op, outcome)
         return outcome
-
-    async def _topic_changed(
-        self, domain: str, op: CreateTopic | DeleteTopic, outcome: Outcome
-    ) -> None:
-        """A topic created or deleted: announced on WKT=Topics (draft-wyman 6.2.2); a
-        deleted topic's cached messages go with it."""
-        if outcome.code != ApexReplyCode.SUCCESS:
-            return
-        deleted = isinstance(op, DeleteTopic)
-        if deleted:
-            await self.selection.messages.forget(domain, op.topic)
-        description = op.description if isinstance(op, CreateTopic) else TopicDescription()
-        await self.well_known.topic_changed(domain, op.topic, description, cancelled=deleted)
 
     def purge(self, domain: str, topic: str) -> bool:
         """Forget what this pod caches of a topic (its subscriber list and where they

@@ -1,19 +1,24 @@
 """Distributed subscription management (draft-schwartz section 2.6), both sides.
 
-As the **upstream** server, this pod takes the subscribes and cancels another domain's
-``apex=pubsub`` forwards to ``apex=pubsub/TOPIC@domain`` for its own subscribers (4.5
-step 4, 4.6 step 3), its replies, and the cancel of our own upstream subscription.
+As the **redistributing** server, this pod takes the subscribes and cancels the upstream
+server (another domain's ``apex=pubsub``) forwards to ``apex=pubsub/TOPIC@domain`` for
+its own subscribers (4.5 step 4, 4.6 step 3), its replies, and the cancel of our own
+upstream subscription. A forwarded content-based subscribe or cancel (draft-wyman 5.7)
+is decided here, with this service's selector classes and subscription ids: the
+upstream subscription is a plain one (everything the topic carries), and this server
+selects for its subscribers, whatever classes the upstream offers.
 
-As the **redistributing** server, the leader of a domain keeps each configured upstream
-subscription alive (:class:`services.pubsub.settings.Upstream`): it creates the local
-topic when missing and subscribes ``apex=pubsub/TOPIC@domain`` upstream again before the
-lease runs out.
+The leader of a redistributing domain also keeps each configured upstream subscription
+alive (:class:`services.pubsub.settings.Upstream`): it creates the local topic when
+missing (announced on its ``WKT=Topics`` with the classes this service applies, 6.2)
+and subscribes ``apex=pubsub/TOPIC@domain`` upstream again before the lease runs out.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import TYPE_CHECKING
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
@@ -21,6 +26,7 @@ from apexmesh.apex.elements import Reply, reply_from
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.pubsub import core
+from apexmesh.pubsub._fields import pubsub_tag
 from apexmesh.pubsub.core import Outcome, Send
 from apexmesh.pubsub.elements import (
     Cancel,
@@ -30,9 +36,21 @@ from apexmesh.pubsub.elements import (
     service_endpoint,
     topic_endpoint,
 )
+from apexmesh.pubsub.subscription_elements import (
+    ContentCancel,
+    ContentOperation,
+    ContentSubscribe,
+    content_operation_from,
+    is_content_form,
+)
+from apexmesh.pubsub.topic_description import TopicDescription
 from apexmesh.store.pubsub import JournalKind, PubsubStore, TopicView, new_entry
+from services.pubsub.content_ops import ContentOperations
 from services.pubsub.journal import JournalWorker
 from services.pubsub.settings import Upstream
+
+if TYPE_CHECKING:
+    from services.pubsub.well_known import WellKnownTopics
 
 _log = logging.getLogger(__name__)
 
@@ -54,7 +72,13 @@ class Redistribution:
         upstreams: Sequence[Upstream],
         duration_seconds: int,
         grant_data: bool,
+        content: ContentOperations | None = None,
+        well_known: WellKnownTopics | None = None,
     ) -> None:
+        #: Content-based subscribes and cancels forwarded by an upstream (5.7).
+        self._content_ops = content
+        #: Announces the local topic a leader creates for a redistribution (6.2).
+        self._well_known = well_known
         self._store = store
         self._journal = journal
         self._run = run
@@ -77,13 +101,15 @@ class Redistribution:
                     "upstream %s refused %s: %d %s", originator, topic, reply.code, reply.text
                 )
             return 250
-        op = operation_from(root)
         ours = topic_endpoint(topic, domain)
         if not any(
             u.topic == topic and u.domain == domain and u.upstream == originator.domain
             for u in self._upstreams
         ):
             raise ApexError(ApexReplyCode.NOT_AUTHORIZED, f"{originator} does not feed {topic}")
+        if pubsub_tag(root) in ("subscribe", "cancel") and is_content_form(root):
+            return await self._content(domain, topic, content_operation_from(root))
+        op = operation_from(root)
         if isinstance(op, Cancel) and op.subject(originator) == ours:
             await self._store.upstream_lost(domain, topic)
             return 250
@@ -118,6 +144,19 @@ class Redistribution:
             ).code
         raise ApexError(ApexReplyCode.PARAMETER_SYNTAX_ERROR, "not a forwarded operation")
 
+    async def _content(self, domain: str, topic: str, op: ContentOperation) -> int:
+        """A content-based subscribe or cancel forwarded by the upstream server (5.7):
+        decided here with this service's classes and ids, answered to its subject."""
+        if self._content_ops is None:
+            raise ApexError(ApexReplyCode.PARAMETER_NOT_IMPLEMENTED, "no content-based pubsub")
+        if isinstance(op, ContentSubscribe) and op.topic == topic:
+            outcome = await self._content_ops.subscribe(domain, op.subscriber, op, forwarded=True)
+            return outcome.code
+        if isinstance(op, ContentCancel) and op.topic == topic and op.subscriber is not None:
+            outcome = await self._content_ops.cancel(domain, op.subscriber, op, forwarded=True)
+            return outcome.code
+        raise ApexError(ApexReplyCode.PARAMETER_INVALID, f"not a forwarded operation on {topic}")
+
     async def renew(self, leading: Collection[str]) -> None:
         """Subscribe upstream again where the lease of ours is due (leader only)."""
         now = self._clock()
@@ -135,7 +174,23 @@ class Redistribution:
                     allowed=True,
                     exists=False,
                 )
-                await self._store.commit(up.domain, up.topic, view.version, create.changes, [], now)
+                changes = create.changes
+                if self._well_known is not None:  # 6.2: announced with its classes
+                    changes = (
+                        *changes,
+                        self._well_known.topic_announcement(
+                            up.domain,
+                            up.topic,
+                            TopicDescription(),
+                            version=view.version + 1,
+                            cancelled=False,
+                        ),
+                    )
+                created = await self._store.commit(
+                    up.domain, up.topic, view.version, changes, [], now
+                )
+                if created:
+                    await self._journal.perform(up.domain, created)
             op = Subscribe(
                 subscriber=ours,
                 topic=up.topic,

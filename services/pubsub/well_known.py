@@ -16,32 +16,41 @@
   selector rule in :class:`apexmesh.pubsub.topic_index.TopicIndex`, and a subscribe
   for another endpoint refused 537).
 
-Announcements are sent after the operation's commit and reply, through the publisher's
-fan-out like any publication (not journalled: a pod dying in between loses that one
-announcement; the change itself stands).
+Announcements are :class:`apexmesh.pubsub.changes.Announced` changes committed with the
+change they announce, as journal entries (like the operation's reply), and published
+from the journal through the publisher's fan-out like any publication
+(:meth:`WellKnownTopics.perform`): a pod dying between the commit and the publication
+leaves them to the leader, which publishes them (at least once; the fan-out's
+submission ids come from the announcement's key, so a redone one the relays already
+took is not relayed twice while they remember it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
 from apexmesh.pubsub._fields import pubsub_tag
-from apexmesh.pubsub.core import Subscription, TopicCreated
+from apexmesh.pubsub.changes import Announced, Outcome, Subscription, TopicCreated
 from apexmesh.pubsub.elements import CreateTopic, DeleteTopic, service_endpoint, topic_endpoint
 from apexmesh.pubsub.message import MAX_REVISION, Expiry, MessageContent, message_from
 from apexmesh.pubsub.topic_description import TopicDescription, description_from
 from apexmesh.pubsub.wire import element_payload
 from apexmesh.pubsub.wkt import SETTINGS, SUBSCRIPTIONS, TOPICS, SubscriptionRecord, topics_message
-from apexmesh.store.pubsub import PubsubStore
+from apexmesh.store.pubsub import PubsubStore, TopicView
 from apexmesh.store.pubsub_messages import MessageStore
 
 _log = logging.getLogger(__name__)
+
+#: Codes of a publication no relay took or whose store was unreachable: redone later.
+_TRANSIENT = frozenset({ApexReplyCode.SERVICE_NOT_AVAILABLE, ApexReplyCode.ACTION_ABORTED})
 
 #: ``publish(domain, topic, originator, payload, delivery_id)`` of the service itself.
 Publish = Callable[[str, str, Endpoint, bytes, str], Awaitable[tuple[int, str]]]
@@ -89,7 +98,10 @@ class WellKnownTopics:
         messages: MessageStore,
         publish: Publish,
         clock: Callable[[], int],
+        classes: Sequence[str] = (),
     ) -> None:
+        #: The selector classes this service applies, listed for every topic (6.2).
+        self._classes = tuple(classes)
         self._store = store
         self._messages = messages
         self._publish = publish
@@ -108,20 +120,41 @@ class WellKnownTopics:
                 await self._store.commit(domain, topic, view.version, [created], [], self._clock())
         self._ensured.add(domain)
 
-    async def _send(self, domain: str, topic: str, message: MessageContent, key: str) -> int:
-        service = service_endpoint(domain)
-        payload = element_payload(service, topic_endpoint(topic, domain), message.to_xml())
-        code, text = await self._publish(domain, topic, service, payload, key)
-        if code != ApexReplyCode.SUCCESS:
-            _log.warning("announcement on %s of %s: %d %s", topic, domain, code, text)
-        return code
+    def announcing(
+        self, domain: str, op: CreateTopic | DeleteTopic, decide: Callable[[TopicView], Outcome]
+    ) -> Callable[[TopicView], Outcome]:
+        """``decide`` (a createtopic or deletetopic) with, once it succeeds, its 6.2.2
+        announcement on ``WKT=Topics`` among the changes it commits. The commit checks
+        the version the decision read and bumps it once, so the topic's version after
+        the change, the message's revision, is one more than the version read."""
 
-    async def topic_changed(
-        self, domain: str, topic: str, description: TopicDescription, *, cancelled: bool
-    ) -> None:
-        """6.2.2: announce a topic created (``publish``) or deleted (``cancel``)."""
-        view = await self._store.read_topic(domain, topic, ())
-        revision = view.version % (MAX_REVISION + 1)
+        def announced(view: TopicView) -> Outcome:
+            outcome = decide(view)
+            if outcome.code != ApexReplyCode.SUCCESS:
+                return outcome
+            deleted = isinstance(op, DeleteTopic)
+            description = op.description if isinstance(op, CreateTopic) else TopicDescription()
+            change = self.topic_announcement(
+                domain, op.topic, description, version=view.version + 1, cancelled=deleted
+            )
+            return dataclasses.replace(outcome, changes=(*outcome.changes, change))
+
+        return announced
+
+    def topic_announcement(
+        self,
+        domain: str,
+        topic: str,
+        description: TopicDescription,
+        *,
+        version: int,
+        cancelled: bool,
+    ) -> Announced:
+        """6.2.2: the Topics message of a topic created (``publish``) or deleted
+        (``cancel``), to commit with that change. ``version`` is the topic's version
+        after the change (its revision-id: each change of the topic revises its one
+        message)."""
+        revision = version % (MAX_REVISION + 1)
         service = service_endpoint(domain)
         message_id = message_id_of(domain, topic)
         message = topics_message(
@@ -132,18 +165,25 @@ class WellKnownTopics:
             revision=revision,
             now=_when(self._clock()),
             cancelled=cancelled,
+            classes=self._classes,
         )
-        await self._send(domain, TOPICS, message, f"wkt:{domain}:{topic}:{revision}")
-        if cancelled:
-            await self._messages.drop(domain, TOPICS, str(service), message_id)
+        return Announced(
+            topic=TOPICS,
+            content=message.to_xml(),
+            key=f"wkt:{domain}:{topic}:{revision}",
+            chain=f"wkt:{domain}:{TOPICS}:{message_id}",
+            retire=message_id if cancelled else None,
+        )
 
-    async def subscription_changed(
+    def subscription_announcement(
         self, domain: str, sub: Subscription, *, status: str, duration: int
-    ) -> None:
-        """6.3: publish a content-based subscription's record (``ACTIVE`` when made or
-        renewed; ``CANCELLED`` when it ended, then no longer cached)."""
+    ) -> Announced | None:
+        """6.3: a content-based subscription's record (``ACTIVE`` when made or renewed,
+        cached until its lease ends; ``CANCELLED`` when it was cancelled, then no longer
+        cached), to commit with that change; None for a plain subscription or one to a
+        well-known topic."""
         if sub.subscription_id is None or sub.topic in (TOPICS, SUBSCRIPTIONS):
-            return
+            return None
         now = self._clock()
         service = service_endpoint(domain)
         message_id = message_id_of(domain, str(sub.subscriber), str(sub.subscription_id))
@@ -157,21 +197,51 @@ class WellKnownTopics:
             duration=duration,
             current_status=status,
         )
-        revision = (now // 1000) % (MAX_REVISION + 1)
+        # The record is valid while the lease runs (5.2.1's expiration-date): cached
+        # until the lease end, so a later subscriber asking ``cached`` never gets the
+        # record of a subscription whose lease ended; a renewal replaces it. An ended
+        # one is distributed once ('0') and its record retired.
+        active = status == "ACTIVE"
         message = MessageContent(
             trans_id=1,
             topic=SUBSCRIPTIONS,
             publisher=str(service),
             publication_date=_when(now),
-            expiry=Expiry.NEVER,
+            expiry=Expiry.AT if active else Expiry.ONCE,
+            expiration_date=_when(sub.expires_ms) if active else None,
             message_id=message_id,
-            revision_id=revision,
+            revision_id=(now // 1000) % (MAX_REVISION + 1),
             body=record.to_xml(),
         )
-        key = f"wkt:{domain}:{sub.subscriber}:{sub.subscription_id}:{status}:{now}"
-        await self._send(domain, SUBSCRIPTIONS, message, key)
-        if status != "ACTIVE":
-            await self._messages.drop(domain, SUBSCRIPTIONS, str(service), message_id)
+        return Announced(
+            topic=SUBSCRIPTIONS,
+            content=message.to_xml(),
+            key=f"wkt:{domain}:{sub.subscriber}:{sub.subscription_id}:{status}:{now}",
+            chain=f"wkt:{domain}:{SUBSCRIPTIONS}:{message_id}",
+            retire=None if active else message_id,
+        )
+
+    async def perform(
+        self, domain: str, topic: str, content: bytes, key: str, retire: int | None
+    ) -> bool:
+        """Publish a journalled announcement through the fan-out like any publication,
+        then retire a cancelled message from the cache. True once done; False when no
+        relay took it or the store was unreachable (the journal entry stays and is
+        redone: at least once)."""
+        service = service_endpoint(domain)
+        payload = element_payload(service, topic_endpoint(topic, domain), content)
+        try:
+            code, text = await self._publish(domain, topic, service, payload, key)
+        except ApexError as exc:
+            code, text = int(exc.code), str(exc)
+        if code in _TRANSIENT:
+            _log.warning("announcement on %s of %s: %d %s (redone)", topic, domain, code, text)
+            return False
+        if code != ApexReplyCode.SUCCESS:
+            _log.warning("announcement on %s of %s: %d %s", topic, domain, code, text)
+        if retire is not None:
+            await self._messages.drop(domain, topic, str(service), retire)
+        return True
 
 
 __all__ = ["WellKnownTopics", "message_id_of", "topic_operation"]

@@ -41,6 +41,8 @@ VIEWS = (
             "x": ["9223372036854775807"],
         }
     ),
+    # A text/* body (draft-wyman 7.2, 7.3): the text of message-content.
+    MessageView.of_text(" abc a%b_c\\ (x) *y* 42 \n"),
 )
 
 

@@ -80,6 +80,10 @@ HEADER_KINDS: Final[Mapping[str, Kind]] = {
     "revision-id": Kind.EXACT,
 }
 
+#: The root element of the default message schema (draft-wyman 5.3.2), which encloses a
+#: body "in its entirety": the one identifier of a text/* body (apexmesh/pubsub/body.py).
+DEFAULT_ROOT: Final = "message-content"
+
 #: Longest selector text (characters). Real selectors are a few hundred characters; a
 #: longer one is refused (567) before any parsing, so a 1 MB selector costs nothing.
 MAX_SELECTOR_CHARS: Final = 16 * 1024
@@ -241,6 +245,12 @@ class MessageView:
         return cls({name: tuple(values) for name, values in texts.items()})
 
     @classmethod
+    def of_text(cls, text: str) -> MessageView:
+        """A text/* body (7.2, 7.3: "text processing"): by the default message schema
+        (5.3.2) the text of one ``message-content`` element, its only identifier."""
+        return cls({DEFAULT_ROOT: (text,)})
+
+    @classmethod
     def of_values(cls, values: Mapping[str, Iterable[str]]) -> MessageView:
         """A view from plain name -> texts (tests, and bodies that are not XML)."""
         return cls({name: tuple(texts) for name, texts in values.items()})
@@ -345,6 +355,7 @@ class Selector(Protocol):
 
 
 __all__ = [
+    "DEFAULT_ROOT",
     "HEADER_KINDS",
     "MAX_INSTANCES",
     "MAX_SELECTOR_CHARS",

@@ -13,6 +13,7 @@ import pytest
 from apexmesh.apex import _dtd
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.pubsub import content_core as cc
+from apexmesh.pubsub.changes import DataRevoked, Unsubscribed
 from apexmesh.pubsub.matcher import Matcher
 from apexmesh.pubsub.message import Expiry, MessageContent, message_from, millis
 from apexmesh.pubsub.schema import DEFAULTS, LocalSchemas, compile_topic
@@ -195,6 +196,97 @@ def test_the_four_cancel_forms_and_568(op: ContentCancel, code: int, cancelled: 
     assert (reply.code, reply.trans_id) == (code, 5)
     denied = cc.cancel(op, JADE, allowed=False, subscriptions=SUBSCRIPTIONS)
     assert (denied.code, denied.changes) == (537, ())
+
+
+WITH_PLAIN = (
+    *SUBSCRIPTIONS,
+    _subscription(JADE, "quotes", None),
+    _subscription(JADE, "weather", None),
+)
+
+
+@pytest.mark.parametrize(
+    ("op", "cancelled"),
+    [
+        # 5.8.2: "cancel all outstanding subscriptions to that topic" ...
+        (
+            ContentCancel(trans_id=5, topic="quotes"),
+            {("quotes", 100), ("quotes", 101), ("quotes", None)},
+        ),
+        # ... "to all topics from the subscriber endpoint": the plain ones too.
+        (
+            ContentCancel(trans_id=5),
+            {
+                ("quotes", 100),
+                ("quotes", 101),
+                ("news", 102),
+                ("quotes", None),
+                ("weather", None),
+            },
+        ),
+        (ContentCancel(trans_id=5, topic="weather"), {("weather", None)}),
+        # A plain subscription has no id: the forms naming one never cover it.
+        (ContentCancel(trans_id=5, subscription_id=101), {("quotes", 101)}),
+        (ContentCancel(trans_id=5, topic="weather", subscription_id=0), set()),
+    ],
+)
+def test_cancels_without_an_id_end_plain_subscriptions_too(
+    op: ContentCancel, cancelled: set[tuple[str, int | None]]
+) -> None:
+    outcome = cc.cancel(op, JADE, allowed=True, subscriptions=WITH_PLAIN)
+    assert outcome.code == (250 if cancelled else 568)
+    assert {(c.subscription.topic, c.subscription.subscription_id) for c in outcome.changes} == (
+        cancelled
+    )
+
+
+def test_cancel_changes_by_topic_revoke_the_grant_of_plain_subscriptions_only() -> None:
+    on_behalf = ContentCancel(trans_id=5, subscriber=JADE)
+    outcome = cc.cancel(on_behalf, FRED, allowed=True, subscriptions=WITH_PLAIN[:1])
+    assert cc.cancel_changes(outcome, FRED) == {
+        "quotes": (Unsubscribed("quotes", JADE, "cancel", FRED, 100),)
+    }
+    everything = cc.cancel(ContentCancel(trans_id=5), JADE, allowed=True, subscriptions=WITH_PLAIN)
+    by_topic = cc.cancel_changes(everything, JADE, grant_data=True)
+    assert list(by_topic) == ["news", "quotes", "weather"]  # one commit per topic, sorted
+    assert by_topic["weather"] == (
+        Unsubscribed("weather", JADE, "cancel", JADE),
+        DataRevoked("weather", JADE),
+    )
+    assert DataRevoked("quotes", JADE) in by_topic["quotes"]
+    assert by_topic["news"] == (Unsubscribed("news", JADE, "cancel", JADE, 102),)
+    assert not any(
+        isinstance(c, DataRevoked) for c in cc.cancel_changes(everything, JADE)["weather"]
+    )
+
+
+def test_operations_for_a_redistributed_domain_are_forwarded_before_any_class_check() -> None:
+    """5.7 with draft-schwartz 4.5 step 4 / 4.6 step 3: the server redistributing the topic
+    to the subject's domain selects for it, with its own classes: the operation goes
+    there as it is, after the access, topic and duration steps, whatever its class."""
+    redistributor = Endpoint.parse("apex=pubsub/quotes@redistr.com")
+    unknown = _subscribe(SelectorSpec(selector_class="XPath", text="/a"))
+    outcome = _decide(unknown, forward_to=redistributor)
+    assert (outcome.code, outcome.step, outcome.change) == (0, "5.7/4.5/4", None)
+    ((send,),) = (outcome.sends,)
+    assert send.recipient == redistributor
+    assert send.content == unknown.to_xml()
+    assert _decide(unknown, forward_to=redistributor, allowed=False).code == 537
+    assert _decide(unknown, forward_to=redistributor, exists=False).code == 553
+    cancel = ContentCancel(trans_id=5, topic="quotes", subscription_id=7)
+    forwarded = cc.cancel(cancel, JADE, allowed=True, subscriptions=(), forward_to=redistributor)
+    assert (forwarded.code, forwarded.step, forwarded.changes) == (0, "5.7/4.6/3", ())
+    (sent,) = forwarded.sends
+    assert sent.recipient == redistributor
+    assert (
+        sent.content
+        == ContentCancel(trans_id=5, topic="quotes", subscription_id=7, subscriber=JADE).to_xml()
+    )  # names its subject: the redistributing server answers it
+    everything = ContentCancel(trans_id=6)  # no topic: this service's own subscriptions
+    kept = cc.cancel(
+        everything, JADE, allowed=True, subscriptions=SUBSCRIPTIONS, forward_to=redistributor
+    )
+    assert kept.code == 250
 
 
 def test_publish_delivers_once_per_endpoint_with_every_matching_id() -> None:

@@ -36,6 +36,7 @@ from apexmesh.pubsub.elements import (
     parse_operation,
     parse_service_message,
 )
+from apexmesh.pubsub.subscription_elements import ContentCancel
 
 pytestmark = pytest.mark.unit
 
@@ -487,3 +488,37 @@ def test_a_subscriber_with_two_subscriptions_gets_one_copy() -> None:
         PUBLISHER, exists=True, allowed=True, subscriptions=[sub(MIKE), sub(MIKE)], now_ms=NOW
     )
     assert plan.recipients == (MIKE,)
+
+
+def test_a_deleted_topics_content_subscriptions_end_with_a_cancel_naming_their_id() -> None:
+    """Draft-wyman 5.8.2: "When the pub-sub service wishes to terminate a subscription,
+    it sends a 'cancel' operation to the subscriber, including the subscription
+    identifier"; a plain subscription's cancel stays draft-schwartz's."""
+    jade = Endpoint.parse("jade@example.com")
+    fred = Endpoint.parse("fred@example.com")
+    plain = Subscription(topic="news", subscriber=fred, originator=fred, trans_id=3, expires_ms=1)
+    tagged = Subscription(
+        topic="news",
+        subscriber=jade,
+        originator=jade,
+        trans_id=700,
+        expires_ms=1,
+        subscription_id=100,
+        selector_class="JMS",
+        selector="x > 1",
+    )
+    outcome = core.delete_topic(
+        DeleteTopic(topic="news", trans_id=9),
+        fred,
+        allowed=True,
+        exists=True,
+        subscriptions=(plain, tagged),
+    )
+    assert outcome.code == 250
+    _reply, to_fred, to_jade = outcome.sends
+    assert to_fred.content == Cancel(topic="news", trans_id=3, subscriber=fred).to_xml()
+    assert to_jade.recipient == jade
+    assert (
+        to_jade.content
+        == ContentCancel(topic="news", trans_id=700, subscriber=jade, subscription_id=100).to_xml()
+    )

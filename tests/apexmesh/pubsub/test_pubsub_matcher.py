@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from apexmesh.apex.content import MimePart
+from apexmesh.pubsub.body import read_body
 from apexmesh.pubsub.matcher import Matcher, choose
 from apexmesh.pubsub.selection.registry import default_classes
 from apexmesh.pubsub.selection.types import (
@@ -196,3 +198,83 @@ def test_replacing_and_removing_keep_the_index_consistent() -> None:
     assert len(matcher) == 0
     assert matcher.candidates(view) == set()
     assert "a" not in matcher
+
+
+# ------------------------------------------------------------------ text/* bodies (7.2, 7.3)
+
+WORDS = ["XMPL", "up", "down", "7", "7.5", "a*b", "(x)", " "]
+
+text_bodies = st.lists(st.sampled_from(WORDS), max_size=5).map(" ".join)
+
+
+def _escaped(word: str) -> str:
+    return "".join(f"\\{ord(c):02x}" if c in "*()\\" else c for c in word)
+
+
+def text_atoms() -> st.SearchStrategy[tuple[str, str]]:
+    word = st.sampled_from([w for w in WORDS if w.strip()])
+    return st.one_of(
+        st.builds(lambda w: ("RFC-2254", f"(message-content=*{_escaped(w)}*)"), word),
+        st.builds(lambda w: ("RFC-2254", f"(message-content={_escaped(w)}*)"), word),
+        st.builds(lambda w: ("RFC-2254", f"(message-content={_escaped(w)})"), word),
+        st.builds(lambda w: ("RFC-2254", f"(message-content~={_escaped(w)})"), word),
+        st.builds(lambda w: ("RFC-2254", f"(!(message-content=*{_escaped(w)}*))"), word),
+        st.builds(lambda n: ("RFC-2254", f"(message-content>={n})"), numbers),
+        st.builds(
+            lambda a, b: ("RFC-2254", f"(|(message-content={_escaped(a)})(s={_escaped(b)}))"),
+            word,
+            word,
+        ),
+        st.builds(lambda w: ("JMS", f"message-content LIKE '%{w.replace(chr(39), '')}%'"), word),
+        st.builds(lambda w: ("JMS", f"message-content NOT LIKE '{w}%'"), word),
+        st.builds(lambda a, b: ("JMS", f"message-content IN ('{a}', '{b}')"), word, word),
+        st.builds(lambda w: ("JMS", f"message-content = '{w}'"), word),
+        st.builds(lambda n: ("JMS", f"message-content > {n}"), numbers),
+        st.sampled_from(
+            [
+                ("RFC-2254", "(message-content=*)"),
+                ("RFC-2254", "(x=*)"),
+                ("RFC-2254", "(!(x=1))"),
+                ("JMS", "message-content IS NOT NULL"),
+                ("JMS", "x IS NULL"),
+                ("JMS", "s = 'a'"),
+                ("", ""),
+            ]
+        ),
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    chosen=st.lists(text_atoms(), min_size=1, max_size=25),
+    bodies=st.lists(
+        st.one_of(
+            text_bodies.map(lambda t: ("text/plain", t)),
+            text_bodies.map(lambda t: ("text/html", f"<p>{t}</p>")),
+            st.just(("application/octet-stream", "XMPL up")),
+            st.just(("image/gif", "GIF89a")),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_the_index_is_exact_for_text_bodies_and_bodies_not_processed(
+    chosen: list[tuple[str, str]], bodies: list[tuple[str, str]]
+) -> None:
+    """Text bodies are read as the text of ``message-content`` (apexmesh/pubsub/body.py);
+    a body not processed (no view) reaches exactly the subscriptions without a selector."""
+    matcher: Matcher[int] = Matcher()
+    compiled: dict[int, Selector | None] = {}
+    for key, (name, text) in enumerate(chosen):
+        compiled[key] = _compile(name, text, TypeMap())
+        matcher.add(key, compiled[key])
+    for media, text in bodies:
+        octets = text.encode()
+        view = read_body(MimePart("1@x", media, (("Content-Type", media),), octets), octets).view()
+        if view is None:
+            assert media not in ("text/plain", "text/html")
+            assert matcher.without_selector() == {k for k, sel in compiled.items() if sel is None}
+            continue
+        expected = {key for key, sel in compiled.items() if sel is None or sel.matches(view)}
+        assert matcher.match(view) == expected
+        assert matcher.match_all(view) == expected

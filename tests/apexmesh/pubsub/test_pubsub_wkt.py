@@ -75,6 +75,45 @@ def test_topics_messages_conform_and_revise_under_one_id() -> None:
     assert _parsed(published).texts["disposition"] == ("publish",)
 
 
+def test_topics_messages_list_the_services_classes_for_the_default_selector_schema() -> None:
+    """6.2: a service offering selection "must specify the selector schema and the
+    available message selector classes"; 5.5.1: with the default selector schema, one
+    ``<selector-schema class='...' />`` per class. A topic's own selector schemas are
+    listed as they are."""
+    schema = compile_topic(SETTINGS[TOPICS], LocalSchemas())
+    plain = topics_message(
+        "news",
+        TopicDescription(),
+        service=SERVICE,
+        message_id=1,
+        revision=0,
+        now=NOW,
+        classes=("RFC-2254", "JMS"),
+    )
+    parsed = message_from(_dtd.parse_root(plain.to_xml()))
+    schema.check(parsed.content)
+    assert [e.get("class") for e in parsed.content.iter("selector-schema")] == ["RFC-2254", "JMS"]
+    own = TopicDescription(
+        settings=TopicSettings(selector_schemas=(SchemaSource(selector_class="JMS"),))
+    )
+    restricted = topics_message(
+        "news", own, service=SERVICE, message_id=1, revision=1, now=NOW, classes=("RFC-2254", "JMS")
+    )
+    parsed = message_from(_dtd.parse_root(restricted.to_xml()))
+    assert [e.get("class") for e in parsed.content.iter("selector-schema")] == ["JMS"]
+    gone = topics_message(
+        "news",
+        own,
+        service=SERVICE,
+        message_id=1,
+        revision=2,
+        now=NOW,
+        cancelled=True,
+        classes=("JMS",),
+    )
+    assert b"selector-schema" not in gone.to_xml()
+
+
 def test_subscription_records_conform() -> None:
     record = SubscriptionRecord(
         subscriber=JADE,

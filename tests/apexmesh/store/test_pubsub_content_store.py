@@ -13,7 +13,13 @@ import pytest
 from redis.asyncio import Redis
 
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.pubsub.core import Subscribed, Subscription, TopicCreated, Unsubscribed
+from apexmesh.pubsub.core import (
+    Subscribed,
+    Subscription,
+    TopicCreated,
+    TopicDeleted,
+    Unsubscribed,
+)
 from apexmesh.pubsub.schema import LocalSchemas, SchemaCache
 from apexmesh.pubsub.selection.registry import default_classes
 from apexmesh.pubsub.selection.types import MessageView
@@ -88,6 +94,42 @@ async def test_content_subscriptions_events_and_index(redis: Redis, keys: Keys) 
         "1",
         "cancel",
     )
+
+
+async def test_the_subscriber_index_lists_plain_subscriptions_too(redis: Redis, keys: Keys) -> None:
+    """5.8.2's cancels naming no topic cover the subject's plain subscriptions: the index
+    lists them (id empty), and every way a plain subscription ends removes its entry
+    (cancel, lease end, topic deletion)."""
+    store = PubsubStore(redis, keys, "pod-a")
+    await created(store)
+    other = "other.topic"
+    assert await store.commit(DOMAIN, other, None, [TopicCreated(other, JADE)], [], NOW) == []
+
+    def plain(topic: str, expires: int = NOW + 60_000) -> Subscription:
+        return Subscription(
+            topic=topic, subscriber=JADE, originator=JADE, trans_id=9, expires_ms=expires
+        )
+
+    tagged = content(JADE, 1, "symbol = 'XMPL'")
+    changes = [Subscribed(plain(TOPIC), False), Subscribed(tagged, False)]
+    assert await store.commit(DOMAIN, TOPIC, None, changes, [], NOW) is not None
+    short = plain(other, NOW + 5)
+    assert await store.commit(DOMAIN, other, None, [Subscribed(short, False)], [], NOW) == []
+    assert await store.subject_subscriptions(DOMAIN, JADE) == [tagged]  # content only
+    everything = set(await store.subject_subscriptions(DOMAIN, JADE, plain=True))
+    assert everything == {plain(TOPIC), tagged, short}
+    assert await store.subject_subscriptions(DOMAIN, JADE, other, plain=True) == [short]
+    # A lease end removes the plain one's entry ...
+    (entry,) = await store.claim_expired(DOMAIN, NOW + 10)
+    assert (entry.fields["topic"], entry.fields["subscription_id"]) == (other, "")
+    subject = keys.pubsub_subject(DOMAIN, str(JADE))
+    assert set(await redis.hkeys(subject)) == {f"{TOPIC}\n".encode(), f"{TOPIC}\n1".encode()}
+    # ... so does a cancel, and the topic's deletion ends the rest.
+    await store.commit(DOMAIN, TOPIC, None, [Unsubscribed(TOPIC, JADE, "cancel", JADE)], [], NOW)
+    assert await store.subject_subscriptions(DOMAIN, JADE, plain=True) == [tagged]
+    gone = Unsubscribed(TOPIC, JADE, "topic-deleted", JADE, 1)
+    await store.commit(DOMAIN, TOPIC, None, [gone], [], NOW)
+    assert await redis.exists(subject) == 0
 
 
 async def test_a_content_lease_ends_by_its_id(redis: Redis, keys: Keys) -> None:
@@ -190,3 +232,15 @@ async def test_cached_messages_keep_the_highest_revision(redis: Redis, keys: Key
     live = await messages.live(DOMAIN, TOPIC, NOW)
     assert [m.body for m in live] == [b"<r2/>"]
     assert await messages.revision(DOMAIN, TOPIC, publisher, 8) is None  # expired: removed
+
+
+async def test_a_topic_deleted_takes_its_cached_messages_in_the_same_commit(
+    redis: Redis, keys: Keys
+) -> None:
+    store = PubsubStore(redis, keys, "pod-a")
+    await created(store)
+    messages = MessageStore(redis, keys)
+    assert await messages.put(DOMAIN, TOPIC, "p", 1, StoredMessage(b"<m/>", None, 0))
+    await store.commit(DOMAIN, TOPIC, None, [TopicDeleted(TOPIC, JADE)], [], NOW)
+    assert await messages.live(DOMAIN, TOPIC, NOW) == []
+    assert await redis.exists(keys.pubsub_cached(DOMAIN, TOPIC)) == 0

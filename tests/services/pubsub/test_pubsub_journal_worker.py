@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.pubsub.changes import Announced, TopicCreated
 from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.relay import SubmitOutcome, SubmitSource
 from apexmesh.store.keys import Keys
@@ -185,3 +187,64 @@ async def test_closing_lets_entries_in_flight_finish_for_the_grace(
     await asyncio.wait_for(worker.aclose(grace=0.05), 2)
     # Not finished within the grace: stopped, and still journalled for a redo.
     assert await _journalled(redis, keys) == 2
+
+
+async def test_announcements_are_done_through_the_announcer_in_order_per_message(
+    redis: Redis, keys: Keys, access: AccessClient
+) -> None:
+    """Draft-wyman 6.2.2, 6.3: an ``announce`` entry (committed with its change by
+    apexmesh/store/pubsub_changes.py) is published through the announcer; the revisions
+    of one message in journal order; forgotten once done, kept when the announcer could
+    not publish (no relay took it) or when the worker has no announcer."""
+    store = PubsubStore(redis, keys, "pod-a")
+    done: list[tuple[str, bytes, str, int | None]] = []
+    gate = asyncio.Event()
+    publishable = {b"<first/>", b"<second/>", b"<other/>"}
+
+    async def announce(
+        domain: str, topic: str, content: bytes, key: str, retire: int | None
+    ) -> bool:
+        assert domain == DOMAIN
+        if content == b"<first/>":
+            await gate.wait()  # the next revision of that message must wait for it
+        done.append((topic, content, key, retire))
+        return content in publishable
+
+    def change(content: bytes, chain: str, retire: int | None = None) -> Announced:
+        return Announced(
+            topic="WKT=Topics", content=content, key=content.decode(), chain=chain, retire=retire
+        )
+
+    changes = [
+        TopicCreated("news", Endpoint.parse(f"fred@{DOMAIN}")),
+        change(b"<first/>", "m1"),
+        change(b"<second/>", "m1", retire=7),
+        change(b"<other/>", "m2"),
+        change(b"<refused/>", "m3"),
+    ]
+    entries = await store.commit(DOMAIN, "news", None, changes, [], 0)
+    assert entries is not None
+    assert [e.kind for e in entries] == [JournalKind.ANNOUNCE] * 4
+    assert entries[1].fields["retire"] == "7"
+    assert entries[0].fields["content"] == b"<first/>".hex()
+    worker = JournalWorker(
+        store=store,
+        access=access,
+        relays=HeldRelay(),
+        presence=None,
+        metrics=PubsubMetrics.create(CollectorRegistry()),
+        timeout=1.0,
+        announce=announce,
+    )
+    tasks = await worker.start(DOMAIN, entries)
+    await asyncio.sleep(0.1)
+    assert [content for _, content, _, _ in done] == [b"<other/>", b"<refused/>"]
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert [content for _, content, _, _ in done][2:] == [b"<first/>", b"<second/>"]
+    assert ("WKT=Topics", b"<second/>", "<second/>", 7) in done
+    (kept,) = await store.pending(DOMAIN)  # the one the announcer could not publish
+    assert kept.fields["content"] == b"<refused/>".hex()
+    silent = _worker(store, HeldRelay(), access, concurrency=4)  # no announcer
+    await silent.perform(DOMAIN, [kept])
+    assert [e.id for e in await store.pending(DOMAIN)] == [kept.id]

@@ -361,3 +361,32 @@ async def test_6_3_subscriptions_topic_shows_only_ones_own(
     assert b"<subscriber>jade@example.com</subscriber>" in received.content
     assert f"<subscription-id>{sid}</subscription-id>".encode() in received.content
     await quiet(jade)
+
+
+async def test_5_8_2_cancels_naming_no_topic_end_plain_subscriptions_too(
+    mesh: PubsubMesh, attach: Attach
+) -> None:
+    """5.8.2: a cancel "containing neither a topic name nor a subscription identifier"
+    cancels "all outstanding subscriptions to all topics from the subscriber endpoint":
+    its draft-schwartz subscriptions as well as its content-based ones. A cancel naming
+    an id covers only that subscription (a plain one has no id)."""
+    fred = await attach("fred@example.com", pod="b")
+    mike = await attach("mike@example.com", pod="a")
+    for topic in ("news", "sports"):
+        await fred.pubsub.create_topic(topic)
+        await mike.pubsub.subscribe(topic, duration=600)  # plain
+    tagged = await mike.pubsub.select("news", duration=600, selector="x = 1")
+    await mike.pubsub.unselect(subscription_id=tagged)  # that one only
+    await fred.pubsub.publish("news", XmlContent(b"<m x='1'/>"))
+    topic, ids, _ = await mike.pubsub.next_match()
+    assert (topic, ids) == ("news", ())  # the plain subscription still runs
+    await mike.pubsub.unselect()  # neither topic nor id
+    store = mesh.pubsub["p1"].store
+    for topic in ("news", "sports"):
+        view = await store.read_topic("example.com", topic)
+        assert Endpoint.parse("mike@example.com") not in view.subscriptions
+        await fred.pubsub.publish(topic, XmlContent(b"<m x='1'/>"))
+    await quiet(mike)
+    with pytest.raises(PubsubError) as none_left:
+        await mike.pubsub.unselect()
+    assert none_left.value.code == 568
