@@ -4,8 +4,9 @@
    created, renewed and ended, some leases already over, a few topics deleted; about
    N/3 subscription identities) written by duckdb as Parquet files in the exporter's
    format (``spark/export.py``), 1,000,000 events a file.
-2. Spark: the job's fold (``spark/fold.py``) on ``local[2]``: read the files, fold,
-   write the topics and subscriptions as Parquet. Session start is printed apart.
+2. Spark: the job's fold (``spark/fold.py``, through ``spark.snapshot.write_folded`` as
+   the job runs it) on ``local[2]``: read the files, fold, write the topics and
+   subscriptions as Parquet. Session start is printed apart.
 3. Baseline, same run, same files: the same rule as one duckdb SQL statement in this
    process (``arg_max`` per key), writing the same two Parquet outputs. Both results'
    row counts are printed: they must be equal (delivered vs expected).
@@ -155,14 +156,11 @@ def duckdb_fold(events: Path, out: Path) -> tuple[float, int, int]:
 
 
 def spark_fold(spark: Any, events: Path, out: Path) -> tuple[float, int, int]:
-    from spark.fold import fold
-    from spark.snapshot import SPARK_EVENT_SCHEMA
+    from spark.snapshot import SPARK_EVENT_SCHEMA, write_folded
 
     started = time.perf_counter()
     frame = spark.read.schema(SPARK_EVENT_SCHEMA).parquet(f"file://{events}")
-    folded = fold(frame, AT_MS)
-    folded.topics.write.parquet(f"file://{out}/topics")
-    folded.subscriptions.write.parquet(f"file://{out}/subscriptions")
+    write_folded(spark, frame, AT_MS, f"file://{out}/topics", f"file://{out}/subscriptions")
     seconds = time.perf_counter() - started
     topics = spark.read.parquet(f"file://{out}/topics").count()
     subs = spark.read.parquet(f"file://{out}/subscriptions").count()

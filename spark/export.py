@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 
 from apexmesh.pubsub.catalogue import EVENT_FIELDS_V2, pack_id, unpack_id
 from apexmesh.store.keys import Keys
+from spark import pause
 from spark.storage import Storage
 
 #: The directory of exported event files under the storage root.
@@ -106,6 +107,7 @@ def write_range(storage: Storage, entries: Sequence[tuple[int, dict[str, str]]])
     relative = f"{EVENTS_DIR}/{name}"
     temporary = storage.temporary(relative)
     pq.write_table(_table(entries), temporary, filesystem=storage.filesystem)
+    pause.reached("export.publish")  # a test's kill point (spark/pause.py)
     storage.publish(temporary, relative)
     return name
 
