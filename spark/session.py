@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 
 from pyspark.sql import SparkSession
 
@@ -16,8 +17,11 @@ def spark_session(
     driver_memory: str = "1g",
     shuffle_partitions: int = 4,
     app_name: str = "apex-mesh-snapshot",
+    conf: Iterable[tuple[str, str]] = (),
 ) -> SparkSession:
-    """A session (the running one when there is one: a test session's fixture)."""
+    """A session (the running one when there is one: a test session's fixture).
+    ``conf`` is set last, over these defaults (spark/settings.py: the chart's
+    ``snapshot.sparkConf`` and the Spark-on-Kubernetes settings)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -32,6 +36,8 @@ def spark_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.parquet.compression.codec", "snappy")
     )
+    for key, value in conf:
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
