@@ -306,11 +306,15 @@ def main(argv: list[str]) -> None:
         figures.append(figure("snapshot_pod_start", snap, "s", replay))
         figures.append(figure("snapshot_pod_start_subscriptions", seen_snap, "rows", seen_replay))
     from spark.session import spark_session
+    from spark.settings import DEFAULT_SHUFFLE_PARTITIONS
 
     started = time.perf_counter()
     conf = event_log_conf(args.event_log) if args.event_log else {}
     spark = spark_session(
-        "local[2]", driver_memory="2g", shuffle_partitions=4, conf=sorted(conf.items())
+        "local[2]",
+        driver_memory="2g",
+        shuffle_partitions=DEFAULT_SHUFFLE_PARTITIONS,
+        conf=sorted(conf.items()),
     )
     print(f"SparkSession local[2] started in {time.perf_counter() - started:.1f} s", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:

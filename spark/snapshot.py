@@ -46,7 +46,7 @@ from apexmesh.store.pubsub_snapshot import SnapshotMeta, SnapshotStore
 from spark import pause
 from spark.export import EVENT_SCHEMA, EVENTS_DIR, export, exported
 from spark.fold import SUBSCRIPTION_SCHEMA, TOPIC_SCHEMA, fold_subscriptions, fold_topics
-from spark.session import spark_session
+from spark.session import require_s3a, spark_session
 from spark.settings import SnapshotSettings
 from spark.storage import Storage
 
@@ -181,7 +181,7 @@ class SnapshotJob:
         self.redis = redis
         self.keys = Keys(settings.redis_prefix)
         self.store = SnapshotStore(redis, self.keys)
-        self.storage = Storage(settings.storage)
+        self.storage = Storage.configured(settings.storage, settings.session_conf())
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
 
     @property
@@ -223,6 +223,8 @@ class SnapshotJob:
             started = timer()
             _ = self.spark
             result.seconds["session"] = round(timer() - started, 3)
+        if self.settings.storage.startswith("s3a://"):
+            require_s3a(self.spark)
         started = timer()
         complete = snapshots(storage)
         base = complete[-1] if complete else None
@@ -342,6 +344,7 @@ async def run_once(settings: SnapshotSettings, spark: SparkSession | None = None
                 settings.master,
                 driver_memory=settings.driver_memory,
                 shuffle_partitions=settings.shuffle_partitions,
+                conf=settings.session_conf(),
             )
         )
         return made[0]
