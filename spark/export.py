@@ -82,6 +82,18 @@ def export_position(storage: Storage) -> int:
     return ranges[-1].last if ranges else 0
 
 
+def rows_after(storage: Storage, after: int) -> int:
+    """Events in the exported ranges after the packed id ``after`` (read from the files'
+    Parquet footers, not their data)."""
+    return sum(
+        pq.read_metadata(
+            storage.path(f"{EVENTS_DIR}/{r.name}"), filesystem=storage.filesystem
+        ).num_rows
+        for r in exported(storage)
+        if r.last > after
+    )
+
+
 def remove_temporaries(storage: Storage) -> int:
     """Remove what a dead run left half-written; the number removed."""
     names = [n for n in storage.list(EVENTS_DIR) if n.startswith(".tmp-")]
@@ -154,5 +166,6 @@ __all__ = [
     "exported",
     "file_name",
     "remove_temporaries",
+    "rows_after",
     "write_range",
 ]

@@ -44,9 +44,9 @@ from apexmesh.store.connection import connect_redis
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_snapshot import SnapshotMeta, SnapshotStore
 from spark import pause
-from spark.export import EVENT_SCHEMA, EVENTS_DIR, export, exported
+from spark.export import EVENT_SCHEMA, EVENTS_DIR, export, exported, rows_after
 from spark.fold import SUBSCRIPTION_SCHEMA, TOPIC_SCHEMA, fold_subscriptions, fold_topics
-from spark.session import require_s3a, spark_session
+from spark.session import QUICK_JIT_ROWS, jit_conf, require_s3a, spark_session
 from spark.settings import SnapshotSettings
 from spark.storage import Storage
 
@@ -164,14 +164,15 @@ def write_folded(
 class SnapshotJob:
     """One deployment's snapshot job: settings, a SparkSession, a Redis client.
 
-    ``spark`` is a session, or a function that makes one: then the JVM is started only
-    when the fold needs it, after the export (a run held or killed during the export, as
-    the kill tests do, never starts one)."""
+    ``spark`` is a session, or a function that makes one for a fold of so many rows
+    (:func:`spark.session.jit_conf`): then the JVM is started only when the fold needs
+    it, after the export (a run held or killed during the export, as the kill tests do,
+    never starts one)."""
 
     def __init__(
         self,
         settings: SnapshotSettings,
-        spark: SparkSession | Callable[[], SparkSession],
+        spark: SparkSession | Callable[[int], SparkSession],
         redis: Redis,
         *,
         clock: Callable[[], int] | None = None,
@@ -187,8 +188,11 @@ class SnapshotJob:
     @property
     def spark(self) -> SparkSession:
         """The session (made on first use when a function was given)."""
+        return self._session(QUICK_JIT_ROWS)
+
+    def _session(self, rows: int) -> SparkSession:
         if not isinstance(self._spark, SparkSession):
-            self._spark = self._spark()
+            self._spark = self._spark(rows)
         return self._spark
 
     def _events(self, after: int) -> tuple[DataFrame, int]:
@@ -219,16 +223,17 @@ class SnapshotJob:
         result.seconds["export"] = round(timer() - started, 3)
 
         stop("fold")
+        complete = snapshots(storage)
+        base = complete[-1] if complete else None
+        after = base.position if base else 0
         if not isinstance(self._spark, SparkSession):
             started = timer()
-            _ = self.spark
+            rows = rows_after(storage, after) + (base.topics + base.subscriptions if base else 0)
+            self._session(rows)
             result.seconds["session"] = round(timer() - started, 3)
         if self.settings.storage.startswith("s3a://"):
             require_s3a(self.spark)
         started = timer()
-        complete = snapshots(storage)
-        base = complete[-1] if complete else None
-        after = base.position if base else 0
         if base is not None and now_ms <= base.snapshot_ms:
             # a clock that did not move on (or went back): the new snapshot must not
             # take the name, and the place, of the one it is built from
@@ -338,13 +343,13 @@ async def run_once(settings: SnapshotSettings, spark: SparkSession | None = None
     done and stopped at the end) and Redis pool."""
     made: list[SparkSession] = []
 
-    def session() -> SparkSession:
+    def session(rows: int) -> SparkSession:
         made.append(
             spark_session(
                 settings.master,
                 driver_memory=settings.driver_memory,
                 shuffle_partitions=settings.shuffle_partitions,
-                conf=settings.session_conf(),
+                conf=jit_conf(rows) + settings.session_conf(),
             )
         )
         return made[0]
