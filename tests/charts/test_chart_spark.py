@@ -112,6 +112,11 @@ def test_spark_on_kubernetes_settings_are_what_the_job_reads(tmp_path: Path) -> 
     image = job_container(docs)["image"]
     assert conf["spark.kubernetes.container.image"] == image  # executors run the job's image
     assert conf["spark.kubernetes.namespace"] == "apex-mesh"
+    # client mode authenticates with the pod's own ServiceAccount token, which the pod
+    # mounts (automountServiceAccountToken: true, test above)
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert conf["spark.kubernetes.authenticate.oauthTokenFile"] == f"{token}/token"
+    assert conf["spark.kubernetes.authenticate.caCertFile"] == f"{token}/ca.crt"
     assert (conf["spark.executor.instances"], conf["spark.executor.cores"]) == ("4", "2")
     assert conf["spark.executor.memory"] == "4g"
     assert conf["spark.driver.port"] == "7078"
