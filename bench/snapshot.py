@@ -4,8 +4,9 @@
    created, renewed and ended, some leases already over, a few topics deleted; about
    N/3 subscription identities) written by duckdb as Parquet files in the exporter's
    format (``spark/export.py``), 1,000,000 events a file.
-2. Spark: the job's fold (``spark/fold.py``) on ``local[2]``: read the files, fold,
-   write the topics and subscriptions as Parquet. Session start is printed apart.
+2. Spark: the job's fold (``spark/fold.py``, through ``spark.snapshot.write_folded`` as
+   the job runs it) on ``local[2]``: read the files, fold, write the topics and
+   subscriptions as Parquet. Session start is printed apart.
 3. Baseline, same run, same files: the same rule as one duckdb SQL statement in this
    process (``arg_max`` per key), writing the same two Parquet outputs. Both results'
    row counts are printed: they must be equal (delivered vs expected).
@@ -15,6 +16,11 @@
 
     .venv/bin/python bench/snapshot.py                # 1M, 3M, 10M events
     .venv/bin/python bench/snapshot.py --sizes 200000 --pod 100000   # quick
+    .venv/bin/python bench/snapshot.py --pod 0 --event-log /tmp/ev   # + where Spark's time goes
+
+With ``--event-log DIR`` Spark writes its event log there and the bench ends with each
+fold's stages (bench/spark_stages.py): wall, task CPU, GC, shuffle, spill. Every line of
+a size also gives the machine's load average (the machine is shared).
 
 Last line: one JSON list of figures (seconds; baseline = duckdb or the replay).
 """
@@ -25,6 +31,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -38,6 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import duckdb  # noqa: E402
 from figures import figure  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
+from spark_stages import event_log_conf, report  # noqa: E402
 
 from apexmesh.pubsub.catalogue import SEQ_BITS, SNAPSHOT_SCHEMA, SubscriptionRow, TopicRow  # noqa: E402
 from apexmesh.store.keys import Keys  # noqa: E402
@@ -154,16 +162,15 @@ def duckdb_fold(events: Path, out: Path) -> tuple[float, int, int]:
     return seconds, int(topics[0]) if topics else -1, int(subs[0]) if subs else -1
 
 
-def spark_fold(spark: Any, events: Path, out: Path) -> tuple[float, int, int]:
-    from spark.fold import fold
-    from spark.snapshot import SPARK_EVENT_SCHEMA
+def spark_fold(spark: Any, events: Path, out: Path, label: str) -> tuple[float, int, int]:
+    from spark.snapshot import SPARK_EVENT_SCHEMA, write_folded
 
+    spark.sparkContext.setJobDescription(label)
     started = time.perf_counter()
     frame = spark.read.schema(SPARK_EVENT_SCHEMA).parquet(f"file://{events}")
-    folded = fold(frame, AT_MS)
-    folded.topics.write.parquet(f"file://{out}/topics")
-    folded.subscriptions.write.parquet(f"file://{out}/subscriptions")
+    write_folded(spark, frame, AT_MS, f"file://{out}/topics", f"file://{out}/subscriptions")
     seconds = time.perf_counter() - started
+    spark.sparkContext.setJobDescription(f"{label}: counting")
     topics = spark.read.parquet(f"file://{out}/topics").count()
     subs = spark.read.parquet(f"file://{out}/subscriptions").count()
     return seconds, int(topics), int(subs)
@@ -284,6 +291,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000000,3000000,10000000")
     parser.add_argument("--pod", type=int, default=1_000_000, help="subscriptions (0: skip)")
+    parser.add_argument("--event-log", type=Path, help="write Spark's event log here; print stages")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     figures: list[dict[str, Any]] = []
@@ -298,16 +306,23 @@ def main(argv: list[str]) -> None:
         figures.append(figure("snapshot_pod_start", snap, "s", replay))
         figures.append(figure("snapshot_pod_start_subscriptions", seen_snap, "rows", seen_replay))
     from spark.session import spark_session
+    from spark.settings import DEFAULT_SHUFFLE_PARTITIONS
 
     started = time.perf_counter()
-    spark = spark_session("local[2]", driver_memory="2g", shuffle_partitions=4)
+    conf = event_log_conf(args.event_log) if args.event_log else {}
+    spark = spark_session(
+        "local[2]",
+        driver_memory="2g",
+        shuffle_partitions=DEFAULT_SHUFFLE_PARTITIONS,
+        conf=sorted(conf.items()),
+    )
     print(f"SparkSession local[2] started in {time.perf_counter() - started:.1f} s", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
         root = Path(tmp)
         # One fold of 10,000 events first: the JVM's first query (class loading, code
         # generation) is a one-off of every job run, printed, not counted per size.
         generate(root / "warm", 10_000)
-        warm, _, _ = spark_fold(spark, root / "warm", root / "warm-out")
+        warm, _, _ = spark_fold(spark, root / "warm", root / "warm-out", "warm-up fold")
         print(f"first Spark fold (10,000 events, JVM warm-up): {warm:.1f} s", flush=True)
         per_million: list[float] = []
         for count in sizes:
@@ -318,13 +333,16 @@ def main(argv: list[str]) -> None:
                 f"{count:>10} events generated in {time.perf_counter() - started:.1f} s", flush=True
             )
             base, base_topics, base_subs = duckdb_fold(events, root / f"duck-{count}")
-            mine, topics, subs = spark_fold(spark, events, root / f"spark-{count}")
+            mine, topics, subs = spark_fold(
+                spark, events, root / f"spark-{count}", f"fold of {count} events"
+            )
             per_million.append(mine / (count / 1e6))
             print(
                 f"{count:>10} events: spark local[2] {mine:.1f} s "
                 f"({mine / (count / 1e6):.2f} s per million), duckdb {base:.1f} s, "
                 f"ratio {mine / base:.2f}; topics {topics} vs {base_topics}, "
-                f"subscriptions {subs} vs {base_subs} (spark vs duckdb)",
+                f"subscriptions {subs} vs {base_subs} (spark vs duckdb); load average "
+                + " ".join(f"{x:.1f}" for x in os.getloadavg()),
                 flush=True,
             )
             label = f"{count // 1_000_000}M" if count >= 1_000_000 else f"{count // 1000}k"
@@ -337,6 +355,9 @@ def main(argv: list[str]) -> None:
                 flush=True,
             )
     spark.stop()
+    if args.event_log:
+        for line in report(args.event_log):
+            print(line, flush=True)
     print(json.dumps(figures))
 
 

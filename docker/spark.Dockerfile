@@ -1,5 +1,6 @@
 # The Spark snapshot job (issue #21: `python -m spark.snapshot`): the base image plus a
-# Java 17 runtime and PySpark, run in local mode inside the CronJob's pod.
+# Java 17 runtime and PySpark, run in local mode inside the CronJob's pod, or as the driver
+# and the executors of Spark on Kubernetes (docker/spark-executor.sh).
 #
 #   docker build -f docker/spark.Dockerfile --build-arg BASE_IMAGE=apex-mesh/base:0.1.0 \
 #     -t apex-mesh/spark:0.1.0 docker/
@@ -33,6 +34,9 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/apex-mesh /opt/apex-mesh
+# Spark on Kubernetes: what the chart's executor pod template runs (the entrypoint below
+# runs the job itself).
+COPY spark-executor.sh /usr/local/bin/apex-mesh-spark-executor
 # Local mode on loopback (no hostname lookup, no UI port); scratch space under /tmp, which
 # the chart mounts as an emptyDir (the root filesystem is read-only).
 ENV SPARK_LOCAL_IP=127.0.0.1 \

@@ -211,13 +211,14 @@ async def demo(mesh: LocalMesh) -> None:
 
 async def snapshot_step(mesh: LocalMesh, workdir: Path) -> bool:
     """Run the snapshot job once per domain (each domain's services use their own key
-    prefix) and print what it wrote; False when a run failed."""
+    prefix), the domains' runs side by side (each is mostly a JVM starting), and print
+    what each wrote; False when a run failed."""
     redis_url = getattr(mesh, "redis_url", None)
     if not isinstance(redis_url, str):
         say("snapshot", "this mesh does not expose its Redis: no snapshot run")
         return False
-    ok = True
-    for domain in DOMAINS:
+
+    async def one(domain: str) -> bool:
         env = {**os.environ, **snapshot_environment(redis_url, domain, workdir)}
         storage = env["APEXMESH_SNAPSHOT_STORAGE"]
         say("snapshot", f"{domain}: python -m spark.snapshot (storage {storage})")
@@ -231,15 +232,16 @@ async def snapshot_step(mesh: LocalMesh, workdir: Path) -> bool:
         )
         out, err = await job.communicate()
         if job.returncode != 0:
-            ok = False
             say("snapshot", f"{domain}: failed ({job.returncode}): {err.decode()[-2000:]}")
-            continue
+            return False
         for line in out.decode().splitlines():
             if line.startswith("snapshot "):
                 say("snapshot", f"{domain}: {line}")
         for line in written_files(Path(storage), workdir):
             say("snapshot", line)
-    return ok
+        return True
+
+    return all(await asyncio.gather(*(one(domain) for domain in DOMAINS)))
 
 
 def written_files(storage: Path, workdir: Path) -> list[str]:

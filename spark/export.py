@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 
 from apexmesh.pubsub.catalogue import EVENT_FIELDS_V2, pack_id, unpack_id
 from apexmesh.store.keys import Keys
+from spark import pause
 from spark.storage import Storage
 
 #: The directory of exported event files under the storage root.
@@ -81,6 +82,18 @@ def export_position(storage: Storage) -> int:
     return ranges[-1].last if ranges else 0
 
 
+def rows_after(storage: Storage, after: int) -> int:
+    """Events in the exported ranges after the packed id ``after`` (read from the files'
+    Parquet footers, not their data)."""
+    return sum(
+        pq.read_metadata(
+            storage.path(f"{EVENTS_DIR}/{r.name}"), filesystem=storage.filesystem
+        ).num_rows
+        for r in exported(storage)
+        if r.last > after
+    )
+
+
 def remove_temporaries(storage: Storage) -> int:
     """Remove what a dead run left half-written; the number removed."""
     names = [n for n in storage.list(EVENTS_DIR) if n.startswith(".tmp-")]
@@ -106,6 +119,7 @@ def write_range(storage: Storage, entries: Sequence[tuple[int, dict[str, str]]])
     relative = f"{EVENTS_DIR}/{name}"
     temporary = storage.temporary(relative)
     pq.write_table(_table(entries), temporary, filesystem=storage.filesystem)
+    pause.reached("export.publish")  # a test's kill point (spark/pause.py)
     storage.publish(temporary, relative)
     return name
 
@@ -152,5 +166,6 @@ __all__ = [
     "exported",
     "file_name",
     "remove_temporaries",
+    "rows_after",
     "write_range",
 ]

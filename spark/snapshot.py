@@ -43,9 +43,10 @@ from apexmesh.pubsub.catalogue import (
 from apexmesh.store.connection import connect_redis
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_snapshot import SnapshotMeta, SnapshotStore
-from spark.export import EVENT_SCHEMA, EVENTS_DIR, export, exported
-from spark.fold import SUBSCRIPTION_SCHEMA, TOPIC_SCHEMA, fold
-from spark.session import spark_session
+from spark import pause
+from spark.export import EVENT_SCHEMA, EVENTS_DIR, export, exported, rows_after
+from spark.fold import SUBSCRIPTION_SCHEMA, TOPIC_SCHEMA, fold_subscriptions, fold_topics
+from spark.session import QUICK_JIT_ROWS, jit_conf, require_s3a, spark_session
 from spark.settings import SnapshotSettings
 from spark.storage import Storage
 
@@ -137,24 +138,62 @@ def read_subscriptions(storage: Storage, directory: str) -> Iterator[Subscriptio
         yield SubscriptionRow(**row)
 
 
+def write_folded(
+    spark: SparkSession,
+    events: DataFrame,
+    at_ms: int,
+    topics_url: str,
+    subscriptions_url: str,
+    *,
+    after: int = 0,
+    previous: tuple[DataFrame, DataFrame] | None = None,
+) -> None:
+    """Fold ``events`` after ``after`` (on top of a ``previous`` snapshot's topics and
+    subscriptions) at ``at_ms`` and write both as Parquet: the topics first, then the
+    subscriptions joined with the topics just written, read back (spark/fold.py: the
+    events are scanned for topics once, and the small topics join by broadcast). The
+    job and bench/snapshot.py both fold through here."""
+    base_topics, base_subs = previous if previous is not None else (None, None)
+    fold_topics(events, after=after, topics=base_topics).write.mode("overwrite").parquet(topics_url)
+    written = spark.read.schema(TOPIC_SCHEMA).parquet(topics_url)
+    fold_subscriptions(events, at_ms, written, after=after, subscriptions=base_subs).write.mode(
+        "overwrite"
+    ).parquet(subscriptions_url)
+
+
 class SnapshotJob:
-    """One deployment's snapshot job: settings, a SparkSession, a Redis client."""
+    """One deployment's snapshot job: settings, a SparkSession, a Redis client.
+
+    ``spark`` is a session, or a function that makes one for a fold of so many rows
+    (:func:`spark.session.jit_conf`): then the JVM is started only when the fold needs
+    it, after the export (a run held or killed during the export, as the kill tests do,
+    never starts one)."""
 
     def __init__(
         self,
         settings: SnapshotSettings,
-        spark: SparkSession,
+        spark: SparkSession | Callable[[int], SparkSession],
         redis: Redis,
         *,
         clock: Callable[[], int] | None = None,
     ) -> None:
         self.settings = settings
-        self.spark = spark
+        self._spark = spark
         self.redis = redis
         self.keys = Keys(settings.redis_prefix)
         self.store = SnapshotStore(redis, self.keys)
-        self.storage = Storage(settings.storage)
+        self.storage = Storage.configured(settings.storage, settings.session_conf())
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+
+    @property
+    def spark(self) -> SparkSession:
+        """The session (made on first use when a function was given)."""
+        return self._session(QUICK_JIT_ROWS)
+
+    def _session(self, rows: int) -> SparkSession:
+        if not isinstance(self._spark, SparkSession):
+            self._spark = self._spark(rows)
+        return self._spark
 
     def _events(self, after: int) -> tuple[DataFrame, int]:
         files = [r.name for r in exported(self.storage) if r.last > after]
@@ -174,6 +213,7 @@ class SnapshotJob:
         def stop(step: str) -> None:
             if stop_before == step:
                 raise JobStopped(f"stopped before {step}")
+            pause.reached(step)  # a test's kill point (spark/pause.py)
 
         stop("export")
         started = timer()
@@ -183,10 +223,17 @@ class SnapshotJob:
         result.seconds["export"] = round(timer() - started, 3)
 
         stop("fold")
-        started = timer()
         complete = snapshots(storage)
         base = complete[-1] if complete else None
         after = base.position if base else 0
+        if not isinstance(self._spark, SparkSession):
+            started = timer()
+            rows = rows_after(storage, after) + (base.topics + base.subscriptions if base else 0)
+            self._session(rows)
+            result.seconds["session"] = round(timer() - started, 3)
+        if self.settings.storage.startswith("s3a://"):
+            require_s3a(self.spark)
+        started = timer()
         if base is not None and now_ms <= base.snapshot_ms:
             # a clock that did not move on (or went back): the new snapshot must not
             # take the name, and the place, of the one it is built from
@@ -209,15 +256,19 @@ class SnapshotJob:
                 ),
             )
             if base
-            else (None, None)
+            else None
         )
-        folded = fold(events, now_ms, after=after, topics=previous[0], subscriptions=previous[1])
         position = max(after, done.position)
         directory = f"{SNAPSHOTS_DIR}/{now_ms:013d}"
         storage.delete(directory)  # a dead attempt at the same millisecond
-        folded.topics.write.mode("overwrite").parquet(storage.spark_url(f"{directory}/topics"))
-        folded.subscriptions.write.mode("overwrite").parquet(
-            storage.spark_url(f"{directory}/subscriptions")
+        write_folded(
+            self.spark,
+            events,
+            now_ms,
+            storage.spark_url(f"{directory}/topics"),
+            storage.spark_url(f"{directory}/subscriptions"),
+            after=after,
+            previous=previous,
         )
         result.seconds["fold"] = round(timer() - started, 3)
 
@@ -288,17 +339,28 @@ class SnapshotJob:
 
 
 async def run_once(settings: SnapshotSettings, spark: SparkSession | None = None) -> JobResult:
-    """One run with this process's session (or a new one) and Redis pool."""
-    session = spark or spark_session(
-        settings.master,
-        driver_memory=settings.driver_memory,
-        shuffle_partitions=settings.shuffle_partitions,
-    )
+    """One run with this process's session (or a new one, started once the export is
+    done and stopped at the end) and Redis pool."""
+    made: list[SparkSession] = []
+
+    def session(rows: int) -> SparkSession:
+        made.append(
+            spark_session(
+                settings.master,
+                driver_memory=settings.driver_memory,
+                shuffle_partitions=settings.shuffle_partitions,
+                conf=jit_conf(rows) + settings.session_conf(),
+            )
+        )
+        return made[0]
+
     redis = connect_redis(settings.redis_url, settings.redis_pool)
     try:
-        return await SnapshotJob(settings, session, redis).run()
+        return await SnapshotJob(settings, spark or session, redis).run()
     finally:
         await redis.aclose()
+        for started in made:
+            started.stop()
 
 
 def main() -> int:

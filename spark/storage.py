@@ -6,6 +6,12 @@ manifest, the ``_SUCCESS`` marker, listings and retention) go through pyarrow's 
 systems, which speak local paths and S3 (``s3a://b/p`` is ``s3://b/p`` there), so the
 job needs no Hadoop call from Python.
 
+For ``s3a://`` both sides must reach the same store: the S3A settings of the job's Spark
+settings (``spark.hadoop.fs.s3a.endpoint``, ``.endpoint.region``, ``.path.style.access``,
+``.connection.ssl.enabled``) also configure the driver's pyarrow S3 (:func:`s3_options`),
+and both take the credentials from the environment (``AWS_ACCESS_KEY_ID`` and
+``AWS_SECRET_ACCESS_KEY``, from a Secret in the chart).
+
 Atomicity the job relies on: a file becomes visible whole. Locally a file is written
 under a temporary name and renamed (POSIX rename); on S3 one object PUT is atomic and a
 temporary object is never listed as data (its name starts with ``.tmp-``).
@@ -15,16 +21,44 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pyarrow.fs as pafs
 
+_S3A: Final = "spark.hadoop.fs.s3a."
 
-def _split(url: str) -> tuple[pafs.FileSystem, str]:
+
+def s3_options(conf: Iterable[tuple[str, str]]) -> tuple[tuple[str, Any], ...]:
+    """pyarrow ``S3FileSystem`` arguments from Spark's S3A settings (module docstring);
+    none when the settings name no endpoint, region or path style (AWS's defaults)."""
+    settings = {k.removeprefix(_S3A): v for k, v in conf if k.startswith(_S3A)}
+    options: dict[str, Any] = {}
+    endpoint = settings.get("endpoint", "")
+    if endpoint:
+        scheme, found, rest = endpoint.partition("://")
+        if found:
+            options["scheme"], options["endpoint_override"] = scheme, rest.rstrip("/")
+        else:
+            ssl = settings.get("connection.ssl.enabled", "true").lower() != "false"
+            options["scheme"], options["endpoint_override"] = ("https" if ssl else "http"), endpoint
+        # S3A addresses buckets by host name unless told otherwise; pyarrow does only
+        # without an endpoint of its own, unless forced
+        path_style = settings.get("path.style.access", "false").lower() == "true"
+        options["force_virtual_addressing"] = not path_style
+    if settings.get("endpoint.region"):
+        options["region"] = settings["endpoint.region"]
+    return tuple(sorted(options.items()))
+
+
+def _split(url: str, s3: tuple[tuple[str, Any], ...] = ()) -> tuple[pafs.FileSystem, str]:
     if url.startswith("s3a://"):
-        filesystem, path = pafs.FileSystem.from_uri("s3://" + url.removeprefix("s3a://"))
+        path = url.removeprefix("s3a://").rstrip("/")
+        if s3:
+            return pafs.S3FileSystem(**dict(s3)), path
+        filesystem, path = pafs.FileSystem.from_uri(f"s3://{path}")
         return filesystem, path
     local = url.removeprefix("file://")
     return pafs.LocalFileSystem(), str(Path(local).resolve())
@@ -32,13 +66,20 @@ def _split(url: str) -> tuple[pafs.FileSystem, str]:
 
 @dataclass(frozen=True, slots=True)
 class Storage:
-    """The job's storage root; paths below are relative to it."""
+    """The job's storage root; paths below are relative to it. ``s3`` holds the
+    pyarrow S3 arguments for an ``s3a://`` root (:func:`s3_options`)."""
 
     url: str
+    s3: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def configured(cls, url: str, conf: Iterable[tuple[str, str]]) -> Storage:
+        """The storage at ``url`` as the job's Spark settings ``conf`` reach it."""
+        return cls(url, s3_options(conf) if url.startswith("s3a://") else ())
 
     @property
     def _fs(self) -> tuple[pafs.FileSystem, str]:
-        return _split(self.url)
+        return _split(self.url, self.s3)
 
     def spark_url(self, relative: str) -> str:
         """What Spark is given: ``file:`` URLs locally, ``s3a://`` as configured."""
@@ -108,4 +149,4 @@ class Storage:
             filesystem.delete_file(target)
 
 
-__all__ = ["Storage"]
+__all__ = ["Storage", "s3_options"]

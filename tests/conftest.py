@@ -71,10 +71,16 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
 def spark() -> Iterator[SparkSession]:
     """The one local SparkSession of a test run (``spark`` marker; each start costs 5 s
     or more: shared/ECOSYSTEM.md section 5), configured as the job's own
-    (spark/session.py), on two cores at most."""
-    from spark.session import spark_session
+    (spark/session.py), on two cores at most.
 
-    session = spark_session("local[2]", driver_memory="1g", shuffle_partitions=4)
+    One difference, for time only: the JVM compiles with its quick compiler alone
+    (:data:`tests.support.spark.TEST_JVM`). The tests' folds are small and each query is
+    new code, so the optimizing compiler's work never pays back here; a job's large
+    fold keeps it."""
+    from spark.session import spark_session
+    from tests.support.spark import TEST_CONF
+
+    session = spark_session("local[2]", driver_memory="1g", shuffle_partitions=4, conf=TEST_CONF)
     try:
         yield session
     finally:

@@ -86,6 +86,26 @@ def containers(docs: list[Doc]) -> Iterator[tuple[Doc, Doc]]:
                 yield doc, container
 
 
+def spark_executor_pods(docs: list[Doc]) -> list[Doc]:
+    """The executor pods Spark on Kubernetes makes from the chart's pod template (the
+    snapshot job's ConfigMap), with the block manager port Spark adds to each (its
+    BasicExecutorFeatureStep, from spark.blockManager.port); none in local mode."""
+    maps = [d for d in of_kind(docs, "ConfigMap") if "executor-pod.yaml" in d.get("data", {})]
+    pods = []
+    for config in maps:
+        pod = yaml.safe_load(config["data"]["executor-pod.yaml"])
+        lines = config["data"]["spark.properties"].splitlines()
+        settings = dict(line.split(None, 1) for line in lines if line and line[0] != "#")
+        for one in pod["spec"]["containers"]:
+            port = {
+                "name": "blockmanager",
+                "containerPort": int(settings["spark.blockManager.port"]),
+            }
+            one.setdefault("ports", []).append(port)
+        pods.append(pod)
+    return pods
+
+
 @pytest.fixture(params=CI_VALUES, ids=lambda path: path.stem)
 def ci_docs(request: pytest.FixtureRequest) -> list[Doc]:
     """The render of each ci/*.yaml value set."""

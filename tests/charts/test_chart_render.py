@@ -27,6 +27,7 @@ from tests.charts.conftest import (
     pod_labels,
     pod_spec,
     render,
+    spark_executor_pods,
 )
 from tools.helm import notes
 
@@ -146,7 +147,9 @@ def test_every_service_port_reaches_a_container_port(ci_docs: list[Doc]) -> None
 
 
 def test_every_network_policy_peer_exists(ci_docs: list[Doc]) -> None:
+    # the chart's workloads, and the executor pods Spark makes from its pod template
     workloads = [d for d in ci_docs if d["kind"] in WORKLOADS and d["kind"] != "Pod"]
+    workloads += spark_executor_pods(ci_docs)
     policies = of_kind(ci_docs, "NetworkPolicy")
     assert policies
     for policy in policies:
@@ -274,11 +277,19 @@ def test_the_pubsub_role_names_the_leases_the_code_uses(
 
 
 def test_only_pubsub_mounts_a_service_account_token(ci_docs: list[Doc]) -> None:
+    """Only pods that call the Kubernetes API mount a token: pubsub (its leader Lease),
+    and the snapshot job when it drives Spark executor pods (a k8s:// master)."""
     for workload in ci_docs:
         if workload["kind"] in WORKLOADS:
             pod = pod_spec(workload)
             if pod.get("automountServiceAccountToken") is not False:
-                assert pod_labels(workload)["app.kubernetes.io/component"] == "pubsub"
+                component = pod_labels(workload)["app.kubernetes.io/component"]
+                if component == "snapshot":
+                    (job,) = pod["containers"]
+                    env = {e["name"]: e.get("value", "") for e in job["env"]}
+                    assert env["APEXMESH_SNAPSHOT_MASTER"].startswith("k8s://")
+                else:
+                    assert component == "pubsub"
 
 
 def test_services_bind_the_pods_own_address(rendered: Render) -> None:

@@ -159,3 +159,18 @@ async def append(redis: Redis, key: str, entries: Sequence[Entry]) -> None:
         for entry_id, fields in entries:
             pipe.xadd(key, dict(fields), id=entry_id)
         await pipe.execute()
+
+
+def shifted(entries: Sequence[Entry], by_ms: int) -> list[Entry]:
+    """``entries`` moved ``by_ms`` later: ids and the times in them (``at_ms``,
+    ``expires_ms``), so that a log made around :data:`BASE_MS` has live leases at a
+    real clock (a job run as its own process reads the time itself)."""
+    out: list[Entry] = []
+    for entry_id, fields in entries:
+        ms, _, seq = entry_id.partition("-")
+        moved = dict(fields)
+        for name in ("at_ms", "expires_ms"):
+            if moved.get(name):
+                moved[name] = str(int(moved[name]) + by_ms)
+        out.append((f"{int(ms) + by_ms}-{seq}", moved))
+    return out

@@ -611,3 +611,21 @@ spec:
   {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* The snapshot job's S3 credentials from snapshot.s3.existingSecret (the job and its
+executors): env entries, nothing when the pods use their own identity. */}}
+{{- define "apex-mesh.snapshot.s3Env" -}}
+{{- $s3 := .Values.snapshot.s3 -}}
+{{- if and (hasPrefix "s3a://" .Values.snapshot.storage) $s3.existingSecret }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ $s3.existingSecret }}
+      key: {{ $s3.accessKeyIdKey }}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ $s3.existingSecret }}
+      key: {{ $s3.secretAccessKeyKey }}
+{{- end }}
+{{- end -}}

@@ -42,6 +42,10 @@ Value combinations that cannot work fail the render with a message saying what t
 {{- if and .Values.tests.enabled .Values.relay.sasl.existingSecret (not .Values.tests.existingSecret) -}}
 {{- $errors = append $errors "tests.existingSecret: with relay.sasl.existingSecret, name a Secret with the test endpoint's identity and password (or set tests.enabled=false)" -}}
 {{- end -}}
+{{- $snap := .Values.snapshot -}}
+{{- if and $snap.enabled (hasPrefix "k8s://" $snap.master) (not (hasPrefix "s3a://" $snap.storage)) (not (and $snap.persistence.enabled (has "ReadWriteMany" $snap.persistence.accessModes))) -}}
+{{- $errors = append $errors "snapshot.master k8s://: executor pods must reach the snapshot storage: set snapshot.storage to an s3a:// URL, or snapshot.persistence.accessModes to [ReadWriteMany]" -}}
+{{- end -}}
 {{- if $errors -}}
 {{- fail (printf "\nvalues cannot work together:\n  - %s" (join "\n  - " $errors)) -}}
 {{- end -}}
