@@ -49,6 +49,19 @@ BATCH_OCTETS: Final = 1 << 20
 #: Seconds a closing caller gives the callee to answer the calls it has.
 CLOSE_SECONDS: Final = 1.0
 
+#: Seconds a stream carries new calls before the caller starts another and lets the old
+#: one finish what it carries. Why: a callee that ends connections after an age (the
+#: pubsub pods do, so that relays spread over pods an autoscaler added) sends GOAWAY and,
+#: after a grace, cuts every stream still open on that connection; a stream that lived
+#: forever was always cut with calls in it (``UNKNOWN``, "max connection age"), and under
+#: load some of them ran out of retries. A stream younger than the connection age minus
+#: its grace is never cut: the new stream opens on the new connection, the old drains.
+STREAM_SECONDS: Final = 20.0
+
+#: Seconds a retired stream has to answer the calls it carries before it is cancelled
+#: (within the pubsub pods' 45 s grace, beyond the relay's 30 s call timeout).
+DRAIN_SECONDS: Final = 40.0
+
 #: Initial metadata a callee sends before it reads any request: a caller whose stream
 #: broke before it arrived knows that no request of it reached a handler.
 STARTED: Final = ("apexmesh-batched", "started")
@@ -131,6 +144,7 @@ class _Stream:
         self.unsupported = False
         #: The callee sent :data:`STARTED`: requests sent may have been handled.
         self.started = False
+        self.opened_at = self.loop.time()
         self._task = self.loop.create_task(self._run(open_stream))
 
     def send(self, request: bytes) -> asyncio.Future[bytes]:
@@ -225,13 +239,13 @@ class _Stream:
                 else:
                     future.set_exception(error)
 
-    async def close(self) -> None:
+    async def close(self, within: float = CLOSE_SECONDS) -> None:
         """End the stream as a caller ends a unary call: the callee finishes the calls
-        it has (a second at most), then the stream is cancelled."""
+        it has (``within`` seconds at most), then the stream is cancelled."""
         self._closing = True
         self._wake.set()
         # Bounded waits only: a shutdown never hangs on a stream whose peer is gone.
-        await asyncio.wait({self._task}, timeout=CLOSE_SECONDS)
+        await asyncio.wait({self._task}, timeout=within)
         if not self._task.done():
             self._task.cancel()
             await asyncio.wait({self._task}, timeout=CLOSE_SECONDS)
@@ -247,14 +261,19 @@ class BatchedCaller(Generic[RequestT, ResponseT]):
         parse: Parse[ResponseT],
         *,
         name: str,
+        stream_seconds: float = STREAM_SECONDS,
+        drain_seconds: float = DRAIN_SECONDS,
     ) -> None:
         self._open_stream = open_stream
         self._unary = unary
         self._parse = parse
         self._name = name
+        self._stream_seconds = stream_seconds
+        self._drain_seconds = drain_seconds
         self._stream: _Stream | None = None
         self._unsupported = False
-        self._closing: set[asyncio.Task[None]] = set()
+        #: Retired streams finishing the calls they carry, by the task that closes each.
+        self._closing: dict[asyncio.Task[None], _Stream] = {}
 
     async def call(self, request: RequestT, *, timeout: float) -> ResponseT:  # noqa: ASYNC109 (a gRPC deadline, as the unary call takes)
         """The response, or the :class:`grpc.aio.AioRpcError` a unary call would raise."""
@@ -272,19 +291,27 @@ class BatchedCaller(Generic[RequestT, ResponseT]):
 
     def _current(self) -> _Stream:
         stream = self._stream
-        if stream is None or stream.broken:
-            if stream is not None:
-                self._unsupported = self._unsupported or stream.unsupported
-                task = asyncio.get_running_loop().create_task(stream.close())
-                self._closing.add(task)
-                task.add_done_callback(self._closing.discard)
-            stream = self._stream = _Stream(self._open_stream, self._name)
+        if stream is not None and not stream.broken:
+            if stream.loop.time() - stream.opened_at < self._stream_seconds:
+                return stream
+            self._retire(stream, self._drain_seconds)  # aged: drains, the next one starts
+        elif stream is not None:
+            self._unsupported = self._unsupported or stream.unsupported
+            self._retire(stream, CLOSE_SECONDS)
+        stream = self._stream = _Stream(self._open_stream, self._name)
         return stream
 
+    def _retire(self, stream: _Stream, within: float) -> None:
+        task = stream.loop.create_task(stream.close(within))
+        self._closing[task] = stream
+        task.add_done_callback(self._closing.pop)
+
     async def aclose(self) -> None:
+        """End every stream, draining ones included, within :data:`CLOSE_SECONDS` each:
+        a shutdown does not wait out a retired stream's drain."""
         stream, self._stream = self._stream, None
-        if stream is not None:
-            await stream.close()
+        streams = [*self._closing.values(), *([] if stream is None else [stream])]
+        await asyncio.gather(*(each.close() for each in streams))
         if self._closing:
             await asyncio.wait(tuple(self._closing), timeout=2 * CLOSE_SECONDS)
 

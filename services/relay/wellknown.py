@@ -166,7 +166,7 @@ class WellKnownServices:
                     response = await pods[index].call(request, timeout=self._timeout)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
-                _log.warning("service %s pod %d: %s", name, index, code)
+                _log.warning("service %s pod %d: %s (%s)", name, index, code, exc.details())
                 position += 1
                 if code == grpc.StatusCode.UNAVAILABLE and position < len(pods):
                     continue  # reached nobody: the next pod at once

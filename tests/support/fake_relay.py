@@ -30,8 +30,11 @@ class ScriptedRelay(relay_pb2_grpc.RelayServiceServicer):
         hold: asyncio.Event | None = None,
         code: int = 250,
         streams: bool = True,
+        latency: float = 0.0,
     ) -> None:
         self.failures = list(failures)
+        #: Seconds each call takes before it is answered (a busy pod).
+        self.latency = latency
         self.streams = streams
         #: The correlation id each call's handler ran with.
         self.correlation_ids: list[str] = []
@@ -57,6 +60,8 @@ class ScriptedRelay(relay_pb2_grpc.RelayServiceServicer):
         try:
             if self.hold is not None:
                 await self.hold.wait()
+            if self.latency:
+                await asyncio.sleep(self.latency)
             key = request.submission_id or f"anonymous-{len(self.calls)}"
             if key not in self.relayed:
                 self.relayed[key] = recipients_of(request.payload)

@@ -250,3 +250,52 @@ async def test_an_idle_stream_outlives_keepalive_pings() -> None:
         await channel.close()
         await server.stop(None)
     assert relay.streams_opened == 1  # both calls on the one stream: it never broke
+
+
+async def test_calls_outlive_a_callee_that_ends_connections_by_age() -> None:
+    """The pubsub pods' connection age scaled down: connections end after about a
+    second (GOAWAY, then half a second of grace before the callee cuts what is still
+    open), calls take 0.2 s each and a hundred are always in flight for 3.5 s. A stream
+    kept for the caller's life was cut at every connection's end, its calls failing
+    ``UNKNOWN`` ("max connection age"); streams retired after 0.3 s drain on the old
+    connection while the next stream opens on a new one, and every call succeeds."""
+    relay = ScriptedRelay(latency=0.2)
+    server, port = await create_server(
+        [lambda s: relay_pb2_grpc.add_RelayServiceServicer_to_server(relay, s)],
+        options=[
+            ("grpc.max_connection_age_ms", 1000),
+            ("grpc.max_connection_age_grace_ms", 500),
+        ],
+    )
+    channel = internal_channel(f"127.0.0.1:{port}")
+    stub = relay_pb2_grpc.RelayServiceStub(channel)
+    caller: Caller = BatchedCaller(
+        stub.SubmitStream,
+        stub.Submit,
+        relay_pb2.SubmitResponse.FromString,
+        name="aged",
+        stream_seconds=0.3,
+        drain_seconds=5.0,
+    )
+    outcomes: list[object] = []
+    numbers = iter(range(1_000_000))
+
+    async def keep_calling(until_time: float) -> None:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until_time:
+            try:
+                outcomes.append(code_of(await caller.call(request(next(numbers)), timeout=5)))
+            except grpc.aio.AioRpcError as exc:
+                outcomes.append(exc.code())
+
+    try:
+        end = asyncio.get_running_loop().time() + 3.5
+        await asyncio.gather(*(keep_calling(end) for _ in range(100)))
+    finally:
+        await caller.aclose()
+        await channel.close()
+        await server.stop(None)
+    failures = [outcome for outcome in outcomes if outcome != 250]
+    assert len(outcomes) > 1_000
+    assert failures == []
+    assert relay.streams_opened >= 3  # it did rotate
