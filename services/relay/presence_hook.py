@@ -21,6 +21,7 @@ from typing import Final
 
 import grpc
 
+from apexmesh.aio.tasks import stop_tasks
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
 from apexmesh.rpc.channels import internal_channel
@@ -32,6 +33,9 @@ MAX_IN_FLIGHT: Final = 64
 #: Attempts at one call (the first included), and the seconds before each retry.
 ATTEMPTS: Final = 3
 RETRY_BACKOFF_SECONDS: Final = (0.2, 1.0)
+#: Seconds a stopping pod gives the calls still queued (its detaches, when sessions end
+#: with it); the rest are dropped, as the service repairs lapsed leases by itself.
+CLOSE_SECONDS: Final = 2.0
 #: Failures worth another attempt: the service was busy or not there yet.
 _RETRIED: Final = frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE})
 
@@ -95,9 +99,8 @@ class PresenceHook:
     async def aclose(self) -> None:
         pending = list(self._tail.values())
         if pending:
-            await asyncio.wait(pending, timeout=self._timeout)
-        for task in pending:
-            task.cancel()
+            await asyncio.wait(pending, timeout=CLOSE_SECONDS)
+        await stop_tasks(pending, grace=CLOSE_SECONDS)
         await self._channel.close()
 
 

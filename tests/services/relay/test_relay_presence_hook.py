@@ -106,3 +106,15 @@ async def test_an_endpoints_events_arrive_in_the_order_they_happened() -> None:
         hook.attached(fred)
         await settled(presence, 3)
     assert presence.events == {"fred@example.com": [True, False, True]}
+
+
+async def test_a_stopping_pod_does_not_wait_out_a_backlog_of_calls() -> None:
+    """Thousands of detaches queued behind a slow service when the pod stops: the stop
+    gives them a bounded time, then drops them (the service repairs lapsed leases)."""
+    presence = ScriptedPresence(latency=1.0)
+    async with asyncio.timeout(10):
+        async with hook_to(presence, max_in_flight=1) as hook:
+            for index in range(1_000):
+                hook.detached(Endpoint.parse(f"e{index}@example.com"))
+            await asyncio.sleep(0.1)
+    assert presence.calls < 1_000
