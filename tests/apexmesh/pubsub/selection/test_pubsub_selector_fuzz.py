@@ -8,12 +8,15 @@ other than 567 escaping the target is a bug.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_pubsub_jms_selector import CASES as JMS_CASES
 from test_pubsub_ldap_selector import CASES as LDAP_CASES
 
+from apexmesh.apex.errors import ApexError
 from tests.support.fuzzing import load_target
 
 pytestmark = pytest.mark.unit
@@ -52,3 +55,25 @@ def test_edited_conformance_selectors(seed: str, edits: list[tuple[int, str]], c
     mutated = "".join(text)
     target.fuzz_one(mutated.encode())
     target.fuzz_one(mutated[:cut].encode())
+
+
+@pytest.mark.parametrize("seed", target.SEEDS)
+def test_the_mutators_seeds_compile_in_one_class(seed: bytes) -> None:
+    """A seed the parsers refuse in both classes would leave the mutator fuzzing 567s."""
+    compiled = []
+    for class_name in ("JMS", "RFC-2254"):
+        try:
+            compiled.append(target.CLASSES.compile(class_name, seed.decode(), target.TYPES[0]))
+        except ApexError:
+            continue
+    assert compiled
+
+
+def test_mutated_seeds_never_raise() -> None:
+    """Seeded mutation fuzzing bounded in inputs (longer with ``APEXMESH_FUZZ_SECONDS``,
+    see tests/fuzz/README.md)."""
+    seconds = float(os.environ.get("APEXMESH_FUZZ_SECONDS", "0")) or 4.0
+    limit = None if "APEXMESH_FUZZ_SECONDS" in os.environ else 3_000
+    done = target.run(seconds, seed=int(os.environ.get("APEXMESH_FUZZ_SEED", "2254")), limit=limit)
+    print(f"fuzz_selectors: {done} mutated inputs in {seconds:.0f} s")
+    assert done >= 200
