@@ -85,6 +85,15 @@ class RobustKeys:
         """STRING with PX: the pod sequencing the topic."""
         return self._base(domain, topic) + ":owner"
 
+    def table(self, domain: str, topic: str) -> str:
+        """STRING: the permission table in force (JSON), written with its ``perm`` entry
+        so that it outlives the stream's retention."""
+        return self._base(domain, topic) + ":perms"
+
+    def topics(self, domain: str) -> str:
+        """SET of the domain's robust topics (the pods' heartbeat task takes them)."""
+        return f"{self.keys.prefix}:robust:topics:{domain}"
+
 
 @dataclass(frozen=True, slots=True)
 class LinkSeq:
@@ -212,11 +221,12 @@ return out
 """
 )
 
-# KEYS: owner, stream. ARGV: pod, table JSON, at_ms, retain count, min id ms.
+# KEYS: owner, stream, table. ARGV: pod, table JSON, at_ms, retain count, min id ms.
 _PERMISSIONS: Final = """
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return redis.error_reply('NOTOWNER')
 end
+redis.call('SET', KEYS[3], ARGV[2])
 local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',
     'kind', 'perm', 'table', ARGV[2], 'at_ms', ARGV[3])
 redis.call('XTRIM', KEYS[2], 'MINID', '~', ARGV[5])
@@ -460,7 +470,8 @@ class RobustStore:
         ]
         try:
             raw = await self._permissions(
-                keys=[k.owner(domain, topic), k.stream(domain, topic)], args=args
+                keys=[k.owner(domain, topic), k.stream(domain, topic), k.table(domain, topic)],
+                args=args,
             )
         except ResponseError as exc:
             if "NOTOWNER" in str(exc):
