@@ -18,8 +18,11 @@ relies on the order of the two (they can take different paths through the relays
 from __future__ import annotations
 
 import enum
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+
+from redis.exceptions import RedisError
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
@@ -54,6 +57,8 @@ from services.pubsub.robust_serving import (
     delivery_data,
     robust_settings_of,
 )
+
+_log = logging.getLogger(__name__)
 
 #: ``answer(domain, recipient, content)``: an answer through the reply path.
 AnswerSender = Callable[[str, Endpoint, bytes], Awaitable[None]]
@@ -144,6 +149,11 @@ class RobustOperations:
             if exc.trans_id is None:
                 exc.trans_id = trans_id
             raise
+        except (RedisError, OSError) as exc:
+            _log.warning("robust %s on %s: %s", type(request).__name__, request.topic, exc)
+            raise _refused(
+                ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable", trans_id
+            ) from None
         return served
 
     async def _serve(

@@ -211,15 +211,6 @@ class RobustSequencing:
         contributor: Endpoint | None = None
         if header.source is not None and header.source != originator:
             source, contributor = header.source, originator
-            permitted = await self._allowed(source, originator, CONTRIBUTE_TOKEN, None)
-            self.sequencers.gate.check(
-                topic=topic,
-                source=source,
-                contributor=originator,
-                rate=settings.contributions,
-                allowed=permitted,
-                now_ms=self._clock(),
-            )
         key = delivery_key(delivery_id, payload)
         for _ in range(2):
             claim = await self.sequencers.claim(domain, topic, settings)
@@ -228,6 +219,8 @@ class RobustSequencing:
                     domain, topic, originator, payload, delivery_id, claim.address, forwarded
                 )
             found = claim.owned
+            if contributor is not None:  # checked by the owner alone: one bucket each
+                await self._contribution(topic, source, contributor, settings)
             try:
                 outcome, source_seq = await self._sequence(
                     found, state, originator, source, contributor, header, data, body, parts, key
@@ -240,6 +233,21 @@ class RobustSequencing:
             _log.debug("%s %s seq %d: %s", topic, source, source_seq, outcome.value)
             return ApexReplyCode.SUCCESS, ""
         raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic sequencer moved")
+
+    async def _contribution(
+        self, topic: str, source: Endpoint, contributor: Endpoint, settings: RobustSettings
+    ) -> None:
+        """XEP 5.2: the topic takes contributions, the source's access entries let this
+        contributor (``pubsub:contribute``), within its rate; 537 or 450 otherwise."""
+        permitted = await self._allowed(source, contributor, CONTRIBUTE_TOKEN, None)
+        self.sequencers.gate.check(
+            topic=topic,
+            source=source,
+            contributor=contributor,
+            rate=settings.contributions,
+            allowed=permitted,
+            now_ms=self._clock(),
+        )
 
     @staticmethod
     def _header(data: Data, settings: RobustSettings) -> tuple[PublishHeader, Option | None]:
@@ -301,9 +309,11 @@ class RobustSequencing:
                 subscriptions=state.subscriptions.values(),
                 now_ms=self._clock(),
             )
-            table = owned.table
-            subscribers = [(r, table.allows(r, header.permtoken)) for r in plan.recipients]
             async with owned.lock:
+                # Under the lock: a permission change commits under it too, so each
+                # publication uses the table of its position in the stream.
+                table = owned.table
+                subscribers = [(r, table.allows(r, header.permtoken)) for r in plan.recipients]
                 image, drop = await self._image(owned, source, header, body)
                 committed = await self.sequencers.store.commit_publication(
                     domain,
