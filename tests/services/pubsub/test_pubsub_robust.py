@@ -202,8 +202,11 @@ async def test_examples_1_2_3_5_6_deliveries_gaps_snapshot_and_codes(
             topic=NEWS, trans_id=21, link_from=links[0], link_to=links[1], link_epoch=1
         )
         await wilma.attachment.send(service_endpoint(DOMAIN), XmlContent(gap.to_xml()))
-        again = await publications(wilma.next_publication, WILMA, 1)
-        assert (again[0][0].link_seq, again[0][0].source_seq) == (links[0], 1)
+        again = await publications(wilma.next_publication, WILMA, 2)
+        assert [(i.link_seq, i.source_seq, i.gap) for i, _ in again] == [
+            (links[0], 1, None),
+            (links[1], 2, None),
+        ]
         answer = await _answer(wilma)
         assert isinstance(answer, GapReply)
         assert answer.trans_id == 21
