@@ -508,6 +508,8 @@ class RobustStore:
         if _text(head[0]) == "gone":
             raise LinkGone(subscriber)
         current = int(head[2])
+        if last is None and first == resolution.next(current):
+            return []  # an open range from the next number: nothing is missing yet
         end = current if last is None else last
         seqs: list[int] = []
         seq = first

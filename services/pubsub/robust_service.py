@@ -91,6 +91,7 @@ class RobustService:
         self.store = RobustStore(store.redis, store.keys, holder_value(store.pod_id, ""))
         self.topics = RobustTopics(store.redis, self.store.keys)
         self._cache = cache
+        self._pubsub = store
         self._clock = clock
         self.sequencers = Sequencers(
             store=self.store, topics=self.topics, clock=clock, lease_ms=lease_ms, timeout=timeout
@@ -215,7 +216,12 @@ class RobustService:
                 state = await self._cache.topic(domain, topic)
                 settings = robust_settings_of(state)
                 if settings is None:
-                    if not state.exists:
+                    # Gone from the cache: forgotten once Redis says so too (this pod's
+                    # cache may not have seen a creation the registry already has).
+                    if (
+                        not state.exists
+                        and not (await self._pubsub.read_topic(domain, topic, ())).exists
+                    ):
                         await self.deleted(domain, topic)
                     continue
                 claim = await self.sequencers.claim(domain, topic, settings)
