@@ -30,7 +30,7 @@ from apexmesh.pubsub.robust.settings import RobustSettings
 from apexmesh.pubsub.robust.stub import Delayed, StubEvent
 from apexmesh.store.keys import Keys
 from tests.services.pubsub.conftest import started_mesh
-from tests.services.pubsub.robust_support import Lossy
+from tests.services.pubsub.robust_support import Lossy, subscribed
 from tests.support.mesh import endpoint_client
 from tests.support.redis_server import RedisServer
 
@@ -68,6 +68,7 @@ async def _setup(
             await owner.create_topic(TOPIC, robust=settings)
             wilma.follow(TOPIC, resolution=RES, heartbeat_ms=heartbeat_ms, repair_timeout_ms=2_000)
             await wilma.subscribe(TOPIC, duration=60)
+            await subscribed(mesh.pubsub.values(), DOMAIN, TOPIC, lossy.endpoint)
             yield fred, wilma, lossy
         finally:
             for client in (owner, fred, wilma):

@@ -16,6 +16,19 @@ from apexmesh.pubsub.robust.elements import OPTION_NAME, RobustInfo, robust_from
 from apexmesh.pubsub.robust.operations import GapRequest, parse_request
 
 
+async def subscribed(apps: Any, domain: str, topic: str, endpoint: Endpoint) -> None:
+    """Return once every pubsub pod's cache (``apps``: PubsubApp) lists ``endpoint`` as
+    a subscriber of ``topic``: a publication sequenced before would not number its link
+    (as any publication before a subscription reaches it)."""
+    async with asyncio.timeout(10):
+        for app in apps:
+            while True:
+                state = await app.subscribers.topic(domain, topic)
+                if any(sub.subscriber == endpoint for sub in state.subscriptions.values()):
+                    break
+                await asyncio.sleep(0.02)
+
+
 def robust_info(received: ReceivedData, endpoint: Endpoint) -> RobustInfo | None:
     """The ``robust`` option ``endpoint`` got with ``received`` (None: none)."""
     for recipient in received.data.recipients:

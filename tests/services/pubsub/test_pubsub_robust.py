@@ -47,7 +47,7 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.robust import RobustKeys
 from services.pubsub.robust_serving import robust_settings_of
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh, until
-from tests.services.pubsub.robust_support import Lossy, publications
+from tests.services.pubsub.robust_support import Lossy, publications, subscribed
 from tests.support.mesh import endpoint_client
 from tests.support.redis_server import RedisServer
 
@@ -174,6 +174,7 @@ async def test_examples_1_2_3_5_6_deliveries_gaps_snapshot_and_codes(
         await plain.create_topic(SPORTS)  # not robust
         wilma = await mesh.pubsub("wilma", "b")
         await wilma.subscribe(NEWS, duration=60)
+        await subscribed(mesh.mesh.pubsub.values(), DOMAIN, NEWS, WILMA)
         fred = await mesh.robust("fred", "b")
         # Examples 1 and 6: each delivery numbered for its link and its source; the
         # publisher gets its source seq (published); fred publishes through relay b.
@@ -269,6 +270,7 @@ async def test_example_7_permission_tokens_deny_wins_and_skips_take_no_number(
         wilma = await mesh.pubsub("wilma", "b")
         for party in (barney, wilma):
             await party.subscribe(NEWS, duration=60)
+            await subscribed(mesh.mesh.pubsub.values(), DOMAIN, NEWS, party.attachment.endpoint)
         change = Permissions(
             topic=NEWS,
             trans_id=41,
@@ -327,6 +329,7 @@ async def test_heartbeats_reveal_a_dropped_delivery_within_two_intervals(
         wilma, lossy = await mesh.lossy("wilma", "b", drop)
         wilma.follow(NEWS, resolution=SETTINGS.resolution, heartbeat_ms=HEARTBEAT_MS)
         await wilma.subscribe(NEWS, duration=60)
+        await subscribed(mesh.mesh.pubsub.values(), DOMAIN, NEWS, WILMA)
         publisher = await mesh.robust("fred", "a")
         await publisher.publish(NEWS, b"one")
         async with asyncio.timeout(10):
@@ -362,6 +365,7 @@ async def test_a_lost_link_context_resynchronises_and_is_repaired_by_source(
             NEWS, resolution=SETTINGS.resolution, heartbeat_ms=HEARTBEAT_MS, repair_timeout_ms=2_000
         )
         await wilma.subscribe(NEWS, duration=60)
+        await subscribed(mesh.mesh.pubsub.values(), DOMAIN, NEWS, WILMA)
         publisher = await mesh.robust("fred", "a")
         for n in range(3):
             await publisher.publish(NEWS, f"p{n}".encode())
@@ -402,6 +406,7 @@ async def test_one_sequencer_forwarding_and_failover_to_the_other_pod(
             NEWS, resolution=SETTINGS.resolution, heartbeat_ms=HEARTBEAT_MS, repair_timeout_ms=2_000
         )
         await wilma.subscribe(NEWS, duration=60)
+        await subscribed(mesh.mesh.pubsub.values(), DOMAIN, NEWS, WILMA)
         via_a = await mesh.robust("fred", "a")
         via_b = await mesh.robust("barney", "b")
         for n in range(4):
