@@ -137,17 +137,17 @@ class Sequencers:
             owned.settings = settings
             return Claim(Ownership.OWNED, owned)
         if await self.store.own(domain, topic, self.lease_ms):
+            owned = self.owned.get(key)  # another claim may have taken it meanwhile
             if owned is None:
-                owned = OwnedTopic(
-                    domain=domain,
-                    topic=topic,
-                    settings=settings,
-                    table=await self.topics.table(domain, topic),
-                    renew_at=0,
-                )
-                self.owned[key] = owned
-                await self.topics.register(domain, topic)
-                _log.info("sequencing robust topic %s@%s", topic, domain)
+                table = await self.topics.table(domain, topic)
+                owned = self.owned.get(key)
+                if owned is None:  # checked again after the await: one state per topic
+                    owned = OwnedTopic(
+                        domain=domain, topic=topic, settings=settings, table=table, renew_at=0
+                    )
+                    self.owned[key] = owned
+                    _log.info("sequencing robust topic %s@%s", topic, domain)
+                    await self.topics.register(domain, topic)
             owned.settings = settings
             owned.renew_at = now + self.lease_ms // 3
             return Claim(Ownership.OWNED, owned)
