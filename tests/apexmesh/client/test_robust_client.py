@@ -193,3 +193,49 @@ async def test_a_robust_client_subscribes_by_itself_and_passes_plain_data_on(
         finally:
             await mike.aclose()
             await fred.aclose()
+
+
+async def test_the_stub_reattaches_by_itself_and_its_application_misses_nothing(
+    redis_server: RedisServer, keys: Keys, tmp_path: Path
+) -> None:
+    """Wilma's connection to relay b is cut (its transport closed, no BEEP goodbye) in the
+    middle of a run of publications: her RobustClient attaches again through relay a by
+    itself, and her application receives every publication that got its ``published``,
+    in order, exactly once (what was lost meanwhile repaired)."""
+    count, cut_at = 300, 100
+    settings = RobustSettings(resolution=RES, heartbeat_ms=300)
+    async with (
+        started_mesh(redis_server, keys, tmp_path, pubsub_in_process=("p1", "p2")) as mesh,
+        endpoint_client(mesh.a.edge_port) as client_a,
+        endpoint_client(mesh.b.edge_port) as client_b,
+    ):
+        owner = PubsubClient(await client_a.attach("mike@example.com"))
+        fred = RobustClient(await client_a.attach("fred@example.com"))
+        wilma = RobustClient(
+            await client_b.attach("wilma@example.com"),
+            reattach=lambda: client_a.attach("wilma@example.com"),
+        )
+        try:
+            await owner.create_topic(TOPIC, robust=settings)
+            wilma.follow(TOPIC, resolution=RES, heartbeat_ms=300, repair_timeout_ms=1_000)
+            await wilma.subscribe(TOPIC, duration=60)
+            await subscribed(
+                mesh.pubsub.values(), DOMAIN, TOPIC, Endpoint.parse("wilma@example.com")
+            )
+            ok: list[bytes] = []
+            for n in range(count):
+                if n == cut_at:
+                    client_b.conn.abort()
+                payload = f"publication {n}".encode()
+                await fred.publish(TOPIC, payload)
+                ok.append(payload)
+            got = await _receive(wilma, len(ok), within=60)
+            assert got == ok
+            assert wilma.reattached == 1
+            stub = wilma.stub(TOPIC)
+            assert stub.stats.delivered == count
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(wilma.next(), timeout=0.5)
+        finally:
+            for client in (owner, fred, wilma):
+                await client.aclose()
