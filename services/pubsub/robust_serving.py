@@ -54,6 +54,7 @@ from apexmesh.pubsub.robust.heartbeat import HeartbeatSchedule
 from apexmesh.pubsub.robust.operations import Permissions, Published, parse_permissions
 from apexmesh.pubsub.robust.publish_types import Image, PublishType, fields_of_payload, fold
 from apexmesh.pubsub.robust.settings import RobustSettings
+from apexmesh.pubsub.topic_description import TopicSettings
 from apexmesh.pubsub.wire import element_payload
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.store.pubsub import PubsubStore
@@ -104,9 +105,12 @@ _SETTINGS_CACHE: BoundedCache[str, RobustSettings | None] = BoundedCache(
 
 def _settings_of(text: str) -> RobustSettings | None:
     def build() -> RobustSettings | None:
-        from apexmesh.pubsub.topic_description import TopicSettings
-
-        return TopicSettings.from_json(text).robust
+        try:
+            return TopicSettings.from_json(text).robust
+        except ValueError as exc:
+            # Written by another version? Refused (451), never served best effort.
+            _log.warning("unreadable robust settings %.80r: %s", text, exc)
+            raise ApexError(ApexReplyCode.ACTION_ABORTED, "topic settings unreadable") from None
 
     return _SETTINGS_CACHE.get_or_build(text, build)
 
