@@ -70,6 +70,9 @@ _log = logging.getLogger(__name__)
 OPTION_TRANS_ID: Final = 1
 #: Deliveries a pod remembers the outcome of, against a relay's retries.
 REMEMBERED: Final = 100_000
+#: How long Redis remembers a committed delivery key, against a relay's retry reaching
+#: another pod (a relay retries within its timeout times its attempts: well under this).
+DELIVERY_TTL_MS: Final = 120_000
 #: Link key of the heartbeat schedule: (domain, topic, subscriber).
 LinkKey = tuple[str, str, str]
 
@@ -203,7 +206,7 @@ class RobustSequencing:
         forwarded: bool,
     ) -> tuple[int, str]:
         """(code, text) for the delivering relay; raises ApexError with its code."""
-        data, body, parts = delivered
+        data, body, _parts = delivered
         if is_permissions(body):
             return await self._permissions(
                 domain, topic, originator, body, payload, delivery_id, settings, forwarded
@@ -227,7 +230,15 @@ class RobustSequencing:
                 await self._contribution(topic, source, contributor, settings)
             try:
                 outcome, source_seq = await self._sequence(
-                    found, state, originator, source, contributor, header, data, body, parts, key
+                    found,
+                    state,
+                    originator,
+                    source,
+                    contributor,
+                    header,
+                    delivered,
+                    key if delivery_id else "",
+                    key,
                 )
             except NotOwner:
                 self.sequencers.lost(domain, topic)
@@ -288,12 +299,13 @@ class RobustSequencing:
         source: Endpoint,
         contributor: Endpoint | None,
         header: PublishHeader,
-        data: Data,
-        body: bytes,
-        parts: Sequence[MimePart],
+        delivered: tuple[Data, bytes, tuple[MimePart, ...]],
+        delivery: str,
         key: str,
     ) -> tuple[Sequenced, int]:
-        """Commit (under the topic's lock), then fan out after the previous fan-out."""
+        """Commit (under the topic's lock), then fan out after the previous fan-out.
+        ``delivery``: the relay's delivery key ("" when it gave no delivery id)."""
+        data, body, parts = delivered
         earlier = self._done.get(key)
         if earlier is not None:
             try:
@@ -335,6 +347,8 @@ class RobustSequencing:
                     content_type=content_type_of(data, parts),
                     image=image,
                     drop=drop,
+                    delivery=delivery,
+                    delivery_ttl_ms=DELIVERY_TTL_MS,
                 )
                 before, after = self._chain(owned)
         except BaseException as exc:
@@ -345,6 +359,8 @@ class RobustSequencing:
                 raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
             raise
         mine.set_result(committed.source_seq)
+        if committed.repeated:  # sequenced before, maybe by another pod: its fan-out
+            return Sequenced.REPEATED, committed.source_seq  # had the numbers
         options: dict[Endpoint, tuple[Option, ...]] = {}
         now = self._clock()
         interval = owned.settings.heartbeat_ms
