@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from apexmesh.client.errors import PubsubError
 from apexmesh.client.outgoing import XmlContent
 from apexmesh.client.robust import RobustClient
 from apexmesh.pubsub.elements import service_endpoint, topic_endpoint
-from apexmesh.pubsub.robust.elements import PublishHeader, RobustInfo
+from apexmesh.pubsub.robust.elements import PublishHeader, RobustInfo, publish_option
 from apexmesh.pubsub.robust.operations import (
     GapReply,
     GapRequest,
@@ -41,7 +42,7 @@ from apexmesh.pubsub.robust.operations import (
 from apexmesh.pubsub.robust.permissions import ChangeKind, PermissionChange, actor_of
 from apexmesh.pubsub.robust.publish_types import PublishType
 from apexmesh.pubsub.robust.seq import Resolution
-from apexmesh.pubsub.robust.settings import RobustSettings
+from apexmesh.pubsub.robust.settings import ContributionRate, RobustSettings
 from apexmesh.pubsub.robust.stub import Resynchronised, StubEvent
 from apexmesh.store.keys import Keys
 from apexmesh.store.robust import RobustKeys
@@ -64,6 +65,7 @@ MIKE = Endpoint.parse("mike@example.com")
 FRED = Endpoint.parse("fred@example.com")
 WILMA = Endpoint.parse("wilma@example.com")
 BARNEY = Endpoint.parse("barney@example.com")
+PEBBLES = Endpoint.parse("pebbles@example.com")
 
 
 @dataclass
@@ -124,14 +126,17 @@ async def _reply(client: PubsubClient, within: float = 10.0) -> Reply:
                 return message
 
 
-async def _robust_topic(mesh: Robust, topic: str) -> PubsubClient:
-    owner = await mesh.pubsub("mike", "a")
-    await owner.create_topic(topic, robust=SETTINGS)
+async def _robust_topic(
+    mesh: Robust, topic: str, settings: RobustSettings = SETTINGS, owner: PubsubClient | None = None
+) -> PubsubClient:
+    """``topic`` created robust, once both pods' caches know it."""
+    owner = owner or await mesh.pubsub("mike", "a")
+    await owner.create_topic(topic, robust=settings)
     for pod in ("p1", "p2"):
         app = mesh.mesh.pubsub[pod]
 
         async def known(app=app) -> bool:  # type: ignore[no-untyped-def]
-            return robust_settings_of(await app.subscribers.topic(DOMAIN, topic)) == SETTINGS
+            return robust_settings_of(await app.subscribers.topic(DOMAIN, topic)) == settings
 
         await until(known)
     return owner
@@ -443,3 +448,44 @@ async def test_one_sequencer_forwarding_and_failover_to_the_other_pod(
                 f"m{n}".encode() for n in range(4, 7)
             ]
         assert wilma.stub(NEWS).stats.delivered == 7
+
+
+async def test_contributions_are_allowed_by_the_source_and_throttled(
+    redis_server: RedisServer, keys: Keys, tmp_path: Path
+) -> None:
+    """XEP 5.2: a subscriber publishes for a source that allows it (``pubsub:contribute``
+    on the source's access entries), sequenced as the source's with ``contributor``;
+    over its rate 450, a contributor the source did not allow 537, and a topic that
+    takes no contributions 537."""
+    async with robust_mesh(redis_server, keys, tmp_path) as mesh:
+        owner = await mesh.pubsub("mike", "a")
+        rate = ContributionRate(per_second=1, burst=2)
+        await _robust_topic(mesh, SPORTS, dataclasses.replace(SETTINGS, contributions=rate), owner)
+        await _robust_topic(mesh, NEWS, owner=owner)  # no contributions
+        wilma = await mesh.pubsub("wilma", "b")
+        await wilma.subscribe(SPORTS, duration=60)
+        await subscribed(mesh.mesh.pubsub.values(), DOMAIN, SPORTS, WILMA)
+        source = Endpoint.parse("source@example.com")
+        pebbles = await mesh.pubsub("pebbles", "a")
+        barney = await mesh.pubsub("barney", "b")
+
+        async def contribute(who: PubsubClient, topic: str, n: int) -> int:
+            header = PublishHeader(source=source)
+            result = await who.attachment.send(
+                topic_endpoint(topic, DOMAIN),
+                f"tip {n}".encode(),
+                options=(publish_option(header, 60 + n),),
+                status_request=True,
+            )
+            (report,) = await result.reports(1, timeout=10)
+            return report.destinations[0].reply.code
+
+        assert [await contribute(pebbles, SPORTS, n) for n in range(3)] == [250, 250, 450]
+        assert await contribute(barney, SPORTS, 4) == 537
+        assert await contribute(pebbles, NEWS, 5) == 537
+        got = await publications(wilma.next_publication, WILMA, 2)
+        assert [(i.source, i.source_seq, i.contributor) for i, _ in got] == [
+            (source, 1, PEBBLES),
+            (source, 2, PEBBLES),
+        ]
+        assert [r.content for _, r in got] == [b"tip 0", b"tip 1"]
