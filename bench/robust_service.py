@@ -141,8 +141,8 @@ async def main(argv: list[str]) -> None:
         print(f"plain topic, {args.subscribers} subscribers on two relay pods", flush=True)
         plain = await run(apex, PLAIN, args.subscribers, args.publications)
         report("plain", plain)
-        client = await apex._connect(1)
-        attachment = await client.attach(f"repairer@{DOMAIN}")
+        # On the publisher's session: the run closes every subscriber's session after it.
+        attachment = await apex.clients[0].attach(f"repairer@{DOMAIN}")
         op = Subscribe(subscriber=attachment.endpoint, topic=ROBUST, trans_id=1, duration=3600)
         await apex.request(attachment, SERVICE, op.to_xml())
         repairer = Repairer(attachment)
