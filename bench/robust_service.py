@@ -158,7 +158,7 @@ async def main(argv: list[str]) -> None:
         figures += [
             figure("robust fan-out", result.rate, "deliveries/s", plain.rate),
             figure("robust p99", result.latency["p99"], "ms", plain.latency["p99"]),
-            figure(f"repair of {count} publications", ms, "ms", None),
+            figure(f"repair of {count} link seqs", ms, "ms", None),
         ]
     print(json.dumps(figures))
 
