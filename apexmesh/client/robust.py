@@ -341,7 +341,7 @@ class RobustClient:
             waiter = self._published.get(answer.trans_id)
             if waiter is not None and not waiter.done():
                 waiter.set_result(answer.source_seq)
-            return waiter is not None
+            return True  # one nobody waits for any more (a repeat, a timeout): dropped
         try:
             message = parse_service_message(received.content)
         except ApexError:

@@ -268,6 +268,7 @@ def image_json(image: Image) -> str:
             "fields": {name: value.decode("latin-1") for name, value in image.fields.items()},
             "source": image.source,
             "source_seq": image.source_seq,
+            "permtoken": image.permtoken,
         }
     )
 
@@ -279,6 +280,7 @@ def image_from_json(text: str | bytes) -> Image:
         fields={name: value.encode("latin-1") for name, value in data["fields"].items()},
         source=data["source"],
         source_seq=int(data["source_seq"]),
+        permtoken=data.get("permtoken"),
     )
 
 

@@ -267,9 +267,16 @@ class RobustOperations:
         return PermissionTable() if found is None else found
 
     async def _snapshot(self, domain: str, subscriber: Endpoint, request: SnapshotRequest) -> None:
-        """XEP 3.1 snapshot: the current image of each item (or of one), no updates."""
+        """XEP 3.1 snapshot: the current image of each item (or of one), no updates;
+        an image whose last publication carried a token only to whom the table in force
+        allows it."""
         images = await self._store.images(domain, request.topic)
-        chosen = snapshot(images, request.item)
+        table = await self._topics.table(domain, request.topic)
+        chosen = tuple(
+            image
+            for image in snapshot(images, request.item)
+            if table.allows(subscriber, image.permtoken)
+        )
         for number, image in enumerate(chosen, start=1):
             info = RobustInfo(
                 link_seq=None,

@@ -24,6 +24,7 @@ id) is answered from the first attempt, not sequenced again, while this pod reme
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import uuid
@@ -402,6 +403,8 @@ class RobustSequencing:
             source=str(source),
             source_seq=next_seq,
         )
+        if image is not None:
+            image = dataclasses.replace(image, permtoken=header.permtoken)
         return image, image is None
 
     @staticmethod

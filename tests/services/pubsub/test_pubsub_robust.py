@@ -292,8 +292,8 @@ async def test_example_7_permission_tokens_deny_wins_and_skips_take_no_number(
         reply = await _reply(owner)
         assert (reply.code, reply.trans_id) == (250, 41)
         publisher = await mesh.robust("pebbles", "a")
-        token = PublishHeader(type=PublishType.UPDATE, permtoken="6747")
-        assert await publisher.publish(NEWS, b"open 1") == 1
+        token = PublishHeader(type=PublishType.UPDATE, permtoken="6747", item="SECRET")
+        assert await publisher.publish(NEWS, b"open 1", PublishHeader(item="OPEN")) == 1
         assert await publisher.publish(NEWS, b"secret", token) == 2
         assert await publisher.publish(NEWS, b"open 2") == 3
         seen_b = await publications(barney.next_publication, BARNEY, 3)
@@ -314,6 +314,18 @@ async def test_example_7_permission_tokens_deny_wins_and_skips_take_no_number(
         answer = await _answer(wilma)
         assert isinstance(answer, GapReply)
         assert answer.count == 2
+        # A snapshot answers an image only to whom its token allows.
+        for party, endpoint, items in (
+            (wilma, WILMA, ["OPEN"]),
+            (barney, BARNEY, ["OPEN", "SECRET"]),
+        ):
+            snap = SnapshotRequest(topic=NEWS, trans_id=43)
+            await party.attachment.send(service_endpoint(DOMAIN), XmlContent(snap.to_xml()))
+            images = await publications(party.next_publication, endpoint, len(items))
+            assert [i.item for i, _ in images] == items
+            answer = await _answer(party)
+            assert isinstance(answer, GapReply)
+            assert answer.count == len(items)
 
 
 async def test_heartbeats_reveal_a_dropped_delivery_within_two_intervals(
