@@ -436,6 +436,8 @@ class PubsubService:
             subscribers=() if isinstance(op, CreateTopic) else None,
         )
         self._metrics.operations.labels(type(op).__name__.lower(), str(outcome.code)).inc()
+        if outcome.code == ApexReplyCode.SUCCESS:
+            await self._robust_topic(domain, op)
         return outcome
 
     def purge(self, domain: str, topic: str) -> bool:
@@ -467,6 +469,8 @@ class PubsubService:
         return outcome.code
 
     async def _robust_topic(self, domain: str, op: CreateTopic | DeleteTopic) -> None:
+        """After a createtopic or deletetopic (however it came): a robust topic is
+        registered for the pods' task, a deleted topic's robust state goes."""
         if isinstance(op, DeleteTopic):
             await self.robust.deleted(domain, op.topic)
         elif op.description.settings.robust is not None:
@@ -503,6 +507,8 @@ class PubsubService:
                 return int(exc.code), str(exc)[:200]
             outcome = await self._operate(domain, originator, op)
             self._metrics.operations.labels(type(op).__name__.lower(), str(outcome.code)).inc()
+            if outcome.code == ApexReplyCode.SUCCESS:
+                await self._robust_topic(domain, op)
             return outcome.code, ""
         return await self.publisher.publish(
             domain, topic, originator, payload, delivery_id, forwarded=forwarded
