@@ -7,16 +7,18 @@ numbers."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.options import Option
-from apexmesh.pubsub.core import Subscribed, Subscription, TopicCreated
+from apexmesh.pubsub.core import Subscribed, Subscription, TopicCreated, TopicDeleted
 from apexmesh.pubsub.robust.elements import RobustInfo, robust_from_option
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.settings import RobustSettings
@@ -70,6 +72,10 @@ class Recorder:
         assert options is not None
         self.sent.append({r: robust_from_option(options[r][0]) for r in recipients})
         return 250, ""
+
+
+async def p2_cache_topic(service: RobustService) -> Any:
+    return await service._cache.topic(DOMAIN, TOPIC)
 
 
 async def _nothing(*_args: object, **_kw: object) -> None:
@@ -161,3 +167,16 @@ async def test_one_timer_heartbeats_links_ends_them_and_fails_over(
             # p1 comes back: its renewal fails, it forgets the topic.
             await p1.step(clock.now)
             assert (DOMAIN, TOPIC) not in p1.sequencers.owned
+            # The topic is deleted: the owner's next lease round forgets its robust keys.
+            store = PubsubStore(redis, keys, "setup")
+            deleted = TopicDeleted(TOPIC, FRED)
+            assert await store.commit(DOMAIN, TOPIC, None, [deleted], [], clock.now) is not None  # type: ignore[list-item]
+            for _ in range(100):
+                if not (await p2_cache_topic(p2)).exists:
+                    break
+                await asyncio.sleep(0.02)
+            clock.now += LEASE_MS
+            await p2.step(clock.now)
+            assert await p2.topics.topics(DOMAIN) == []
+            assert not await redis.exists(p2.store.keys.stream(DOMAIN, TOPIC))
+            assert (DOMAIN, TOPIC) not in p2.sequencers.owned
