@@ -78,8 +78,11 @@ REGISTERED_OPERATIONS: Final[Mapping[str, frozenset[str]]] = {
     "access": frozenset({"query", "get", "set"}),
     # RFC 3343 section 5
     "presence": frozenset({"publish", "subscribe", "watch"}),
-    # draft-schwartz-apex-pubsub-02 section 5.1
-    "pubsub": frozenset({"createtopic", "deletetopic", "listtopics", "subscribe", "cancel"}),
+    # draft-schwartz-apex-pubsub-02 section 5.1; "contribute" is apex-mesh's token for a
+    # source letting a subscriber publish for it (XEP-0040 5.2, docs/robust.md)
+    "pubsub": frozenset(
+        {"createtopic", "deletetopic", "listtopics", "subscribe", "cancel", "contribute"}
+    ),
 }
 
 #: Service names whose ``apex=NAME`` endpoints exist in every domain (RFC 3340 section 8,

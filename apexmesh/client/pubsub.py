@@ -57,6 +57,7 @@ from apexmesh.pubsub.elements import (
     topic_of,
 )
 from apexmesh.pubsub.inre import INRE, subscription_ids_of
+from apexmesh.pubsub.robust.settings import RobustSettings
 from apexmesh.pubsub.subscription_elements import (
     ContentCancel,
     ContentSubscribe,
@@ -65,6 +66,7 @@ from apexmesh.pubsub.subscription_elements import (
     content_cancel_from,
     subscription_reply_from,
 )
+from apexmesh.pubsub.topic_description import TopicDescription, TopicSettings
 
 #: Seconds :meth:`PubsubClient.request` waits for the service's answer by default.
 DEFAULT_ANSWER_SECONDS = 10.0
@@ -181,8 +183,12 @@ class PubsubClient:
 
     # ------------------------------------------------------------------ operations
 
-    def create_topic_op(self, topic: str) -> CreateTopic:
-        return CreateTopic(topic=topic, trans_id=self.next_trans_id())
+    def create_topic_op(self, topic: str, *, robust: RobustSettings | None = None) -> CreateTopic:
+        """createtopic; ``robust``: a robust topic with these settings (docs/robust.md)."""
+        if robust is None:
+            return CreateTopic(topic=topic, trans_id=self.next_trans_id())
+        description = TopicDescription(settings=TopicSettings(robust=robust))
+        return CreateTopic(topic=topic, trans_id=self.next_trans_id(), description=description)
 
     def delete_topic_op(self, topic: str) -> DeleteTopic:
         return DeleteTopic(topic=topic, trans_id=self.next_trans_id())
@@ -241,9 +247,10 @@ class PubsubClient:
             550, f"unexpected {type(answer).__name__.lower()}", trans_id=op.trans_id, topic=topic
         )
 
-    async def create_topic(self, topic: str) -> Reply:
-        """Section 4.2: the 250 reply; PubsubError (537, 553 ...) when refused."""
-        return await self._confirmed(self.create_topic_op(topic), topic)
+    async def create_topic(self, topic: str, *, robust: RobustSettings | None = None) -> Reply:
+        """Section 4.2: the 250 reply; PubsubError (537, 553 ...) when refused.
+        ``robust``: create it robust (XEP-0040, docs/robust.md) with these settings."""
+        return await self._confirmed(self.create_topic_op(topic, robust=robust), topic)
 
     async def delete_topic(self, topic: str) -> Reply:
         """Section 4.3: the 250 reply; PubsubError (537, 553 ...) when refused."""

@@ -18,7 +18,9 @@ stub's "delayed", "repair refused" and "resynchronised" are passed to ``on_event
 
 The stub survives a reattachment: :meth:`reattach` moves the reader to a new attachment
 (the relay pod died, the application attached again through another one) and the first
-delivery there shows the gap, which the stub repairs.
+delivery there shows the gap, which the stub repairs. Given ``reattach`` (a callable
+making a new attachment of the endpoint), the client does that by itself when its
+attachment ends, trying again until one is made.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
@@ -65,6 +68,8 @@ from apexmesh.pubsub.robust.stub import (
     SubscriberStub,
 )
 
+_log = logging.getLogger(__name__)
+
 #: transIDs of one topic's stub are drawn from their own block, so that an answer names
 #: its topic's stub (a block is ten million requests wide; 200 topics per client).
 TRANS_BLOCK = 10_000_000
@@ -72,6 +77,11 @@ TRANS_BLOCK = 10_000_000
 OPERATIONS_BLOCK = 2_000_000_001
 
 EventCallback = Callable[[str, StubEvent], None]
+#: ``reattach()``: a new attachment of the same endpoint (through another relay pod when
+#: the old one died); raises while none can be made (tried again after a pause).
+Reattach = Callable[[], Awaitable[Attachment]]
+#: Pause between attempts to attach again, seconds.
+REATTACH_PAUSE = 0.2
 
 
 class RobustClient:
@@ -86,8 +96,14 @@ class RobustClient:
         topic_of: Callable[[Endpoint], str | None] = pubsub_topic_of,
         on_event: EventCallback | None = None,
         clock: Callable[[], float] = time.monotonic,
+        reattach: Reattach | None = None,
     ) -> None:
         self.attachment = attachment
+        #: Attaching again by itself when the attachment ends (None: the application
+        #: calls :meth:`reattach`).
+        self._reattach = reattach
+        #: Attachments made again after one ended.
+        self.reattached = 0
         self.domain = domain or attachment.endpoint.domain
         #: Where gap requests go (``apex=pubsub@DOMAIN``).
         self.service = service or service_endpoint(self.domain)
@@ -246,10 +262,27 @@ class RobustClient:
                 await task
 
     async def _read(self) -> None:
-        with contextlib.suppress(ApexClientError):
-            while True:
-                received = await self.attachment.receive()
-                await self._dispatch(received)
+        while True:
+            with contextlib.suppress(ApexClientError):
+                while True:
+                    received = await self.attachment.receive()
+                    await self._dispatch(received)
+            if self._reattach is None:
+                return
+            # The attachment ended (its relay pod died, the session broke): attach
+            # again; the stubs keep their state, and the first delivery or the overdue
+            # heartbeats there show what was lost meanwhile, which they repair.
+            self.attachment = await self._attach_again(self._reattach)
+            self.reattached += 1
+
+    @staticmethod
+    async def _attach_again(reattach: Reattach) -> Attachment:
+        while True:
+            try:
+                return await reattach()
+            except (ApexClientError, OSError) as exc:
+                _log.info("robust client: attaching again failed (%s); retrying", exc)
+                await asyncio.sleep(REATTACH_PAUSE)
 
     async def _timer(self) -> None:
         while True:
@@ -308,7 +341,7 @@ class RobustClient:
             waiter = self._published.get(answer.trans_id)
             if waiter is not None and not waiter.done():
                 waiter.set_result(answer.source_seq)
-            return waiter is not None
+            return True  # one nobody waits for any more (a repeat, a timeout): dropped
         try:
             message = parse_service_message(received.content)
         except ApexError:
@@ -333,11 +366,16 @@ class RobustClient:
                 self._publications.put_nowait(event.publication)
             elif isinstance(event, SendGap):
                 self._gaps[event.request.trans_id] = topic
-                await self.attachment.send(self.service, XmlContent(event.request.to_xml()))
+                try:
+                    await self.attachment.send(self.service, XmlContent(event.request.to_xml()))
+                except ApexClientError as exc:
+                    # Not sent (the attachment ended): the stub asks again after its
+                    # repair timeout, through the attachment made again by then.
+                    _log.info("robust client: gap request not sent: %s", exc)
             elif self._on_event is not None:
                 self._on_event(topic, event)
         if events:
             self._wake.set()
 
 
-__all__ = ["OPERATIONS_BLOCK", "TRANS_BLOCK", "EventCallback", "RobustClient"]
+__all__ = ["OPERATIONS_BLOCK", "TRANS_BLOCK", "EventCallback", "Reattach", "RobustClient"]

@@ -117,7 +117,7 @@ def create_topic(
         return _reply(
             "4.2/2", originator, ApexReplyCode.PARAMETER_INVALID, op.trans_id, "reserved topic"
         )
-    if not schemas_supported and not op.description.settings.is_default:
+    if not schemas_supported and op.description.settings.has_schemas:
         return _reply(
             "4.2/schemas",
             originator,

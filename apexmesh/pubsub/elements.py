@@ -26,6 +26,7 @@ Two readings of the draft, written down here and in docs/pubsub.md:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from apexmesh.apex.elements import Reply, reply_from
 from apexmesh.apex.endpoint import Endpoint, well_known
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import Element
+from apexmesh.pubsub.robust.settings import ATTRIBUTES as ROBUST_ATTRIBUTES
+from apexmesh.pubsub.robust.settings import settings_from_attributes
 from apexmesh.pubsub.topic_description import TopicDescription, description_from
 
 #: The well-known endpoint name of the service (section 5.1).
@@ -132,6 +135,9 @@ class CreateTopic:
 
     def to_xml(self) -> bytes:
         head = _dtd.attr("topic", self.topic) + _dtd.attr("transID", str(self.trans_id))
+        robust = self.description.settings.robust
+        if robust is not None:
+            head += "".join(_dtd.attr(k, v) for k, v in robust.to_attributes().items())
         return _dtd.container("createtopic", head, self.description.to_xml())
 
 
@@ -269,18 +275,22 @@ def _topic_operation(element: Element) -> tuple[str, int]:
 
 
 def createtopic_from(element: Element) -> CreateTopic:
-    """draft-schwartz's empty createtopic, or draft-wyman's with children (6.2.3)."""
-    if next(element.iterchildren(), None) is None:
-        topic, trans_id = _topic_operation(element)
-        return CreateTopic(topic=topic, trans_id=trans_id)
-    attrs = _dtd.attributes(element, allowed=("topic", "transID"), required=("topic", "transID"))
+    """draft-schwartz's empty createtopic, or draft-wyman's with children (6.2.3), with
+    the attributes of a robust topic (docs/robust.md "createtopic: a robust topic")."""
+    attrs = _dtd.attributes(
+        element, allowed=("topic", "transID", *ROBUST_ATTRIBUTES), required=("topic", "transID")
+    )
     trans_id = _dtd.trans_id(attrs["transID"], "createtopic")
     try:
         children = _dtd.element_children(element)
         description = description_from(children, trans_id, "createtopic")
         topic = check_topic(attrs["topic"], trans_id=trans_id)
+        robust = settings_from_attributes(attrs, trans_id=trans_id)
     except ApexError as exc:
         raise _named(exc, trans_id) from None
+    if robust is not None:
+        settings = dataclasses.replace(description.settings, robust=robust)
+        description = dataclasses.replace(description, settings=settings)
     return CreateTopic(topic=topic, trans_id=trans_id, description=description)
 
 

@@ -190,7 +190,7 @@ DEFAULTS: Final = TopicSchemas(message=None, types=TypeMap(), classes=None)
 def compile_topic(settings: TopicSettings, local: LocalSchemas) -> TopicSchemas:
     """Compile a topic's schemas; 553 when one cannot be used (not XML Schema, an
     unconfigured URI or import)."""
-    if settings.is_default:
+    if not settings.has_schemas:
         return DEFAULTS
     message = None
     message_decls: list[tuple[str, str | None]] = []
@@ -230,7 +230,7 @@ class SchemaCache:
         )
 
     def get(self, domain: str, topic: str, version: int, settings: TopicSettings) -> TopicSchemas:
-        if settings.is_default:
+        if not settings.has_schemas:
             return DEFAULTS
         return self._cache.get_or_build(
             (domain, topic, version), lambda: compile_topic(settings, self.local)

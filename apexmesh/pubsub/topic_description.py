@@ -13,7 +13,8 @@ Readings (also in docs/pubsub.md):
   service refuses any other with 553 and never fetches one, see
   :mod:`apexmesh.pubsub.schema`).
 - :class:`TopicSettings` is what the service stores and logs (event log schema v2,
-  ``topic.created`` field ``settings``): the schemas as JSON text.
+  ``topic.created`` field ``settings``): the schemas as JSON text, and a robust topic's
+  settings under the key ``robust`` (the attributes of its createtopic, docs/robust.md).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from apexmesh.apex import _dtd
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import Element, escape_text
 from apexmesh.pubsub._fields import PUBSUB_NS, pubsub_tag, text_of
+from apexmesh.pubsub.robust.settings import RobustSettings
 
 _ORDER: Final = (
     "topic-name",
@@ -104,14 +106,22 @@ class Publisher:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicSettings:
-    """What selection needs of a topic: its message schema and selector schemas."""
+    """What the service keeps of a topic beyond its name: the message schema and
+    selector schemas selection needs, and the robust settings (None: best effort)."""
 
     message_schema: SchemaSource | None = None
     selector_schemas: tuple[SchemaSource, ...] = ()
+    #: XEP-0040 robust delivery (docs/robust.md): the createtopic's robust attributes.
+    robust: RobustSettings | None = None
+
+    @property
+    def has_schemas(self) -> bool:
+        """Whether selection has schemas to compile (robust settings are not schemas)."""
+        return self.message_schema is not None or bool(self.selector_schemas)
 
     @property
     def is_default(self) -> bool:
-        return self.message_schema is None and not self.selector_schemas
+        return not self.has_schemas and self.robust is None
 
     def to_json(self) -> str:
         """The event log's ``settings`` text: empty for a topic with the defaults."""
@@ -122,21 +132,25 @@ class TopicSettings:
             found["message_schema"] = self.message_schema.to_json()
         if self.selector_schemas:
             found["selector_schema"] = [s.to_json() for s in self.selector_schemas]
+        if self.robust is not None:
+            found["robust"] = self.robust.to_json()
         return json.dumps(found, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> TopicSettings:
         """Read :meth:`to_json`'s text (empty: the defaults); unknown keys are ignored
-        (later settings, e.g. robust pubsub's, share the object)."""
+        (later settings share the object)."""
         if not text.strip():
             return cls()
         data = json.loads(text)
         message = data.get("message_schema")
+        robust = data.get("robust")
         return cls(
             message_schema=None if message is None else SchemaSource.from_json(message),
             selector_schemas=tuple(
                 SchemaSource.from_json(item) for item in data.get("selector_schema", ())
             ),
+            robust=None if robust is None else RobustSettings.from_json(robust),
         )
 
 

@@ -22,8 +22,8 @@ service may answer ``ok``. Link seq arithmetic in Lua follows
 :mod:`apexmesh.pubsub.robust.seq` (exact for 16 and 32 bits; for 64 bits exact up to
 2**53 deliveries on one link, 285 years at a million per second).
 
-The keys are built by :class:`RobustKeys` here rather than in ``keys.py`` during phase 1
-(docs/robust.md "Phase 2: hooks", item 5).
+The keys are built by :class:`~apexmesh.store.robust_keys.RobustKeys` (its own module,
+not yet ``keys.py``: docs/robust.md "Phase 2: what the service serves", item 5).
 """
 
 from __future__ import annotations
@@ -47,43 +47,10 @@ from apexmesh.pubsub.robust.permissions import PermissionTable
 from apexmesh.pubsub.robust.publish_types import Image
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.store.keys import Keys
+from apexmesh.store.robust_keys import RobustKeys
 
 #: Entries read per XRANGE/XREVRANGE call when scanning the stream.
 PAGE: Final = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class RobustKeys:
-    """The robust keys of one deployment (under the same prefix as :class:`Keys`)."""
-
-    keys: Keys
-
-    def _base(self, domain: str, topic: str) -> str:
-        return f"{self.keys.prefix}:robust:{{{domain}:{topic}}}"
-
-    def stream(self, domain: str, topic: str) -> str:
-        """STREAM of the topic's publications and permission changes."""
-        return self._base(domain, topic) + ":stream"
-
-    def sources(self, domain: str, topic: str) -> str:
-        """HASH publisher -> last source seq."""
-        return self._base(domain, topic) + ":sources"
-
-    def epochs(self, domain: str, topic: str) -> str:
-        """HASH subscriber -> link epoch (removed when the subscription ends)."""
-        return self._base(domain, topic) + ":epochs"
-
-    def link(self, domain: str, topic: str, subscriber: str) -> str:
-        """HASH with a TTL: one link's context (``seq``, ``epoch``, ``l:<seq>``)."""
-        return self._base(domain, topic) + ":link:" + subscriber
-
-    def images(self, domain: str, topic: str) -> str:
-        """HASH item -> image JSON."""
-        return self._base(domain, topic) + ":images"
-
-    def owner(self, domain: str, topic: str) -> str:
-        """STRING with PX: the pod sequencing the topic."""
-        return self._base(domain, topic) + ":owner"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +64,13 @@ class LinkSeq:
 @dataclass(frozen=True, slots=True)
 class Committed:
     """A publication made durable: its source seq, stream id and each recipient's link
-    numbers (None for a recipient its permissions excluded)."""
+    numbers (None for a recipient its permissions excluded). ``repeated``: its delivery
+    key was committed before (a relay's retry): the first commit's numbers, no links."""
 
     source_seq: int
     stream_id: str
     links: tuple[LinkSeq | None, ...]
+    repeated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,15 +141,21 @@ local function link_next(link, epochs, subscriber, max_seq, ttl, window, value)
 end
 """
 
-# KEYS: owner, stream, sources, epochs, images, link keys...
+# KEYS: owner, stream, sources, epochs, images, done, link keys...
 # ARGV: pod ("" = no check), source, type, item, permtoken, contributor, content type,
 #       payload, at_ms, retain count, min id ms, max seq, ttl, window, image ("" keep,
-#       "-" delete, else JSON), subscribers... (one per link key), permitted flags...
+#       "-" delete, else JSON), done ttl ms ("0": no delivery key), subscribers... (one per
+#       link key), permitted flags...
+# A delivery key already committed returns {-2, "source_seq stream_id"}.
 _COMMIT: Final = (
     _LINK_NEXT
     + """
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return redis.error_reply('NOTOWNER')
+end
+if ARGV[16] ~= '0' then
+    local done = redis.call('GET', KEYS[6])
+    if done then return {-2, done} end
 end
 local source_seq = redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
 local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[10], '*',
@@ -188,6 +163,9 @@ local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[10], '*',
     'permtoken', ARGV[5], 'contributor', ARGV[6], 'ctype', ARGV[7], 'payload', ARGV[8],
     'at_ms', ARGV[9])
 redis.call('XTRIM', KEYS[2], 'MINID', '~', ARGV[11])
+if ARGV[16] ~= '0' then
+    redis.call('SET', KEYS[6], source_seq .. ' ' .. id, 'PX', ARGV[16])
+end
 if ARGV[4] ~= '' then
     if ARGV[15] == '-' then
         redis.call('HDEL', KEYS[5], ARGV[4])
@@ -195,11 +173,11 @@ if ARGV[4] ~= '' then
         redis.call('HSET', KEYS[5], ARGV[4], ARGV[15])
     end
 end
-local n = #KEYS - 5
+local n = #KEYS - 6
 local out = {source_seq, id}
 for i = 1, n do
-    if ARGV[15 + n + i] == '1' then
-        local r = link_next(KEYS[5 + i], KEYS[4], ARGV[15 + i], tonumber(ARGV[12]),
+    if ARGV[16 + n + i] == '1' then
+        local r = link_next(KEYS[6 + i], KEYS[4], ARGV[16 + i], tonumber(ARGV[12]),
             tonumber(ARGV[13]), tonumber(ARGV[14]), id)
         out[#out + 1] = r[1]
         out[#out + 1] = r[2]
@@ -212,11 +190,12 @@ return out
 """
 )
 
-# KEYS: owner, stream. ARGV: pod, table JSON, at_ms, retain count, min id ms.
+# KEYS: owner, stream, table. ARGV: pod, table JSON, at_ms, retain count, min id ms.
 _PERMISSIONS: Final = """
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return redis.error_reply('NOTOWNER')
 end
+redis.call('SET', KEYS[3], ARGV[2])
 local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',
     'kind', 'perm', 'table', ARGV[2], 'at_ms', ARGV[3])
 redis.call('XTRIM', KEYS[2], 'MINID', '~', ARGV[5])
@@ -289,6 +268,7 @@ def image_json(image: Image) -> str:
             "fields": {name: value.decode("latin-1") for name, value in image.fields.items()},
             "source": image.source,
             "source_seq": image.source_seq,
+            "permtoken": image.permtoken,
         }
     )
 
@@ -300,6 +280,7 @@ def image_from_json(text: str | bytes) -> Image:
         fields={name: value.encode("latin-1") for name, value in data["fields"].items()},
         source=data["source"],
         source_seq=int(data["source_seq"]),
+        permtoken=data.get("permtoken"),
     )
 
 
@@ -373,9 +354,13 @@ class RobustStore:
         image: Image | None = None,
         drop: bool = False,
         check_owner: bool = True,
+        delivery: str = "",
+        delivery_ttl_ms: int = 0,
     ) -> Committed:
         """Make one publication durable and number it for every recipient
-        (``subscribers``: (endpoint, permitted)); raise :class:`NotOwner`."""
+        (``subscribers``: (endpoint, permitted)); raise :class:`NotOwner`. ``delivery``
+        (kept ``delivery_ttl_ms``): the relay's delivery key, answered ``repeated`` when
+        it was committed already."""
         k = self.keys
         image_arg = "-" if drop else ("" if image is None else image_json(image))
         link_keys = [k.link(domain, topic, name) for name, _ in subscribers]
@@ -395,6 +380,7 @@ class RobustStore:
             retention.link_ttl_ms,
             retention.window,
             image_arg,
+            delivery_ttl_ms if delivery else 0,
             *[name for name, _ in subscribers],
             *["1" if ok else "0" for _, ok in subscribers],
         ]
@@ -404,9 +390,13 @@ class RobustStore:
             k.sources(domain, topic),
             k.epochs(domain, topic),
             k.images(domain, topic),
+            k.done(domain, topic, delivery),
             *link_keys,
         ]
         values = list(await _owned(self._commit, keys, args, topic))
+        if int(values[0]) == -2:
+            first, _, stream_id = _text(values[1]).partition(" ")
+            return Committed(int(first), stream_id, (), repeated=True)
         links: list[LinkSeq | None] = []
         for index in range(2, len(values), 2):
             seq, epoch = int(values[index]), int(values[index + 1])
@@ -460,7 +450,8 @@ class RobustStore:
         ]
         try:
             raw = await self._permissions(
-                keys=[k.owner(domain, topic), k.stream(domain, topic)], args=args
+                keys=[k.owner(domain, topic), k.stream(domain, topic), k.table(domain, topic)],
+                args=args,
             )
         except ResponseError as exc:
             if "NOTOWNER" in str(exc):
@@ -497,6 +488,8 @@ class RobustStore:
         if _text(head[0]) == "gone":
             raise LinkGone(subscriber)
         current = int(head[2])
+        if last is None and first == resolution.next(current):
+            return []  # an open range from the next number: nothing is missing yet
         end = current if last is None else last
         seqs: list[int] = []
         seq = first

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
 
 import grpc
@@ -28,7 +30,7 @@ from apexmesh.ops.admin import AdminSpec, Guard
 from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.http import HttpServer
 from apexmesh.ops.registry import service_registry
-from apexmesh.ops.settings import SettingsError
+from apexmesh.ops.settings import WILDCARD_HOSTS, SettingsError
 from apexmesh.pubsub.schema import LocalSchemas, SchemaCache
 from apexmesh.pubsub.selection.registry import default_classes
 from apexmesh.pubsub.topic_index import SelectorCompiler
@@ -47,9 +49,10 @@ from apexmesh.store.pubsub_snapshot import CatalogueSource, SnapshotStore
 from services.pubsub.admin import pubsub_routers
 from services.pubsub.catalogue_admin import catalogue_router
 from services.pubsub.content import ContentSelection
+from services.pubsub.endpoint import PubsubEndpointServicer
 from services.pubsub.http import create_http_app
 from services.pubsub.metrics import PubsubMetrics
-from services.pubsub.servicer import PubsubEndpointServicer, PubsubService
+from services.pubsub.servicer import PubsubService
 from services.pubsub.settings import PubsubSettings
 
 _log = logging.getLogger(__name__)
@@ -123,6 +126,8 @@ class PubsubApp:
         self._grpc: grpc.aio.Server | None = None
         self._loop: asyncio.Task[None] | None = None
         self._alive: asyncio.Task[None] | None = None
+        #: Robust topics' leases and heartbeats (docs/robust.md).
+        self._robust: asyncio.Task[None] | None = None
         self.grpc_port = 0
         self.http_port = 0
 
@@ -198,8 +203,10 @@ class PubsubApp:
             options=CONNECTION_AGE_OPTIONS,
             registry=self.registry,
         )
+        service.robust.advertise(self.advertised())
         await service.keep_alive()
         self._alive = asyncio.create_task(self._keep_alive(service), name="pubsub-alive")
+        self._robust = asyncio.create_task(service.robust.run(), name="pubsub-robust")
         self._loop = asyncio.create_task(self._run_timers(service), name="pubsub-leases")
         self.http = HttpServer(
             create_http_app(
@@ -224,6 +231,16 @@ class PubsubApp:
             )
         )
         self.http_port = await self.http.start(settings.http_host, settings.http_port)
+
+    def advertised(self) -> str:
+        """Where other pods forward robust publications to (settings, else the bound
+        host, ``POD_IP`` in place of a wildcard, and the port bound)."""
+        if self.settings.advertise_address:
+            return self.settings.advertise_address
+        host = self.settings.grpc_host
+        if host in WILDCARD_HOSTS:
+            host = os.environ.get("POD_IP", "") or socket.gethostbyname(socket.gethostname())
+        return f"{host}:{self.grpc_port}"
 
     async def _keep_alive(self, service: PubsubService) -> None:
         """Pod lease and leader locks, every third of the lease."""
@@ -261,10 +278,12 @@ class PubsubApp:
         if self._grpc is not None:
             await graceful_stop(self._grpc, self.settings.shutdown_grace)
             self._grpc = None
-        await stop_tasks((self._loop, self._alive))
-        self._loop = self._alive = None
+        await stop_tasks((self._loop, self._alive, self._robust))
+        self._loop = self._alive = self._robust = None
         if self.service is not None:
             await self.service.journal.aclose()
+            with contextlib.suppress(RedisError, OSError):
+                await self.service.robust.aclose()
         with contextlib.suppress(RedisError, OSError):
             if self.service is not None:
                 await self.service.resign()

@@ -28,6 +28,7 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Protocol
 
 from redis.exceptions import RedisError
 
@@ -52,6 +53,25 @@ _log = logging.getLogger(__name__)
 
 #: ``allowed(owner, actor)``: whether ``actor`` holds ``core:data`` on ``owner``.
 DataCheck = Callable[[Endpoint, Endpoint], Awaitable[bool]]
+
+
+class RobustHook(Protocol):
+    """A publication to a robust topic (:meth:`services.pubsub.robust_service.
+    RobustService.publication`): its (code, text), or None for a topic that is not."""
+
+    async def __call__(
+        self,
+        domain: str,
+        topic: str,
+        originator: Endpoint,
+        payload: bytes,
+        delivery_id: str,
+        *,
+        state: TopicState,
+        allowed: bool,
+        forwarded: bool,
+    ) -> tuple[int, str] | None: ...
+
 
 #: Why a chunk was not taken, by the submitter's outcome source.
 _REASONS = {
@@ -112,6 +132,8 @@ class Publisher:
         self._selection = selection
         #: What this pod's parses of publications and fan-outs share (bounded caches).
         self._memo = ParseMemo()
+        #: Robust topics (docs/robust.md), set by the service once built.
+        self.robust: RobustHook | None = None
 
     async def publish(
         self,
@@ -122,10 +144,12 @@ class Publisher:
         delivery_id: str = "",
         *,
         trusted: bool = False,
+        forwarded: bool = False,
     ) -> tuple[int, str]:
         """(code, text) for the delivering relay. ``delivery_id``: the relay's id of this
         delivery, the same on every retry of it (one is made up when there is none).
-        ``trusted``: the service's own announcement (well-known topics), no access check."""
+        ``trusted``: the service's own announcement (well-known topics), no access check.
+        ``forwarded``: another pod forwarded it here as the robust topic's sequencer."""
         try:
             state = await self._cache.topic(domain, topic)
         except (RedisError, OSError) as exc:
@@ -133,6 +157,19 @@ class Publisher:
             raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
         owner = topic_endpoint(topic, domain)
         allowed = state.exists and (trusted or await self._allowed(owner, originator))
+        if self.robust is not None and state.exists and '"robust"' in state.settings:
+            served = await self.robust(
+                domain,
+                topic,
+                originator,
+                payload,
+                delivery_id,
+                state=state,
+                allowed=allowed,
+                forwarded=forwarded,
+            )
+            if served is not None:
+                return served
         selection = self._selection
         delivered = None
         if selection is not None and allowed:
@@ -199,12 +236,16 @@ class Publisher:
         recipients: Sequence[Endpoint],
         key: str,
         options: Mapping[Endpoint, tuple[Option, ...]] | None = None,
+        *,
+        counted: bool = True,
     ) -> tuple[int, str]:
         """Forward ``data`` to ``recipients`` (steps 4 and 5 of the module docstring),
-        each with its own ``options`` (InRe) when given: (code, text), 250 once every
-        chunk is in a relay's custody."""
+        each with its own ``options`` (InRe, robust) when given: (code, text), 250 once
+        every chunk is in a relay's custody. ``counted``: a publication (not a robust
+        repair or heartbeat), counted in ``apexmesh_pubsub_publications``."""
         if not recipients:
-            self._metrics.publications.labels("250").inc()
+            if counted:
+                self._metrics.publications.labels("250").inc()
             return 250, ""
         owner = topic_endpoint(topic, domain)
         hops = core.hops_left(data, self._hops)
@@ -235,10 +276,12 @@ class Publisher:
         )
         failed = [code for code in codes if code != ApexReplyCode.SUCCESS]
         if failed:
-            self._metrics.publications.labels(str(failed[0])).inc()
+            if counted:
+                self._metrics.publications.labels(str(failed[0])).inc()
             return failed[0], "forwarding failed"
         self._metrics.forwarded.inc(len(recipients))
-        self._metrics.publications.labels("250").inc()
+        if counted:
+            self._metrics.publications.labels("250").inc()
         return 250, ""
 
     async def replay(
@@ -301,4 +344,4 @@ class Publisher:
         return outcome.code
 
 
-__all__ = ["DataCheck", "Publisher"]
+__all__ = ["DataCheck", "Publisher", "RobustHook"]

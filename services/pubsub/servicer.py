@@ -18,13 +18,13 @@ moves (one Redis round trip per publication).
 leader alone ends due leases (one cancel each, section 4.5 step 5.2), redoes orphaned
 journal entries and keeps upstream subscriptions of redistributed topics alive (2.6).
 
-:class:`PubsubEndpointServicer` is ``WellKnownEndpoint.Deliver`` for ``apex=pubsub@D``
-and ``apex=pubsub/TOPIC@D``.
+Robust topics (XEP-0040, docs/robust.md) are :class:`services.pubsub.robust_service.
+RobustService`'s: the publisher hands it their publications, :meth:`handle` its
+operations; ``WellKnownEndpoint.Deliver`` is :mod:`services.pubsub.endpoint`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,11 +33,10 @@ import grpc
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.apex.endpoint import Endpoint, EndpointError
+from apexmesh.apex.elements import Reply
+from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.presence_core import error_reply
-from apexmesh.contracts.common.v1 import common_pb2
-from apexmesh.contracts.endpoint.v1 import endpoint_pb2
 from apexmesh.contracts.presence.v1 import presence_pb2_grpc
 from apexmesh.pubsub import core
 from apexmesh.pubsub._fields import pubsub_tag
@@ -54,11 +53,9 @@ from apexmesh.pubsub.elements import (
     ListTopics,
     Operation,
     Subscribe,
-    is_service,
     operation_from,
     service_endpoint,
     topic_endpoint,
-    topic_of,
 )
 from apexmesh.pubsub.schema import LocalSchemas, SchemaCache, compile_topic
 from apexmesh.pubsub.selection.registry import default_classes
@@ -75,7 +72,6 @@ from apexmesh.pubsub.wire import (
 )
 from apexmesh.pubsub.wkt import TOPICS, is_well_known
 from apexmesh.rpc.access import AccessClient
-from apexmesh.rpc.endpoint import WellKnownEndpointServicer
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.pubsub import PubsubStore, TopicView
@@ -87,6 +83,7 @@ from services.pubsub.content_ops import ContentOperations, refused
 from services.pubsub.journal import JournalWorker, send_entries
 from services.pubsub.metrics import PubsubMetrics
 from services.pubsub.publishing import Publisher
+from services.pubsub.robust_service import RobustService, robust_operation
 from services.pubsub.settings import Upstream
 from services.pubsub.upstream import Redistribution
 from services.pubsub.well_known import WellKnownTopics, topic_operation
@@ -214,6 +211,24 @@ class PubsubService:
             content=self.content,
             well_known=self.well_known,
         )
+        #: Robust topics (XEP-0040, docs/robust.md): publications, gap, sourcequery,
+        #: snapshot, permissions, and the per-pod task of leases and heartbeats.
+        self.robust = RobustService(
+            domains=self.domains,
+            store=store,
+            cache=cache,
+            publisher=self.publisher,
+            submitter=relays,
+            allowed=self._allowed,
+            reply=lambda d, to, code, trans_id, text: self._send(
+                d, to, Reply(code=code, trans_id=trans_id, text=text).to_xml(), code
+            ),
+            answer=lambda d, to, content: self._send(d, to, content, 250),
+            clock=clock,
+            lease_ms=lease_ms,
+            timeout=timeout,
+        )
+        self.publisher.robust = self.robust.publication
         self._last_scan = 0
         #: Domains this pod currently leads.
         self.leading: set[str] = set()
@@ -276,6 +291,11 @@ class PubsubService:
         await self.journal.perform(domain, entries)
         return True
 
+    async def _send(self, domain: str, recipient: Endpoint, content: bytes, code: int) -> None:
+        """An answer from ``apex=pubsub@domain`` through the journal (the reply path)."""
+        outcome = Outcome(code=code, step="robust", sends=(Send(recipient, content),))
+        await self._decided(domain, outcome, None, None)
+
     async def _run(
         self,
         domain: str,
@@ -313,7 +333,7 @@ class PubsubService:
         if isinstance(op, CreateTopic):
             allowed = await self._allowed(service, originator, CREATETOPIC_TOKEN, op.trans_id)
             settings = op.description.settings
-            if allowed and not settings.is_default:
+            if allowed and settings.has_schemas:
                 try:  # 6.2.3: schemas this service cannot use are refused, never stored
                     compile_topic(settings, self.selection.compiler.schemas.local)
                 except ApexError as exc:
@@ -416,6 +436,8 @@ class PubsubService:
             subscribers=() if isinstance(op, CreateTopic) else None,
         )
         self._metrics.operations.labels(type(op).__name__.lower(), str(outcome.code)).inc()
+        if outcome.code == ApexReplyCode.SUCCESS:
+            await self._robust_topic(domain, op)
         return outcome
 
     def purge(self, domain: str, topic: str) -> bool:
@@ -429,15 +451,30 @@ class PubsubService:
         when it was forwarded to a redistributing server)."""
         name = "unknown"
         try:
+            robust = robust_operation(content)
+            if robust is not None:
+                served = await self.robust.operation(domain, originator, robust)
+                self._metrics.operations.labels(served.value, "250").inc()
+                return 250
             op = parse_any_operation(content)
             name = type(op).__name__.lower()
             outcome = await self._operate(domain, originator, op)
+            if outcome.code == ApexReplyCode.SUCCESS and isinstance(op, CreateTopic | DeleteTopic):
+                await self._robust_topic(domain, op)
         except ApexError as exc:
             await self.refuse(domain, originator, exc)
             self._metrics.operations.labels(name, str(int(exc.code))).inc()
             return int(exc.code)
         self._metrics.operations.labels(name, str(outcome.code)).inc()
         return outcome.code
+
+    async def _robust_topic(self, domain: str, op: CreateTopic | DeleteTopic) -> None:
+        """After a createtopic or deletetopic (however it came): a robust topic is
+        registered for the pods' task, a deleted topic's robust state goes."""
+        if isinstance(op, DeleteTopic):
+            await self.robust.deleted(domain, op.topic)
+        elif op.description.settings.robust is not None:
+            await self.robust.created(domain, op.topic)
 
     async def refuse(self, domain: str, originator: Endpoint, exc: ApexError) -> None:
         reply = error_reply(exc)
@@ -451,7 +488,14 @@ class PubsubService:
     # ------------------------------------------------------------------ 4.7.1
 
     async def publish(
-        self, domain: str, topic: str, originator: Endpoint, payload: bytes, delivery_id: str = ""
+        self,
+        domain: str,
+        topic: str,
+        originator: Endpoint,
+        payload: bytes,
+        delivery_id: str = "",
+        *,
+        forwarded: bool = False,
     ) -> tuple[int, str]:
         """Section 4.7.1: (code, text) for the delivering relay (services/pubsub/publishing.py).
         A description published to WKT=Topics is a createtopic or deletetopic (6.2)."""
@@ -463,8 +507,12 @@ class PubsubService:
                 return int(exc.code), str(exc)[:200]
             outcome = await self._operate(domain, originator, op)
             self._metrics.operations.labels(type(op).__name__.lower(), str(outcome.code)).inc()
+            if outcome.code == ApexReplyCode.SUCCESS:
+                await self._robust_topic(domain, op)
             return outcome.code, ""
-        return await self.publisher.publish(domain, topic, originator, payload, delivery_id)
+        return await self.publisher.publish(
+            domain, topic, originator, payload, delivery_id, forwarded=forwarded
+        )
 
     # ------------------------------------------------------------------ time
 
@@ -513,75 +561,4 @@ class PubsubService:
         self.leading.clear()
 
 
-# --------------------------------------------------------------------------- servicer
-
-
-def _status(code: int, text: str = "") -> common_pb2.ApexStatus:
-    return common_pb2.ApexStatus(code=int(code), text=text)
-
-
-class PubsubEndpointServicer(WellKnownEndpointServicer):
-    """``WellKnownEndpoint.Deliver`` for ``apex=pubsub@D`` and ``apex=pubsub/TOPIC@D``.
-
-    An operation is answered 250 once handled (its outcome goes to the originator as a
-    ``reply``); data for a topic is answered with section 4.7.1's code (250, 550) or
-    537 without ``core:data``; a payload that is not APEX data gets its own code.
-    """
-
-    def __init__(self, service: PubsubService) -> None:
-        self._service = service
-
-    async def Deliver(  # noqa: N802 - generated servicer method name
-        self, request: endpoint_pb2.EndpointDeliverRequest, _context: grpc.aio.ServicerContext
-    ) -> endpoint_pb2.EndpointDeliverResponse:
-        service = self._service
-        try:
-            recipient = Endpoint.parse(request.recipient)
-            originator = Endpoint.parse(request.originator)
-        except EndpointError as exc:
-            return endpoint_pb2.EndpointDeliverResponse(status=_status(exc.code, str(exc)))
-        if recipient.domain not in service.domains:
-            return endpoint_pb2.EndpointDeliverResponse(
-                status=_status(ApexReplyCode.ACTION_NOT_TAKEN, "unknown endpoint identity")
-            )
-        domain = recipient.domain
-        if is_service(recipient):
-            return await self._operation(domain, originator, bytes(request.payload))
-        topic = topic_of(recipient)
-        if topic is None:
-            return endpoint_pb2.EndpointDeliverResponse(
-                status=_status(ApexReplyCode.ACTION_NOT_TAKEN, "no such topic")
-            )
-        try:
-            if core.is_upstream_operation(originator):
-                _data, body, _parts = delivered_content(bytes(request.payload))
-                code = await service.redistribution.from_upstream(domain, topic, originator, body)
-                return endpoint_pb2.EndpointDeliverResponse(status=_status(code))
-            # Shielded: a relay that gives up waiting (its deadline) must not stop the
-            # fan-out between its per-pod submits (some subscribers served, others not).
-            code, text = await asyncio.shield(
-                service.publish(
-                    domain, topic, originator, bytes(request.payload), request.delivery_id
-                )
-            )
-        except ApexError as exc:
-            return endpoint_pb2.EndpointDeliverResponse(status=_status(exc.code, str(exc)[:200]))
-        return endpoint_pb2.EndpointDeliverResponse(status=_status(code, text))
-
-    async def _operation(
-        self, domain: str, originator: Endpoint, payload: bytes
-    ) -> endpoint_pb2.EndpointDeliverResponse:
-        try:
-            _data, body, _parts = delivered_content(payload)
-        except ApexError as exc:
-            # The operation cannot even be found: tell the originator, who sent it.
-            await self._service.refuse(domain, originator, exc)
-            return endpoint_pb2.EndpointDeliverResponse(status=_status(250))
-        await self._service.handle(domain, originator, body)
-        return endpoint_pb2.EndpointDeliverResponse(status=_status(250))
-
-
-__all__ = [
-    "PubsubEndpointServicer",
-    "PubsubService",
-]
+__all__ = ["PubsubService"]

@@ -40,6 +40,9 @@
   service account mount).
 - ``APEXMESH_PUBSUB_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7414``; 0 = any port).
 - ``APEXMESH_PUBSUB_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8414``): admin HTTP.
+- ``APEXMESH_PUBSUB_ADVERTISE_ADDRESS``: the ``host:port`` other pubsub pods reach this
+  pod's gRPC at, to forward publications of the robust topics it sequences
+  (docs/robust.md); default: the gRPC host (``POD_IP`` when that is a wildcard) and port.
 - ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
   tokens of the admin API (apexmesh/ops/admin.py).
 - ``APEXMESH_PUBSUB_CATALOGUE`` (``eager``): when a pod loads the whole catalogue (the
@@ -151,6 +154,8 @@ class PubsubSettings:
     max_message_octets: int = 1024 * 1024
     message_lifetime_ms: int = 3_600_000
     catalogue: str = "eager"
+    #: host:port other pods forward robust publications to ("": derived at start).
+    advertise_address: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PubsubSettings:
@@ -228,6 +233,7 @@ class PubsubSettings:
                 env, "APEXMESH_PUBSUB_MESSAGE_LIFETIME_SECONDS", 3600, low=1, high=31_536_000
             ),
             catalogue=catalogue,
+            advertise_address=env.get("APEXMESH_PUBSUB_ADVERTISE_ADDRESS", "").strip(),
         )
 
 

@@ -203,7 +203,8 @@ def test_network_policies_allow_only_the_designed_flows(rendered: Render) -> Non
         return found
 
     assert sources("access", 7411) == {"relay", "pubsub", "presence"}
-    assert sources("pubsub", 7414) == {"relay"}
+    # pubsub: a robust topic's publication is forwarded to the pod sequencing it
+    assert sources("pubsub", 7414) == {"relay", "pubsub"}
     assert sources("report", 7412) == {"relay"}
     assert sources("presence", 7413) == {"relay", "pubsub"}
     assert sources("relay", 7401) == {"relay", "pubsub", "report", "presence"}

@@ -89,6 +89,9 @@ class Image:
     fields: Mapping[str, bytes]
     source: str
     source_seq: int
+    #: The permission token of the last publication folded in (XEP 5.1): a snapshot
+    #: answers the image only to a subscriber the token allows.
+    permtoken: str | None = None
 
     def payload(self) -> bytes:
         """The image as a payload: the opaque field, or the fields in name order inside

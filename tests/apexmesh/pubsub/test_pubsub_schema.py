@@ -14,6 +14,7 @@ from apexmesh.apex import _dtd
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import XmlError, compile_schema
 from apexmesh.pubsub.elements import CreateTopic, parse_operation
+from apexmesh.pubsub.robust.settings import RobustSettings
 from apexmesh.pubsub.schema import DEFAULTS, LocalSchemas, SchemaCache, compile_topic
 from apexmesh.pubsub.selection.types import Kind
 from apexmesh.pubsub.topic_description import SchemaSource, TopicSettings
@@ -211,4 +212,10 @@ def test_createtopic_settings_survive_the_event_log_text() -> None:
     assert TopicSettings.from_json(text) == op.description.settings
     assert TopicSettings.from_json("") == TopicSettings()
     assert TopicSettings().to_json() == ""
-    assert TopicSettings.from_json('{"robust": {"x": 1}}') == TopicSettings()
+    # Keys of later settings are ignored; the robust settings (issue #19) are read, and
+    # unreadable ones are an error, never guessed at.
+    assert TopicSettings.from_json('{"later": {"x": 1}}') == TopicSettings()
+    robust = TopicSettings(robust=RobustSettings(heartbeat_ms=200))
+    assert TopicSettings.from_json(robust.to_json()) == robust
+    with pytest.raises(ValueError, match="robust"):
+        TopicSettings.from_json('{"robust": {"x": 1}}')

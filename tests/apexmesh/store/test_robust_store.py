@@ -211,3 +211,24 @@ async def test_permission_changes_are_sequenced_between_publications(
     other = RobustStore(redis, keys, "pod-b")
     with pytest.raises(NotOwner):
         await other.commit_permissions(D, T, table, now_ms=1, retention=KEEP)
+
+
+async def test_a_delivery_committed_twice_is_sequenced_once(redis: Redis, keys: Keys) -> None:
+    """A relay's retry of one delivery (its delivery key), on this pod or the next
+    owner: the first commit's numbers, no second entry, no link number taken."""
+    store = await _store(redis, keys)
+    subs = [(ALICE, True)]
+    first = await _publish(store, A, 1, subs, delivery="d-1", delivery_ttl_ms=60_000)
+    again = await _publish(store, A, 1, subs, delivery="d-1", delivery_ttl_ms=60_000)
+    assert (again.source_seq, again.stream_id, again.repeated) == (
+        first.source_seq,
+        first.stream_id,
+        True,
+    )
+    assert again.links == ()
+    other = await _publish(store, A, 2, subs, delivery="d-2", delivery_ttl_ms=60_000)
+    assert (other.source_seq, other.repeated, other.links) == (2, False, (LinkSeq(1, 1),))
+    # Without a delivery key nothing is remembered.
+    assert (await _publish(store, A, 3, subs)).source_seq == 3
+    assert (await _publish(store, A, 3, subs)).source_seq == 4
+    assert await redis.xlen(store.keys.stream(D, T)) == 4

@@ -61,7 +61,8 @@ MAX_MESSAGE_OCTETS: Final = 65_536
 #: Access entries of section 7 and what the tests need: example.com may create, delete
 #: and list topics (dino may not); anyone may subscribe to, cancel and publish to the
 #: seeded topics except dino (no token) and mr.slate (no core:data); redistr.com's
-#: pubsub server may subscribe to the jazz topic.
+#: pubsub server may subscribe to the jazz topic; pebbles may contribute to robust topics
+#: as the source ``source@example.com`` (XEP-0040 5.2, docs/robust.md).
 SEED: Final = f"""<access-entries>
   <access owner='apex=pubsub@example.com' actor='*@example.com'
           actions='pubsub:createtopic pubsub:deletetopic pubsub:listtopics' />
@@ -85,6 +86,8 @@ SEED: Final = f"""<access-entries>
           actions='pubsub:subscribe pubsub:cancel core:data' />
   <access owner='apex=pubsub/only.subscribers@example.com' actor='*@*'
           actions='pubsub:subscribe pubsub:cancel' />
+  <access owner='source@example.com' actor='pebbles@example.com'
+          actions='pubsub:contribute' />
 </access-entries>
 """.encode()
 

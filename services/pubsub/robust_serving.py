@@ -1,0 +1,553 @@
+"""A robust topic's sequencer side (docs/robust.md "Phase 2: the service design"):
+publications, permission changes and heartbeats, on the topic's owner pod.
+
+A publication to a robust topic takes the path of any publication (section 4.7.1,
+:class:`services.pubsub.publishing.Publisher`) up to the fan-out, and then:
+
+1. its ``publish`` option is read (type, item, permtoken, a contribution's source: 501,
+   504, 553 as the elements say), a contribution is checked (537, 450);
+2. the topic's owner is found (:class:`services.pubsub.robust_owner.Sequencers`): this
+   pod, or the pod it is forwarded to;
+3. :meth:`apexmesh.store.robust.RobustStore.commit_publication` makes it durable and
+   numbers it for every subscriber its permission table lets see it, in one script;
+4. one fan-out (the same bounded Submit path, :meth:`Publisher.fan_out`) with each
+   recipient's own ``robust`` option, in commit order per topic;
+5. the publisher's ``published`` answer (its source seq), when it asked with an option.
+
+The relay gets 250 once the publication is durable and its fan-out was handed on (or
+failed: the publication is then repaired from the stream by the stubs, whose heartbeats
+reveal it; the mesh has taken responsibility, so the publisher is not asked to send it
+again, which would sequence it twice). A relay's retry of one delivery (same delivery
+id) is answered from the first attempt, not sequenced again, while this pod remembers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
+
+from redis.exceptions import RedisError
+
+from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.content import MimePart
+from apexmesh.apex.data import Data, DataContent, Originator, Recipient
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.options import Option
+from apexmesh.common.cache import BoundedCache
+from apexmesh.contracts.endpoint.v1 import endpoint_pb2
+from apexmesh.pubsub import core
+from apexmesh.pubsub.elements import CONTENT_NAME, service_endpoint, topic_endpoint
+from apexmesh.pubsub.robust._wire import NS, OPTION_NAME
+from apexmesh.pubsub.robust.contribution import CONTRIBUTE_TOKEN
+from apexmesh.pubsub.robust.elements import (
+    PublishHeader,
+    RobustInfo,
+    publish_from_option,
+    robust_option,
+)
+from apexmesh.pubsub.robust.heartbeat import HeartbeatSchedule
+from apexmesh.pubsub.robust.operations import Permissions, Published, parse_permissions
+from apexmesh.pubsub.robust.publish_types import Image, PublishType, fields_of_payload, fold
+from apexmesh.pubsub.robust.settings import RobustSettings
+from apexmesh.pubsub.topic_description import TopicSettings
+from apexmesh.pubsub.wire import element_payload
+from apexmesh.rpc.relay import RelaySubmitter
+from apexmesh.store.pubsub import PubsubStore
+from apexmesh.store.pubsub_cache import SubscriberCache, TopicState
+from apexmesh.store.robust import NotOwner
+from services.pubsub.publishing import Publisher, delivery_key
+from services.pubsub.robust_owner import OwnedTopic, Sequencers
+
+_log = logging.getLogger(__name__)
+
+#: transID of the ``robust`` options the service writes (an option needs one; a fixed
+#: one keeps successive deliveries alike but for their numbers).
+OPTION_TRANS_ID: Final = 1
+#: Deliveries a pod remembers the outcome of, against a relay's retries.
+REMEMBERED: Final = 100_000
+#: How long Redis remembers a committed delivery key, against a relay's retry reaching
+#: another pod (a relay retries within its timeout times its attempts: well under this).
+DELIVERY_TTL_MS: Final = 120_000
+#: Link key of the heartbeat schedule: (domain, topic, subscriber).
+LinkKey = tuple[str, str, str]
+
+#: ``allowed(owner, actor, token, trans_id)``: an access decision (451 when unknown).
+AccessCheck = Callable[[Endpoint, Endpoint, str, int | None], Awaitable[bool]]
+#: ``reply(domain, recipient, code, trans_id, text)``: a reply through the journal.
+ReplySender = Callable[[str, Endpoint, int, int | None, str], Awaitable[None]]
+
+
+class Sequenced(enum.Enum):
+    """What became of a publication or permission change on this pod."""
+
+    #: Committed here (durable, numbered, fanned out).
+    COMMITTED = "committed"
+    #: A relay's retry of a delivery committed before: answered from the first.
+    REPEATED = "repeated"
+    #: Handed to the owner pod.
+    FORWARDED = "forwarded"
+
+
+def robust_settings_of(state: TopicState) -> RobustSettings | None:
+    """The robust settings of a cached topic (None: best effort)."""
+    text = state.settings
+    if not state.exists or '"robust"' not in text:
+        return None
+    return _settings_of(text)
+
+
+_SETTINGS_CACHE: BoundedCache[str, RobustSettings | None] = BoundedCache(
+    "pubsub.robust_settings", 10_000
+)
+
+
+def _settings_of(text: str) -> RobustSettings | None:
+    def build() -> RobustSettings | None:
+        try:
+            return TopicSettings.from_json(text).robust
+        except ValueError as exc:
+            # Written by another version? Refused (451), never served best effort.
+            _log.warning("unreadable robust settings %.80r: %s", text, exc)
+            raise ApexError(ApexReplyCode.ACTION_ABORTED, "topic settings unreadable") from None
+
+    return _SETTINGS_CACHE.get_or_build(text, build)
+
+
+def is_permissions(body: bytes) -> bool:
+    """Whether a body sent to a robust topic is a ``permissions`` change (XEP 5.1) rather
+    than a publication: its root element, in the robust namespace or none."""
+    head = body.lstrip()[:256]
+    if not head.startswith(b"<permissions"):
+        return False
+    return NS.encode() in head or b"xmlns" not in head
+
+
+def content_type_of(data: Data, parts: Sequence[MimePart]) -> str:
+    """How a publication's content travelled: "" inline (XML), else its part's type."""
+    if not data.content.startswith("cid:"):
+        return ""
+    cid = data.content[4:]
+    for part in parts:
+        if part.content_id == cid:
+            return part.content_type
+    return "application/octet-stream"
+
+
+def delivery_data(
+    origin: Endpoint, content: bytes, content_type: str
+) -> tuple[Data, list[MimePart]]:
+    """Data (and parts) carrying ``content`` as a publication did: inline when it was
+    XML ("" type), else one MIME part of ``content_type``."""
+    recipients = (Recipient(identity=origin),)
+    if not content_type:
+        return Data(
+            content="#" + CONTENT_NAME,
+            originator=Originator(identity=origin),
+            recipients=recipients,
+            data_content=DataContent(name=CONTENT_NAME, content=content),
+        ), []
+    part = MimePart(content_id="robust-content", content_type=content_type, body=content)
+    data = Data(
+        content="cid:robust-content", originator=Originator(identity=origin), recipients=recipients
+    )
+    return data, [part]
+
+
+class RobustSequencing:
+    """The sequencer side of every robust topic this pod serves."""
+
+    def __init__(
+        self,
+        *,
+        sequencers: Sequencers,
+        store: PubsubStore,
+        cache: SubscriberCache,
+        publisher: Publisher,
+        submitter: RelaySubmitter,
+        allowed: AccessCheck,
+        reply: ReplySender,
+        clock: Callable[[], int],
+    ) -> None:
+        self.sequencers = sequencers
+        self._pubsub = store
+        self._cache = cache
+        self._publisher = publisher
+        self._submitter = submitter
+        self._allowed = allowed
+        self._reply = reply
+        self._clock = clock
+        self.schedule: HeartbeatSchedule[LinkKey] = HeartbeatSchedule()
+        #: delivery key -> the source seq it got (a relay's retry is answered from it).
+        self._done: BoundedCache[str, asyncio.Future[int]] = BoundedCache(
+            "pubsub.robust_deliveries", REMEMBERED
+        )
+        #: Wakes the robust task when the schedule got an earlier deadline.
+        self.wake = asyncio.Event()
+
+    # ------------------------------------------------------------------ publications
+
+    async def publish(
+        self,
+        domain: str,
+        topic: str,
+        originator: Endpoint,
+        payload: bytes,
+        delivery_id: str,
+        *,
+        state: TopicState,
+        settings: RobustSettings,
+        delivered: tuple[Data, bytes, tuple[MimePart, ...]],
+        allowed: bool,
+        forwarded: bool,
+    ) -> tuple[int, str]:
+        """(code, text) for the delivering relay; raises ApexError with its code."""
+        data, body, _parts = delivered
+        if is_permissions(body):
+            return await self._permissions(
+                domain, topic, originator, body, payload, delivery_id, settings, forwarded
+            )
+        if not allowed:
+            return ApexReplyCode.NOT_AUTHORIZED, "action not authorized"
+        header, option = self._header(data, settings)
+        source = originator
+        contributor: Endpoint | None = None
+        if header.source is not None and header.source != originator:
+            source, contributor = header.source, originator
+        key = delivery_key(delivery_id, payload)
+        for _ in range(2):
+            claim = await self.sequencers.claim(domain, topic, settings)
+            if claim.owned is None:
+                return await self._forward(
+                    domain, topic, originator, payload, delivery_id, claim.address, forwarded
+                )
+            found = claim.owned
+            if contributor is not None:  # checked by the owner alone: one bucket each
+                await self._contribution(topic, source, contributor, settings)
+            try:
+                outcome, source_seq = await self._sequence(
+                    found,
+                    state,
+                    originator,
+                    source,
+                    contributor,
+                    header,
+                    delivered,
+                    key if delivery_id else "",
+                    key,
+                )
+            except NotOwner:
+                self.sequencers.lost(domain, topic)
+                continue
+            if option is not None:
+                await self._published(domain, topic, originator, option.trans_id, source_seq, key)
+            _log.debug("%s %s seq %d: %s", topic, source, source_seq, outcome.value)
+            return ApexReplyCode.SUCCESS, ""
+        raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic sequencer moved")
+
+    async def _contribution(
+        self, topic: str, source: Endpoint, contributor: Endpoint, settings: RobustSettings
+    ) -> None:
+        """XEP 5.2: the topic takes contributions, the source's access entries let this
+        contributor (``pubsub:contribute``), within its rate; 537 or 450 otherwise."""
+        permitted = await self._allowed(source, contributor, CONTRIBUTE_TOKEN, None)
+        self.sequencers.gate.check(
+            topic=topic,
+            source=source,
+            contributor=contributor,
+            rate=settings.contributions,
+            allowed=permitted,
+            now_ms=self._clock(),
+        )
+
+    @staticmethod
+    def _header(data: Data, settings: RobustSettings) -> tuple[PublishHeader, Option | None]:
+        for option in data.options:
+            if option.internal == OPTION_NAME:
+                return publish_from_option(option, settings.item_header), option
+        return PublishHeader(), None
+
+    async def _forward(
+        self,
+        domain: str,
+        topic: str,
+        originator: Endpoint,
+        payload: bytes,
+        delivery_id: str,
+        address: str,
+        forwarded: bool,
+    ) -> tuple[int, str]:
+        if forwarded:  # forwarded to us, and we are not the owner either: no loops
+            raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic sequencer moved")
+        request = endpoint_pb2.EndpointDeliverRequest(
+            recipient=str(topic_endpoint(topic, domain)),
+            originator=str(originator),
+            payload=payload,
+            delivery_id=delivery_id,
+        )
+        return await self.sequencers.forward(address, request)
+
+    async def _sequence(
+        self,
+        owned: OwnedTopic,
+        state: TopicState,
+        originator: Endpoint,
+        source: Endpoint,
+        contributor: Endpoint | None,
+        header: PublishHeader,
+        delivered: tuple[Data, bytes, tuple[MimePart, ...]],
+        delivery: str,
+        key: str,
+    ) -> tuple[Sequenced, int]:
+        """Commit (under the topic's lock), then fan out after the previous fan-out.
+        ``delivery``: the relay's delivery key ("" when it gave no delivery id)."""
+        data, body, parts = delivered
+        earlier = self._done.get(key)
+        if earlier is not None:
+            try:
+                return Sequenced.REPEATED, await asyncio.shield(earlier)
+            except asyncio.CancelledError:
+                if not earlier.cancelled():
+                    raise
+                raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "not sequenced") from None
+        mine: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._done.put(key, mine)
+        domain, topic = owned.domain, owned.topic
+        try:
+            plan = core.publish(
+                originator,
+                exists=True,
+                allowed=True,
+                subscriptions=state.subscriptions.values(),
+                now_ms=self._clock(),
+            )
+            async with owned.lock:
+                # Under the lock: a permission change commits under it too, so each
+                # publication uses the table of its position in the stream.
+                table = owned.table
+                subscribers = [(r, table.allows(r, header.permtoken)) for r in plan.recipients]
+                image, drop = await self._image(owned, source, header, body)
+                committed = await self.sequencers.store.commit_publication(
+                    domain,
+                    topic,
+                    source=str(source),
+                    payload=body,
+                    now_ms=self._clock(),
+                    resolution=owned.settings.resolution,
+                    retention=owned.retention,
+                    subscribers=[(str(r), ok) for r, ok in subscribers],
+                    type_="" if header.type is None else header.type.value,
+                    item=header.item or "",
+                    permtoken=header.permtoken or "",
+                    contributor="" if contributor is None else str(contributor),
+                    content_type=content_type_of(data, parts),
+                    image=image,
+                    drop=drop,
+                    delivery=delivery,
+                    delivery_ttl_ms=DELIVERY_TTL_MS,
+                )
+                before, after = self._chain(owned)
+        except BaseException as exc:
+            self._done.pop(key)  # nothing was committed: a retry sequences it
+            mine.cancel()
+            if isinstance(exc, (RedisError, OSError)):
+                _log.warning("commit to %s@%s: %s", topic, domain, exc)
+                raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
+            raise
+        mine.set_result(committed.source_seq)
+        if committed.repeated:  # sequenced before, maybe by another pod: its fan-out
+            return Sequenced.REPEATED, committed.source_seq  # had the numbers
+        options: dict[Endpoint, tuple[Option, ...]] = {}
+        now = self._clock()
+        interval = owned.settings.heartbeat_ms
+        for (recipient, _ok), link in zip(subscribers, committed.links, strict=True):
+            if link is None:
+                continue
+            info = RobustInfo(
+                link_seq=link.seq,
+                link_epoch=link.epoch,
+                source_seq=committed.source_seq,
+                source=source,
+                type=header.type,
+                item=header.item,
+                permtoken=header.permtoken,
+                contributor=contributor,
+            )
+            options[recipient] = (robust_option(info, OPTION_TRANS_ID),)
+            self.schedule.touch((domain, topic, str(recipient)), now, interval)
+        await self._fan_out_after(before, after, owned, data, parts, tuple(options), key, options)
+        return Sequenced.COMMITTED, committed.source_seq
+
+    async def _image(
+        self, owned: OwnedTopic, source: Endpoint, header: PublishHeader, body: bytes
+    ) -> tuple[Image | None, bool]:
+        """The item's image after this publication (the owner folds; it is the only
+        writer, so the next source seq is the counter's value plus one)."""
+        if header.item is None:
+            return None, False
+        if header.type is PublishType.DROP:
+            return None, True
+        store = self.sequencers.store
+        current = await store.image(owned.domain, owned.topic, header.item)
+        next_seq = await store.source_seq(owned.domain, owned.topic, str(source)) + 1
+        image = fold(
+            current,
+            header.type,
+            item=header.item,
+            fields=fields_of_payload(body),
+            source=str(source),
+            source_seq=next_seq,
+        )
+        if image is not None:
+            image = dataclasses.replace(image, permtoken=header.permtoken)
+        return image, image is None
+
+    @staticmethod
+    def _chain(owned: OwnedTopic) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """(the previous fan-out's future, this one's): fan-outs start in commit order."""
+        before = owned.tail
+        after: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        owned.tail = after
+        return before, after
+
+    async def _fan_out_after(
+        self,
+        before: asyncio.Future[None] | None,
+        after: asyncio.Future[None],
+        owned: OwnedTopic,
+        data: Data,
+        parts: Sequence[MimePart],
+        recipients: tuple[Endpoint, ...],
+        key: str,
+        options: dict[Endpoint, tuple[Option, ...]],
+    ) -> None:
+        try:
+            if before is not None:
+                await asyncio.shield(before)
+            if recipients:
+                code, text = await self._publisher.fan_out(
+                    owned.domain, owned.topic, data, parts, recipients, key, options
+                )
+                if code != ApexReplyCode.SUCCESS:
+                    _log.warning(
+                        "robust fan-out of %s: %d %s (the stubs repair it)", owned.topic, code, text
+                    )
+        finally:
+            if not after.done():
+                after.set_result(None)
+
+    async def _published(
+        self, domain: str, topic: str, publisher: Endpoint, trans_id: int, seq: int, key: str
+    ) -> None:
+        """The publisher's source seq, as data from ``apex=pubsub/TOPIC@DOMAIN``."""
+        answer = Published(topic=topic, trans_id=trans_id, source_seq=seq)
+        origin = topic_endpoint(topic, domain)
+        outcome = await self._submitter.submit(
+            str(origin),
+            element_payload(origin, publisher, answer.to_xml()),
+            key=str(publisher),
+            submission_id=f"published-{key}",
+        )
+        if outcome.code != ApexReplyCode.SUCCESS:
+            _log.info("published to %s: %d %s", publisher, outcome.code, outcome.text)
+
+    # ------------------------------------------------------------------ permissions
+
+    async def _permissions(
+        self,
+        domain: str,
+        topic: str,
+        originator: Endpoint,
+        body: bytes,
+        payload: bytes,
+        delivery_id: str,
+        settings: RobustSettings,
+        forwarded: bool,
+    ) -> tuple[int, str]:
+        """XEP 5.1 in-band: the owner's grant/deny/revoke, sequenced in the stream; the
+        owner gets ``reply 250`` (537 anyone else, 554 a table over its bounds)."""
+        try:
+            change = parse_permissions(body)
+        except ApexError as exc:
+            await self._reply(domain, originator, int(exc.code), exc.trans_id, str(exc)[:200])
+            return ApexReplyCode.SUCCESS, ""
+        view = await self._pubsub.read_topic(domain, topic, ())
+        if view.creator != originator:
+            await self._reply(
+                domain, originator, ApexReplyCode.NOT_AUTHORIZED, change.trans_id, "not the owner"
+            )
+            return ApexReplyCode.SUCCESS, ""
+        claim = await self.sequencers.claim(domain, topic, settings)
+        if claim.owned is None:
+            return await self._forward(
+                domain, topic, originator, payload, delivery_id, claim.address, forwarded
+            )
+        found = claim.owned
+        try:
+            await self._commit_table(found, change)
+        except ApexError as exc:
+            await self._reply(domain, originator, int(exc.code), change.trans_id, str(exc)[:200])
+            return ApexReplyCode.SUCCESS, ""
+        except NotOwner:
+            self.sequencers.lost(domain, topic)
+            raise ApexError(
+                ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic sequencer moved"
+            ) from None
+        await self._reply(domain, originator, ApexReplyCode.SUCCESS, change.trans_id, "")
+        return ApexReplyCode.SUCCESS, ""
+
+    async def _commit_table(self, owned: OwnedTopic, change: Permissions) -> None:
+        async with owned.lock:
+            table = owned.table.changed(change.changes)
+            await self.sequencers.store.commit_permissions(
+                owned.domain, owned.topic, table, now_ms=self._clock(), retention=owned.retention
+            )
+            owned.table = table
+
+    # ------------------------------------------------------------------ heartbeats
+
+    async def heartbeat(self, owned: OwnedTopic, subscribers: Sequence[str]) -> None:
+        """One heartbeat on each of ``subscribers``' links (XEP 2.5, example 5): numbered
+        like a delivery, in one fan-out with each recipient's option."""
+        if not subscribers:
+            return
+        domain, topic = owned.domain, owned.topic
+        async with owned.lock:
+            links = await self.sequencers.store.commit_heartbeats(
+                domain,
+                topic,
+                subscribers,
+                resolution=owned.settings.resolution,
+                retention=owned.retention,
+            )
+            before, after = self._chain(owned)
+        service = service_endpoint(domain)
+        options: dict[Endpoint, tuple[Option, ...]] = {}
+        for name, link in zip(subscribers, links, strict=True):
+            info = RobustInfo(
+                link_seq=link.seq, link_epoch=link.epoch, source=service, heartbeat=True
+            )
+            options[Endpoint.parse(name)] = (robust_option(info, OPTION_TRANS_ID),)
+        data, parts = delivery_data(topic_endpoint(topic, domain), b"", "")
+        await self._fan_out_after(
+            before, after, owned, data, parts, tuple(options), f"hb:{uuid.uuid4().hex}", options
+        )
+
+    def link_ended(self, domain: str, topic: str, subscriber: str) -> None:
+        self.schedule.remove((domain, topic, subscriber))
+
+
+__all__ = [
+    "OPTION_TRANS_ID",
+    "RobustSequencing",
+    "Sequenced",
+    "content_type_of",
+    "delivery_data",
+    "is_permissions",
+    "robust_settings_of",
+]

@@ -1,0 +1,97 @@
+"""Helpers of the robust pubsub tests over the running mesh: an attachment that loses
+chosen deliveries on purpose (the stub must notice and repair), the robust option of a
+received delivery, and waiting for an answer among heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.client.attachment import Attachment
+from apexmesh.client.received import ReceivedData
+from apexmesh.pubsub.robust.elements import OPTION_NAME, RobustInfo, robust_from_option
+from apexmesh.pubsub.robust.operations import GapRequest, parse_request
+
+
+async def subscribed(apps: Any, domain: str, topic: str, endpoint: Endpoint) -> None:
+    """Return once every pubsub pod's cache (``apps``: PubsubApp) lists ``endpoint`` as
+    a subscriber of ``topic``: a publication sequenced before would not number its link
+    (as any publication before a subscription reaches it)."""
+    async with asyncio.timeout(10):
+        for app in apps:
+            while True:
+                state = await app.subscribers.topic(domain, topic)
+                if any(sub.subscriber == endpoint for sub in state.subscriptions.values()):
+                    break
+                await asyncio.sleep(0.02)
+
+
+def robust_info(received: ReceivedData, endpoint: Endpoint) -> RobustInfo | None:
+    """The ``robust`` option ``endpoint`` got with ``received`` (None: none)."""
+    for recipient in received.data.recipients:
+        if recipient.identity == endpoint:
+            for option in recipient.options:
+                if option.internal == OPTION_NAME:
+                    return robust_from_option(option)
+    return None
+
+
+class Lossy:
+    """An attachment that drops the deliveries ``drop`` picks before the reader sees
+    them (a delivery lost on its way), and records the gap requests sent through it."""
+
+    def __init__(
+        self, attachment: Attachment, drop: Callable[[ReceivedData, RobustInfo | None], bool]
+    ) -> None:
+        self._attachment = attachment
+        self._drop = drop
+        self.dropped: list[RobustInfo | None] = []
+        self.gaps: list[tuple[float, GapRequest]] = []
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self._attachment.endpoint
+
+    async def receive(self) -> ReceivedData:
+        while True:
+            received = await self._attachment.receive()
+            info = robust_info(received, self.endpoint)
+            if self._drop(received, info):
+                self.dropped.append(info)
+                continue
+            return received
+
+    async def send(self, recipients: Any, content: Any, **kwargs: Any) -> Any:
+        raw = getattr(content, "xml", b"")
+        if raw.lstrip().startswith(b"<gap"):
+            request = parse_request(raw)
+            assert isinstance(request, GapRequest)
+            self.gaps.append((time.monotonic(), request))
+        return await self._attachment.send(recipients, content, **kwargs)
+
+
+async def publications(
+    queue_get: Callable[[], Any],
+    endpoint: Endpoint,
+    count: int,
+    within: float = 10.0,
+    *,
+    heartbeats: bool = False,
+) -> list[tuple[RobustInfo, ReceivedData]]:
+    """Deliveries a PubsubClient's ``next_publication`` returns until ``count``
+    publications came (the heartbeats among them kept when ``heartbeats``)."""
+    out: list[tuple[RobustInfo, ReceivedData]] = []
+    seen = 0
+    async with asyncio.timeout(within):
+        while seen < count:
+            _topic, received = await queue_get()
+            info = robust_info(received, endpoint)
+            assert info is not None, received.content[:200]
+            if not info.heartbeat:
+                seen += 1
+            if heartbeats or not info.heartbeat:
+                out.append((info, received))
+    return out
