@@ -42,6 +42,7 @@ from apexmesh.apex.presence import parse_service_message as parse_presence_messa
 from apexmesh.beep.xml import XmlError, parse_xml
 from apexmesh.pubsub.elements import parse_operation as parse_pubsub
 from apexmesh.pubsub.elements import parse_service_message as parse_pubsub_message
+from tests.support.fuzzing import fuzz_main
 from tests.support.fuzzing import mutate as mutate_bytes
 
 REGISTRY = TokenRegistry()
@@ -185,21 +186,7 @@ def run(seconds: float, *, seed: int = 3340, limit: int | None = None) -> int:
 
 
 def main() -> None:  # pragma: no cover - a long run, by hand
-    if len(sys.argv) >= 3 and sys.argv[1] == "--seconds":
-        seconds = float(sys.argv[2])
-        started = time.monotonic()
-        count = run(seconds)
-        print(f"fuzz_apex: {count} inputs in {time.monotonic() - started:.0f} s, no failure")
-        return
-    try:
-        import atheris
-    except ImportError:
-        sys.exit(
-            "atheris is not installed: pip install atheris, or run the seeded mutator "
-            "with --seconds N"
-        )
-    atheris.Setup(sys.argv, fuzz_one)
-    atheris.Fuzz()
+    fuzz_main("fuzz_apex", run, fuzz_one)
 
 
 if __name__ == "__main__":  # pragma: no cover

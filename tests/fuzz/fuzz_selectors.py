@@ -31,7 +31,7 @@ from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.errors import ApexError
 from apexmesh.pubsub.selection.registry import default_classes
 from apexmesh.pubsub.selection.types import Kind, MessageView, TypeMap
-from tests.support.fuzzing import mutate
+from tests.support.fuzzing import fuzz_main, mutate
 
 CLASSES = default_classes()
 TYPES = (
@@ -114,20 +114,7 @@ def run(seconds: float, *, seed: int = 2254, limit: int | None = None) -> int:
 
 
 def main() -> None:  # pragma: no cover - a long run, by hand
-    if len(sys.argv) >= 3 and sys.argv[1] == "--seconds":
-        started = time.monotonic()
-        count = run(float(sys.argv[2]))
-        print(f"fuzz_selectors: {count} inputs in {time.monotonic() - started:.0f} s, no failure")
-        return
-    try:
-        import atheris  # type: ignore[import-not-found]
-    except ImportError:
-        sys.exit(
-            "atheris is not installed: pip install atheris, or run the seeded mutator "
-            "with --seconds N"
-        )
-    atheris.Setup(sys.argv, fuzz_one)
-    atheris.Fuzz()
+    fuzz_main("fuzz_selectors", run, fuzz_one)
 
 
 if __name__ == "__main__":  # pragma: no cover

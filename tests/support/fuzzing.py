@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import random
-from collections.abc import Sequence
+import sys
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -58,3 +60,24 @@ def mutate(
         else:
             buf[pos:pos] = rng.choice(inserts)
     return bytes(buf)
+
+
+def fuzz_main(
+    name: str, run: Callable[[float], int], fuzz_one: Callable[[bytes], None]
+) -> None:  # pragma: no cover - a long run, by hand
+    """A target's command line: ``--seconds N`` runs its seeded mutator for N seconds;
+    anything else goes to atheris, when it is installed."""
+    if len(sys.argv) >= 3 and sys.argv[1] == "--seconds":
+        started = time.monotonic()
+        count = run(float(sys.argv[2]))
+        print(f"{name}: {count} inputs in {time.monotonic() - started:.0f} s, no failure")
+        return
+    try:
+        import atheris  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        sys.exit(
+            "atheris is not installed: pip install atheris, or run the seeded mutator "
+            "with --seconds N"
+        )
+    atheris.Setup(sys.argv, fuzz_one)
+    atheris.Fuzz()
