@@ -110,8 +110,8 @@ class Repairer:
                 self.complete.set()
 
 
-async def repair(repairer: Repairer) -> tuple[float, int]:
-    """(ms, link seqs redelivered) for a gap over the whole run."""
+async def repair(repairer: Repairer) -> tuple[float, int, int]:
+    """(ms, link seqs redelivered, link seqs asked for) for a gap over the whole run."""
     first, last = min(repairer.links), max(repairer.links)
     repairer.repairing = True
     started = time.perf_counter()
@@ -119,7 +119,7 @@ async def repair(repairer: Repairer) -> tuple[float, int]:
     await repairer.attachment.send(SERVICE, XmlContent(gap.to_xml()))
     async with asyncio.timeout(600):
         await repairer.complete.wait()
-    return (time.perf_counter() - started) * 1000, repairer.redelivered
+    return (time.perf_counter() - started) * 1000, repairer.redelivered, last - first + 1
 
 
 async def main(argv: list[str]) -> None:
@@ -152,8 +152,11 @@ async def main(argv: list[str]) -> None:
         ratio = result.rate / plain.rate if plain.rate else 0.0
         print(f"  robust / plain: {ratio:.2f} (target 0.7)", flush=True)
         await asyncio.sleep(1.0)  # the repairer's last deliveries
-        ms, count = await repair(repairer)
-        print(f"  repair of {count:,} link seqs by link range: {ms:,.0f} ms", flush=True)
+        ms, count, asked = await repair(repairer)
+        print(
+            f"  repair by link range: {ms:,.0f} ms, redelivered {count:,} / expected {asked:,}",
+            flush=True,
+        )
         repairer.reader.cancel()
         figures += [
             figure("robust fan-out", result.rate, "deliveries/s", plain.rate),
