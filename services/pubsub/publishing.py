@@ -157,7 +157,7 @@ class Publisher:
             raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
         owner = topic_endpoint(topic, domain)
         allowed = state.exists and (trusted or await self._allowed(owner, originator))
-        if self.robust is not None and state.exists and '"robust"' in state.settings:
+        if self.robust is not None:  # None back for a topic that is not robust
             served = await self.robust(
                 domain,
                 topic,

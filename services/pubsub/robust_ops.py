@@ -54,8 +54,8 @@ from services.pubsub.publishing import Publisher
 from services.pubsub.robust_serving import (
     OPTION_TRANS_ID,
     AccessCheck,
+    RobustSettingsReader,
     delivery_data,
-    robust_settings_of,
 )
 
 _log = logging.getLogger(__name__)
@@ -117,8 +117,10 @@ class RobustOperations:
         publisher: Publisher,
         allowed: AccessCheck,
         answer: AnswerSender,
+        settings_of: RobustSettingsReader,
     ) -> None:
         self._store = store
+        self._settings_of = settings_of
         self._topics = topics
         self._cache = cache
         self._publisher = publisher
@@ -129,7 +131,7 @@ class RobustOperations:
         """Serve ``request`` from ``originator``; raises ApexError with the refusal."""
         trans_id = request.trans_id
         state = await self._cache.topic(domain, request.topic)
-        settings = robust_settings_of(state)
+        settings = self._settings_of(state)
         if settings is None:
             raise _refused(
                 ApexReplyCode.PARAMETER_INVALID, f"{request.topic} is not a robust topic", trans_id

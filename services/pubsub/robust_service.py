@@ -44,7 +44,7 @@ from services.pubsub.robust_serving import (
     AccessCheck,
     ReplySender,
     RobustSequencing,
-    robust_settings_of,
+    RobustSettingsReader,
 )
 
 _log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class RobustService:
         self._cache = cache
         self._pubsub = store
         self._clock = clock
+        self.settings_of = RobustSettingsReader()
         self.sequencers = Sequencers(
             store=self.store, topics=self.topics, clock=clock, lease_ms=lease_ms, timeout=timeout
         )
@@ -113,6 +114,7 @@ class RobustService:
             publisher=publisher,
             allowed=allowed,
             answer=answer,
+            settings_of=self.settings_of,
         )
         self._memo = ParseMemo()
         self._next_round = 0
@@ -137,7 +139,7 @@ class RobustService:
         forwarded: bool,
     ) -> tuple[int, str] | None:
         """A publication to ``topic`` served, or None when the topic is not robust."""
-        settings = robust_settings_of(state)
+        settings = self.settings_of(state)
         if settings is None:
             return None
         return await self.sequencing.publish(
@@ -214,7 +216,7 @@ class RobustService:
         for domain in self.domains:
             for topic in await self.topics.topics(domain):
                 state = await self._cache.topic(domain, topic)
-                settings = robust_settings_of(state)
+                settings = self.settings_of(state)
                 if settings is None:
                     # Gone from the cache: forgotten once Redis says so too (this pod's
                     # cache may not have seen a creation the registry already has).

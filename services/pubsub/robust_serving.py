@@ -94,29 +94,34 @@ class Sequenced(enum.Enum):
     FORWARDED = "forwarded"
 
 
-def robust_settings_of(state: TopicState) -> RobustSettings | None:
-    """The robust settings of a cached topic (None: best effort)."""
-    text = state.settings
-    if not state.exists or '"robust"' not in text:
-        return None
-    return _settings_of(text)
+#: Distinct settings texts a pod keeps parsed (one per robust topic's current settings).
+SETTINGS_REMEMBERED: Final = 10_000
 
 
-_SETTINGS_CACHE: BoundedCache[str, RobustSettings | None] = BoundedCache(
-    "pubsub.robust_settings", 10_000
-)
+class RobustSettingsReader:
+    """The robust settings of cached topics: each settings text parsed once (the JSON
+    of a topic is the same for every publication until the topic changes)."""
+
+    def __init__(self, limit: int = SETTINGS_REMEMBERED) -> None:
+        self._parsed: BoundedCache[str, RobustSettings | None] = BoundedCache(
+            "pubsub.robust_settings", limit
+        )
+
+    def __call__(self, state: TopicState) -> RobustSettings | None:
+        """The topic's robust settings (None: best effort)."""
+        text = state.settings
+        if not state.exists or '"robust"' not in text:
+            return None
+        return self._parsed.get_or_build(text, lambda: _parse_settings(text))
 
 
-def _settings_of(text: str) -> RobustSettings | None:
-    def build() -> RobustSettings | None:
-        try:
-            return TopicSettings.from_json(text).robust
-        except ValueError as exc:
-            # Written by another version? Refused (451), never served best effort.
-            _log.warning("unreadable robust settings %.80r: %s", text, exc)
-            raise ApexError(ApexReplyCode.ACTION_ABORTED, "topic settings unreadable") from None
-
-    return _SETTINGS_CACHE.get_or_build(text, build)
+def _parse_settings(text: str) -> RobustSettings | None:
+    try:
+        return TopicSettings.from_json(text).robust
+    except ValueError as exc:
+        # Written by another version? Refused (451), never served best effort.
+        _log.warning("unreadable robust settings %.80r: %s", text, exc)
+        raise ApexError(ApexReplyCode.ACTION_ABORTED, "topic settings unreadable") from None
 
 
 def is_permissions(body: bytes) -> bool:
@@ -549,5 +554,5 @@ __all__ = [
     "content_type_of",
     "delivery_data",
     "is_permissions",
-    "robust_settings_of",
+    "RobustSettingsReader",
 ]

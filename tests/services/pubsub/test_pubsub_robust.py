@@ -46,7 +46,7 @@ from apexmesh.pubsub.robust.settings import ContributionRate, RobustSettings
 from apexmesh.pubsub.robust.stub import Resynchronised, StubEvent
 from apexmesh.store.keys import Keys
 from apexmesh.store.robust import RobustKeys
-from services.pubsub.robust_serving import robust_settings_of
+from services.pubsub.robust_serving import RobustSettingsReader
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh, until
 from tests.services.pubsub.robust_support import Lossy, publications, subscribed
 from tests.support.mesh import endpoint_client
@@ -136,7 +136,7 @@ async def _robust_topic(
         app = mesh.mesh.pubsub[pod]
 
         async def known(app=app) -> bool:  # type: ignore[no-untyped-def]
-            return robust_settings_of(await app.subscribers.topic(DOMAIN, topic)) == settings
+            return RobustSettingsReader()(await app.subscribers.topic(DOMAIN, topic)) == settings
 
         await until(known)
     return owner
