@@ -82,6 +82,12 @@ EventCallback = Callable[[str, StubEvent], None]
 Reattach = Callable[[], Awaitable[Attachment]]
 #: Pause between attempts to attach again, seconds.
 REATTACH_PAUSE = 0.2
+#: How long a stub waits for an overtaken delivery before asking for it (ms): a topic's
+#: fan-outs travel through the relay pods side by side (docs/robust.md "Fan-outs in
+#: flight"), so a delivery may arrive a little after the next one. At most a quarter of
+#: the topic's heartbeat interval, so that a loss a heartbeat reveals is still asked for
+#: within two intervals (XEP 2.5).
+REORDER_MS = 250
 
 
 class RobustClient:
@@ -119,6 +125,8 @@ class RobustClient:
         self._operation_ids = itertools.count(OPERATIONS_BLOCK)
         self._replies: dict[int, asyncio.Future[Reply]] = {}
         self._wake = asyncio.Event()
+        #: When the timer task wakes next (ms): a stub with an earlier deadline wakes it.
+        self._timer_at = 0
         self._tasks: list[asyncio.Task[None]] = []
 
     def _now(self) -> int:
@@ -134,9 +142,14 @@ class RobustClient:
         heartbeat_ms: int,
         fresh: bool = True,
         repair_timeout_ms: int | None = None,
+        reorder_ms: int | None = None,
     ) -> SubscriberStub:
         """Run a stub for ``topic`` (subscribe to it as usual; the settings are the ones
-        a source query reports)."""
+        a source query reports). ``reorder_ms``: how long a hole may wait for a
+        delivery overtaken on the way before it is asked for (0: at once; by default
+        :data:`REORDER_MS`, at most a quarter of ``heartbeat_ms``)."""
+        if reorder_ms is None:
+            reorder_ms = min(REORDER_MS, heartbeat_ms // 4)
         if len(self._stubs) * TRANS_BLOCK + TRANS_BLOCK >= OPERATIONS_BLOCK:
             raise ValueError("too many robust topics on one client")
         stub = SubscriberStub(
@@ -147,6 +160,7 @@ class RobustClient:
             fresh=fresh,
             repair_timeout_ms=repair_timeout_ms,
             first_trans_id=len(self._stubs) * TRANS_BLOCK + 1,
+            reorder_ms=reorder_ms,
         )
         self._stubs[topic] = stub
         self._start()
@@ -288,7 +302,9 @@ class RobustClient:
         while True:
             deadlines = [stub.next_deadline() for stub in self._stubs.values()]
             self._wake.clear()
-            delay = 3600.0 if not deadlines else max(0.0, (min(deadlines) - self._now()) / 1000)
+            now = self._now()
+            self._timer_at = min(deadlines) if deadlines else now + 3_600_000
+            delay = max(0.0, (self._timer_at - now) / 1000)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._wake.wait()
@@ -319,6 +335,8 @@ class RobustClient:
                     self._others.put_nowait(received)
                     return
                 await self._carry_out(topic, stub.receive(info, received.content, self._now()))
+                if stub.next_deadline() < self._timer_at:
+                    self._wake.set()  # a hole now waits out the reorder tolerance
                 return
         if received.is_xml and await self._answer(received):
             return

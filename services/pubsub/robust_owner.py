@@ -9,10 +9,9 @@ address). :class:`Sequencers` is a pod's side of that:
   pod sequences the topic (:attr:`Ownership.OWNED`, taking a lapsed lease), or another
   pod does (:attr:`Ownership.ELSEWHERE`, with its address to forward to);
 - an owned topic's :class:`OwnedTopic` holds what the sequencer keeps in memory: the
-  permission table in force (loaded from Redis when the topic is taken over), the lock
-  that orders commits, and the tail of its fan-outs (each starts once the previous one
-  was handed to the relays, so a subscriber receives a topic's link seqs in order and
-  its stub does not ask for repairs of mere reordering);
+  permission table in force (loaded from Redis when the topic is taken over) and the
+  lock that orders commits (its fan-outs then travel side by side: the stubs order by
+  link seq);
 - :meth:`Sequencers.forward` sends a publication on to the owner with the forwarded
   mark (a pod that receives a forwarded call and cannot take the topic answers 450
   rather than forwarding again: no loops);
@@ -84,8 +83,6 @@ class OwnedTopic:
     renew_at: int
     #: Orders commits (one link order).
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: Done when the last fan-out started was handed to the relays.
-    tail: asyncio.Future[None] | None = None
     #: The subscribers whose links the robust task keeps (heartbeats, link ends).
     links: set[str] = field(default_factory=set)
 

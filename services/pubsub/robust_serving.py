@@ -11,7 +11,8 @@ A publication to a robust topic takes the path of any publication (section 4.7.1
 3. :meth:`apexmesh.store.robust.RobustStore.commit_publication` makes it durable and
    numbers it for every subscriber its permission table lets see it, in one script;
 4. one fan-out (the same bounded Submit path, :meth:`Publisher.fan_out`) with each
-   recipient's own ``robust`` option, in commit order per topic;
+   recipient's own ``robust`` option, handed on at once (beside the topic's other
+   fan-outs in flight: the stubs order by link seq);
 5. the publisher's ``published`` answer (its source seq), when it asked with an option.
 
 The relay gets 250 once the publication is durable and its fan-out was handed on (or
@@ -356,7 +357,6 @@ class RobustSequencing:
                     delivery=delivery,
                     delivery_ttl_ms=DELIVERY_TTL_MS,
                 )
-                before, after = self._chain(owned)
         except BaseException as exc:
             self._done.pop(key)  # nothing was committed: a retry sequences it
             mine.cancel()
@@ -385,7 +385,7 @@ class RobustSequencing:
             )
             options[recipient] = (robust_option(info, OPTION_TRANS_ID),)
             self.schedule.touch((domain, topic, str(recipient)), now, interval)
-        await self._fan_out_after(before, after, owned, data, parts, tuple(options), key, options)
+        await self._fan_out(owned, data, parts, tuple(options), key, options)
         return Sequenced.COMMITTED, committed.source_seq
 
     async def _image(
@@ -412,18 +412,8 @@ class RobustSequencing:
             image = dataclasses.replace(image, permtoken=header.permtoken)
         return image, image is None
 
-    @staticmethod
-    def _chain(owned: OwnedTopic) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
-        """(the previous fan-out's future, this one's): fan-outs start in commit order."""
-        before = owned.tail
-        after: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        owned.tail = after
-        return before, after
-
-    async def _fan_out_after(
+    async def _fan_out(
         self,
-        before: asyncio.Future[None] | None,
-        after: asyncio.Future[None],
         owned: OwnedTopic,
         data: Data,
         parts: Sequence[MimePart],
@@ -431,20 +421,20 @@ class RobustSequencing:
         key: str,
         options: dict[Endpoint, tuple[Option, ...]],
     ) -> None:
-        try:
-            if before is not None:
-                await asyncio.shield(before)
-            if recipients:
-                code, text = await self._publisher.fan_out(
-                    owned.domain, owned.topic, data, parts, recipients, key, options
-                )
-                if code != ApexReplyCode.SUCCESS:
-                    _log.warning(
-                        "robust fan-out of %s: %d %s (the stubs repair it)", owned.topic, code, text
-                    )
-        finally:
-            if not after.done():
-                after.set_result(None)
+        """Hand a committed publication (or heartbeat) to the relays at once, beside the
+        topic's other fan-outs in flight (docs/robust.md "Fan-outs in flight"): the
+        stubs order by link seq, so waiting for the previous fan-out would only cap a
+        topic at one relay round trip per publication. A failure is logged: the stubs
+        repair what it lost (the heartbeats show them it is missing)."""
+        if not recipients:
+            return
+        code, text = await self._publisher.fan_out(
+            owned.domain, owned.topic, data, parts, recipients, key, options
+        )
+        if code != ApexReplyCode.SUCCESS:
+            _log.warning(
+                "robust fan-out of %s: %d %s (the stubs repair it)", owned.topic, code, text
+            )
 
     async def _published(
         self, domain: str, topic: str, publisher: Endpoint, trans_id: int, seq: int, key: str
@@ -530,7 +520,6 @@ class RobustSequencing:
                 resolution=owned.settings.resolution,
                 retention=owned.retention,
             )
-            before, after = self._chain(owned)
         service = service_endpoint(domain)
         options: dict[Endpoint, tuple[Option, ...]] = {}
         for name, link in zip(subscribers, links, strict=True):
@@ -539,9 +528,7 @@ class RobustSequencing:
             )
             options[Endpoint.parse(name)] = (robust_option(info, OPTION_TRANS_ID),)
         data, parts = delivery_data(topic_endpoint(topic, domain), b"", "")
-        await self._fan_out_after(
-            before, after, owned, data, parts, tuple(options), f"hb:{uuid.uuid4().hex}", options
-        )
+        await self._fan_out(owned, data, parts, tuple(options), f"hb:{uuid.uuid4().hex}", options)
 
     def link_ended(self, domain: str, topic: str, subscriber: str) -> None:
         self.schedule.remove((domain, topic, subscriber))

@@ -241,6 +241,7 @@ def run(
     heartbeat_ms: int = 100,
     record_retention: int | None = None,
     stream_retention: int | None = None,
+    reorder_ms: int = 0,
 ) -> Outcome:
     """Publish, deliver through the lossy network, repair; then let the network settle
     (lossless) until the stub has everything or the step limit says it never will."""
@@ -253,7 +254,12 @@ def run(
         service.start_at(start_at)
         expect = (1, resolution.next(start_at))
     stub = SubscriberStub(
-        TOPIC, resolution=resolution, heartbeat_ms=heartbeat_ms, now_ms=now, expect=expect
+        TOPIC,
+        resolution=resolution,
+        heartbeat_ms=heartbeat_ms,
+        now_ms=now,
+        expect=expect,
+        reorder_ms=reorder_ms,
     )
     network = Network(rng, loss, duplication)
     delivered: list[tuple[str, int]] = []

@@ -15,9 +15,14 @@ Rules (docs/robust.md, "The subscriber stub"):
    heartbeats take a position and deliver nothing. A publication whose source seq is not
    above the last one delivered from its source (the per-source high-water mark) is a
    duplicate too: that is what makes a source repair overlapping the live flow safe.
-3. **Repair by link range first.** A delivery beyond the next position asks at once for
-   the positions in between (:class:`SendGap` with ``linkfrom``/``linkto``/``linkepoch``,
-   at most :data:`~apexmesh.pubsub.robust.elements.MAX_GAP` at a time).
+3. **Repair by link range first.** A delivery beyond the next position asks for the
+   positions in between (:class:`SendGap` with ``linkfrom``/``linkto``/``linkepoch``,
+   at most :data:`~apexmesh.pubsub.robust.elements.MAX_GAP` at a time): at once, or,
+   with a reorder tolerance (``reorder_ms``, as TIBCO RV and Ultra Messaging have one),
+   for those still missing once it has passed. The service hands a topic's fan-outs to
+   the relay pods without waiting for each other (docs/robust.md "Fan-outs in flight"),
+   so deliveries may arrive a little out of order: buffering them for a moment costs
+   less than asking the service for what is already on its way.
 4. **Then by source.** A refused link repair asks by source: the last delivered source
    seq of each source (the service resumes after the latest of them, in the topic's
    order, for every source), or everything retained when nothing was delivered yet. While
@@ -45,6 +50,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Final
 
 from apexmesh.apex._dtd import MAX_TRANS_ID
 from apexmesh.apex.endpoint import Endpoint
@@ -59,6 +65,10 @@ from apexmesh.pubsub.robust.operations import (
 )
 from apexmesh.pubsub.robust.publish_types import PublishType
 from apexmesh.pubsub.robust.seq import RESYNC, Resolution
+
+#: Link ranges one reorder check asks for at most: holes beyond are asked as one range
+#: (redelivering what the stub already holds costs less than many requests).
+MAX_RUNS: Final = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,12 +182,15 @@ class SubscriberStub:
         repair_timeout_ms: int | None = None,
         first_trans_id: int = 1,
         expect: tuple[int, int] | None = None,
+        reorder_ms: int = 0,
     ) -> None:
         self.topic = topic
         self.resolution = resolution
         self.heartbeat_ms = heartbeat_ms
         self.overdue_ms = overdue_intervals * heartbeat_ms
         self.repair_timeout_ms = repair_timeout_ms or max(1_000, 2 * heartbeat_ms)
+        #: How long a hole may wait for a delivery overtaken on the way (0: ask at once).
+        self.reorder_ms = reorder_ms
         self.stats = StubStats()
         self._trans = itertools.count(first_trans_id)
         self._epoch: int | None = None
@@ -192,6 +205,8 @@ class SubscriberStub:
         self._source_wanted = False
         self._last_heard = now_ms
         self._delayed = False
+        #: When the holes not asked for yet are asked for (rule 3), None: no such hole.
+        self._reorder_at: int | None = None
         if expect is None and fresh:
             expect = (1, RESYNC)
         if expect is not None:
@@ -229,8 +244,12 @@ class SubscriberStub:
         previous_high = self._high_pos
         self._high_pos = max(previous_high, pos)
         if pos > max(self._next_pos, previous_high + 1):
-            # Positions up to the previous highest were received or asked for already.
-            self._request_missing(max(self._next_pos, previous_high + 1), pos - 1, out, now_ms)
+            if self.reorder_ms <= 0:
+                # Positions up to the previous highest were received or asked for already.
+                start = max(self._next_pos, previous_high + 1)
+                self._request_missing(start, pos - 1, out, now_ms)
+            elif self._reorder_at is None:
+                self._reorder_at = now_ms + self.reorder_ms
         self._drain(out, now_ms)
         return out
 
@@ -262,6 +281,9 @@ class SubscriberStub:
     def tick(self, now_ms: int) -> list[StubEvent]:
         """The time passed; call at :meth:`next_deadline` (or any time)."""
         out: list[StubEvent] = []
+        if self._reorder_at is not None and self._reorder_at <= now_ms:
+            self._reorder_at = None
+            self._request_unasked(out, now_ms)
         silent = now_ms - self._last_heard
         if not self._delayed and silent >= self.overdue_ms:
             self._delayed = True
@@ -291,6 +313,8 @@ class SubscriberStub:
     def next_deadline(self) -> int:
         """When :meth:`tick` next has something to do."""
         times = [link.deadline for link in self._links.values()]
+        if self._reorder_at is not None:
+            times.append(self._reorder_at)
         if self._source is not None:
             times.append(self._source.deadline)
         if not self._delayed:
@@ -323,6 +347,7 @@ class SubscriberStub:
         self._requested_to = -1
         self._buffer.clear()
         self._links.clear()
+        self._reorder_at = None
         # Whatever ran covered the old epoch at most: ask again from the marks now.
         self._source = None
         self._source_wanted = False
@@ -365,6 +390,30 @@ class SubscriberStub:
         last = min(upto, first + MAX_GAP - 1)
         self._requested_to = last
         self._link_request(first, last, out, now)
+
+    def _request_unasked(self, out: list[StubEvent], now: int) -> None:
+        """The reorder tolerance passed: ask for the holes below the highest position
+        received that are not asked for yet, one link range per run of missing
+        positions (at most :data:`MAX_RUNS`; one range spans the rest)."""
+        first = max(self._next_pos, self._requested_to + 1, self._settled_to() + 1)
+        end = min(self._high_pos - 1, first + MAX_GAP - 1)
+        runs: list[tuple[int, int]] = []
+        pos = first
+        while pos <= end:
+            if pos in self._buffer:
+                pos += 1
+                continue
+            run = pos
+            while run + 1 <= end and run + 1 not in self._buffer:
+                run += 1
+            runs.append((pos, run))
+            pos = run + 1
+        if len(runs) > MAX_RUNS:
+            runs[MAX_RUNS - 1 :] = [(runs[MAX_RUNS - 1][0], runs[-1][1])]
+        for start, last in runs:
+            self.stats.gaps_detected += 1
+            self._link_request(start, last, out, now)
+        self._requested_to = max(self._requested_to, end)
 
     def _request_holes(self, out: list[StubEvent], now: int) -> None:
         """Ask again for the positions still missing below the highest received."""
@@ -489,6 +538,8 @@ class SubscriberStub:
                 info, payload = self._buffer.pop(self._next_pos)
                 self._next_pos += 1
                 self._deliver(info, payload, out)
+            if self._next_pos > self._high_pos:
+                self._reorder_at = None  # the overtaken deliveries came: nothing to ask
             filled = [
                 trans_id
                 for trans_id, link in self._links.items()

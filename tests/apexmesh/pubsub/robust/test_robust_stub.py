@@ -103,6 +103,48 @@ def test_a_gap_is_asked_by_link_range_at_once_and_filled_in_order() -> None:
     assert stub.settled  # the filled request is done with
 
 
+def test_with_a_reorder_tolerance_an_overtaken_delivery_is_not_asked_for() -> None:
+    stub = _stub(reorder_ms=200)
+    stub.receive(pub(0, 1), b"", 0)
+    events = stub.receive(pub(2, 3), b"", 10)
+    assert gaps(events) == []
+    assert delivered(events) == []
+    assert stub.next_deadline() == 210
+    out = stub.receive(pub(1, 2), b"", 50)  # the overtaken one comes within the tolerance
+    assert delivered(out) == [(str(A), 2), (str(A), 3)]
+    assert gaps(stub.tick(210)) == []
+    assert stub.stats.gaps_detected == 0
+    assert stub.settled
+
+
+def test_with_a_reorder_tolerance_holes_still_missing_are_asked_run_by_run() -> None:
+    stub = _stub(reorder_ms=200)
+    stub.receive(pub(0, 1), b"", 0)
+    stub.receive(pub(3, 4), b"", 10)  # 1 and 2 missing
+    stub.receive(pub(5, 6), b"", 20)  # 4 missing
+    stub.receive(pub(2, 3), b"", 30)  # 2 came late: 1 and 4 remain
+    assert gaps(stub.tick(209)) == []  # the tolerance runs from the first hole seen (10)
+    requests = gaps(stub.tick(210))
+    assert [(r.link_from, r.link_to) for r in requests] == [(1, 1), (4, 4)]
+    assert stub.stats.gaps_detected == 2
+    # Asked once: a later delivery beyond asks only for what is new.
+    stub.receive(pub(8, 9), b"", 250)
+    assert [(r.link_from, r.link_to) for r in gaps(stub.tick(450))] == [(6, 7)]
+    out = stub.receive(pub(1, 2), b"", 460) + stub.receive(pub(4, 5), b"", 461)
+    assert delivered(out) == [(str(A), s) for s in (2, 3, 4, 5, 6)]
+
+
+def test_with_a_reorder_tolerance_many_holes_are_asked_in_a_bounded_number_of_ranges() -> None:
+    stub = _stub(reorder_ms=100)
+    stub.receive(pub(0, 1), b"", 0)
+    for link in range(2, 40, 2):  # every odd position missing: 19 holes
+        stub.receive(pub(link, link + 1), b"", 1)
+    requests = gaps(stub.tick(101))
+    assert len(requests) == 8
+    assert (requests[-1].link_from, requests[-1].link_to) == (15, 37)
+    assert [(r.link_from, r.link_to) for r in requests[:7]] == [(n, n) for n in range(1, 15, 2)]
+
+
 def test_duplicates_are_dropped_by_position_and_by_source_seq() -> None:
     stub = _stub()
     stub.receive(pub(0, 1), b"", 0)

@@ -26,12 +26,17 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
     publications=st.integers(1, 120),
     loss=st.sampled_from([0.0, 0.05, 0.2, 0.4]),
     duplication=st.sampled_from([0.0, 0.1, 0.3]),
+    reorder_ms=st.sampled_from([0, 20, 250]),
 )
 def test_every_publication_once_in_order_through_loss_reorder_and_duplication(
-    seed: int, publications: int, loss: float, duplication: float
+    seed: int, publications: int, loss: float, duplication: float, reorder_ms: int
 ) -> None:
     outcome = run(
-        random.Random(seed), publications=publications, loss=loss, duplication=duplication
+        random.Random(seed),
+        publications=publications,
+        loss=loss,
+        duplication=duplication,
+        reorder_ms=reorder_ms,
     )
     assert outcome.refused == []
     assert outcome.delivered == outcome.expected
@@ -45,9 +50,15 @@ def test_every_publication_once_in_order_through_loss_reorder_and_duplication(
     loss=st.sampled_from([0.0, 0.1, 0.3]),
     duplication=st.sampled_from([0.0, 0.2]),
     context_losses=st.integers(1, 3),
+    reorder_ms=st.sampled_from([0, 50]),
 )
 def test_link_context_lost_repairs_by_source(
-    seed: int, publications: int, loss: float, duplication: float, context_losses: int
+    seed: int,
+    publications: int,
+    loss: float,
+    duplication: float,
+    context_losses: int,
+    reorder_ms: int,
 ) -> None:
     outcome = run(
         random.Random(seed),
@@ -55,6 +66,7 @@ def test_link_context_lost_repairs_by_source(
         loss=loss,
         duplication=duplication,
         context_losses=min(context_losses, publications - 1),
+        reorder_ms=reorder_ms,
     )
     assert outcome.refused == []
     assert outcome.delivered == outcome.expected
