@@ -47,10 +47,10 @@ from apexmesh.pubsub.elements import CONTENT_NAME, service_endpoint, topic_endpo
 from apexmesh.pubsub.robust._wire import NS, OPTION_NAME
 from apexmesh.pubsub.robust.contribution import CONTRIBUTE_TOKEN
 from apexmesh.pubsub.robust.elements import (
+    LinkOptions,
     PublishHeader,
     RobustInfo,
     publish_from_option,
-    robust_option,
 )
 from apexmesh.pubsub.robust.heartbeat import HeartbeatSchedule
 from apexmesh.pubsub.robust.operations import Permissions, Published, parse_permissions
@@ -370,21 +370,29 @@ class RobustSequencing:
         options: dict[Endpoint, tuple[Option, ...]] = {}
         now = self._clock()
         interval = owned.settings.heartbeat_ms
-        for (recipient, _ok), link in zip(subscribers, committed.links, strict=True):
-            if link is None:
-                continue
-            info = RobustInfo(
-                link_seq=link.seq,
-                link_epoch=link.epoch,
-                source_seq=committed.source_seq,
-                source=source,
-                type=header.type,
-                item=header.item,
-                permtoken=header.permtoken,
-                contributor=contributor,
+        numbered = [
+            (recipient, link)
+            for (recipient, _ok), link in zip(subscribers, committed.links, strict=True)
+            if link is not None
+        ]
+        if numbered:
+            first = numbered[0][1]
+            links = LinkOptions(
+                RobustInfo(
+                    link_seq=first.seq,
+                    link_epoch=first.epoch,
+                    source_seq=committed.source_seq,
+                    source=source,
+                    type=header.type,
+                    item=header.item,
+                    permtoken=header.permtoken,
+                    contributor=contributor,
+                ),
+                OPTION_TRANS_ID,
             )
-            options[recipient] = (robust_option(info, OPTION_TRANS_ID),)
-            self.schedule.touch((domain, topic, str(recipient)), now, interval)
+            for recipient, link in numbered:
+                options[recipient] = (links.for_link(link.seq, link.epoch),)
+                self.schedule.touch((domain, topic, str(recipient)), now, interval)
         await self._fan_out(owned, data, parts, tuple(options), key, options)
         return Sequenced.COMMITTED, committed.source_seq
 
@@ -522,11 +530,13 @@ class RobustSequencing:
             )
         service = service_endpoint(domain)
         options: dict[Endpoint, tuple[Option, ...]] = {}
+        first = links[0]
+        beat = RobustInfo(
+            link_seq=first.seq, link_epoch=first.epoch, source=service, heartbeat=True
+        )
+        numbered = LinkOptions(beat, OPTION_TRANS_ID)
         for name, link in zip(subscribers, links, strict=True):
-            info = RobustInfo(
-                link_seq=link.seq, link_epoch=link.epoch, source=service, heartbeat=True
-            )
-            options[Endpoint.parse(name)] = (robust_option(info, OPTION_TRANS_ID),)
+            options[Endpoint.parse(name)] = (numbered.for_link(link.seq, link.epoch),)
         data, parts = delivery_data(topic_endpoint(topic, domain), b"", "")
         await self._fan_out(owned, data, parts, tuple(options), f"hb:{uuid.uuid4().hex}", options)
 

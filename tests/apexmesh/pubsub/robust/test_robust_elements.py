@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from apexmesh.apex.codes import ApexReplyCode
@@ -11,6 +13,7 @@ from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option
 from apexmesh.pubsub.robust.elements import (
     MAX_GAP,
+    LinkOptions,
     PublishHeader,
     RobustInfo,
     link_span,
@@ -276,3 +279,41 @@ def test_answers_round_trip() -> None:
         is ApexReplyCode.PARAMETER_SYNTAX_ERROR
     )
     assert _code(b"<reply code='250' />", parse_answer)[0] is ApexReplyCode.PARAMETER_SYNTAX_ERROR
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        RobustInfo(
+            link_seq=1,
+            link_epoch=1,
+            source_seq=9,
+            source=Endpoint.parse("fred@example.com"),
+            type=PublishType.CORRECTION,
+            item="a&b<c'\"",
+            permtoken="gold",
+            contributor=Endpoint.parse("wilma@example.com"),
+        ),
+        RobustInfo(
+            link_seq=65535, link_epoch=7, source=Endpoint.parse("apex=pubsub@x.org"), heartbeat=True
+        ),
+    ],
+)
+def test_link_options_are_the_options_robust_option_builds_for_each_link(
+    template: RobustInfo,
+) -> None:
+    """The fan-out's shortcut (one canonical template, numbers put in) must give exactly
+    the option built and parsed the long way, for any numbers."""
+    numbered = LinkOptions(template, 42)
+    for seq, epoch in [(0, 1), (1, 2), (65_535, 1), (2**32 - 1, 10**6), (5, 3)]:
+        built = robust_option(dataclasses.replace(template, link_seq=seq, link_epoch=epoch), 42)
+        fast = numbered.for_link(seq, epoch)
+        assert fast == built
+        assert hash(fast) == hash(built)
+        assert robust_from_option(fast) == robust_from_option(built)
+        assert fast.to_xml() == built.to_xml()
+
+
+def test_link_options_need_a_numbered_template() -> None:
+    with pytest.raises(ValueError, match="link_seq and link_epoch"):
+        LinkOptions(RobustInfo(link_seq=3, source_seq=1, source=Endpoint.parse("a@b.org")), 1)
