@@ -11,8 +11,10 @@ channels to owner pods are bounded: the evicted and the idle ones are closed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import grpc
 import pytest
@@ -20,23 +22,34 @@ from redis.asyncio import Redis
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.errors import ApexError
+from apexmesh.client import PubsubClient
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2
+from apexmesh.pubsub.robust.seq import Resolution
+from apexmesh.pubsub.robust.settings import RobustSettings
 from apexmesh.rpc.server import create_server
 from apexmesh.store.keys import Keys
-from apexmesh.store.robust import RobustStore
-from apexmesh.store.robust_topics import RobustTopics
+from apexmesh.store.robust import RobustKeys, RobustStore
+from apexmesh.store.robust_topics import RobustTopics, holder_value
+from services.pubsub.app import PubsubApp
 from services.pubsub.robust_owner import (
     FORWARD_ATTEMPTS,
     OWNER_CHANNEL_IDLE_MS,
     OutcomeUnknownError,
     Sequencers,
 )
+from services.pubsub.robust_serving import RobustSettingsReader
+from tests.services.pubsub.conftest import started_mesh, until
 from tests.support.fake_owner import ScriptedOwner, scripted_owners
+from tests.support.mesh import endpoint_client
+from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 #: Seconds a forward waits for the owner: short, so a held call is cut off quickly.
 TIMEOUT = 0.5
+DOMAIN = "example.com"
+NEWS = "news"
+SETTINGS = RobustSettings(resolution=Resolution.BITS16, heartbeat_ms=300, retain_count=1000)
 
 
 class Clock:
@@ -181,3 +194,39 @@ async def test_channels_to_owners_are_bounded_and_the_evicted_and_idle_ones_clos
         assert not seq.owner_addresses  # closed
         async with asyncio.timeout(5):
             await second.ended.wait()
+
+
+async def test_a_publication_whose_forward_stays_cut_off_is_retried_by_its_relay(
+    redis_server: RedisServer, redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    """Through the running mesh: the topic's lease names a scripted owner that cuts off
+    every forward of the first pod's attempts. The pod ends the relay's ``Deliver`` cut
+    off (not 450), the relay delivers again with the same delivery id, the pod forwards
+    it again and the owner answers that repeat from its one commit: the publisher gets
+    ``ok``, the publication was sequenced once."""
+    scripted = ScriptedOwner(*[grpc.StatusCode.UNKNOWN] * FORWARD_ATTEMPTS)
+    async with (
+        scripted_owners(scripted) as (address,),
+        started_mesh(redis_server, keys, tmp_path, pubsub_in_process=("p1", "p2")) as mesh,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        # The scripted pod holds the lease before any pod can claim the new topic.
+        await redis.set(
+            RobustKeys(keys).owner(DOMAIN, NEWS), holder_value("ghost", address), px=60_000
+        )
+        client = await stack.enter_async_context(endpoint_client(mesh.relay("a").edge_port))
+        mike = PubsubClient(await client.attach(f"mike@{DOMAIN}"))
+        stack.push_async_callback(mike.aclose)
+        await mike.create_topic(NEWS, robust=SETTINGS)
+        for app in mesh.pubsub.values():
+
+            async def known(app: PubsubApp = app) -> bool:
+                return RobustSettingsReader()(await app.subscribers.topic(DOMAIN, NEWS)) == SETTINGS
+
+            await until(known)
+        await mike.publish(NEWS, b"m1")  # raises unless the relay's report is 250
+    ids = {delivery_id for delivery_id, _ in scripted.calls}
+    assert len(scripted.calls) == FORWARD_ATTEMPTS + 1
+    assert all(mark for _, mark in scripted.calls)
+    assert len(ids) == 1
+    assert scripted.committed == dict.fromkeys(ids, 1)
