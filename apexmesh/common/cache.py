@@ -86,22 +86,28 @@ class BoundedCache(Generic[_K, _V]):
         """When the entry of ``key`` expires (None: never, or absent)."""
         return self._expiring.get(key)
 
-    def put(self, key: _K, value: _V, *, expires: float | None = None) -> None:
+    def put(self, key: _K, value: _V, *, expires: float | None = None) -> tuple[_K, _V] | None:
         """Store ``value`` under ``key`` (expiring at ``expires`` in the caller's clock),
-        evicting the entry :attr:`policy` names when the cache is full."""
+        evicting the entry :attr:`policy` names when the cache is full.
+
+        Returns the evicted entry (None when nothing was), so an owner whose values hold
+        a resource (a gRPC channel) releases it instead of leaking it with the entry.
+        """
         entries = self._entries
+        evicted: tuple[_K, _V] | None = None
         if key in entries:
             if self.policy is Eviction.LRU:
                 entries.move_to_end(key)
         elif len(entries) >= self.limit:
-            evicted, _ = entries.popitem(last=False)
-            self._expiring.pop(evicted, None)
+            evicted = entries.popitem(last=False)
+            self._expiring.pop(evicted[0], None)
             self.evictions += 1
         entries[key] = value
         if expires is None:
             self._expiring.pop(key, None)
         else:
             self._expiring[key] = expires
+        return evicted
 
     def get_or_build(self, key: _K, build: Callable[[], _V]) -> _V:
         """The entry of ``key``, or ``build()`` stored under it. An exception from

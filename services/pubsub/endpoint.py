@@ -3,7 +3,10 @@ and ``apex=pubsub/TOPIC@D`` (publications, forwarded subscriptions of section 2.
 robust topic's permission changes), handed to :class:`services.pubsub.servicer.
 PubsubService`. A call another pubsub pod forwarded to a robust topic's sequencer
 carries a mark (:func:`services.pubsub.robust_owner.forwarded`) so it is never forwarded
-again.
+again. A publication whose forward to the sequencer was cut off on every attempt ends
+its ``Deliver`` cut off too (``UNKNOWN``): the relay retries the delivery with the same
+id, as it does any call whose outcome is unknown, and the sequencer answers that repeat
+from its first commit; no reply code would keep the publisher from sending it again.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from apexmesh.pubsub import core
 from apexmesh.pubsub.elements import is_service, topic_of
 from apexmesh.pubsub.wire import delivered_content
 from apexmesh.rpc.endpoint import WellKnownEndpointServicer
-from services.pubsub.robust_owner import forwarded
+from services.pubsub.robust_owner import OutcomeUnknownError, forwarded
 from services.pubsub.servicer import PubsubService
 
 
@@ -80,6 +83,10 @@ class PubsubEndpointServicer(WellKnownEndpointServicer):
             )
         except ApexError as exc:
             return endpoint_pb2.EndpointDeliverResponse(status=_status(exc.code, str(exc)[:200]))
+        except OutcomeUnknownError:
+            # Not 450 ("not sequenced"): the owner may have committed it. A cut-off
+            # status makes the relay send this delivery again, same delivery id.
+            await context.abort(grpc.StatusCode.UNKNOWN, "topic owner's answer lost")
         return endpoint_pb2.EndpointDeliverResponse(status=_status(code, text))
 
     async def _operation(

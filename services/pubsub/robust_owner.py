@@ -14,7 +14,17 @@ address). :class:`Sequencers` is a pod's side of that:
   link seq);
 - :meth:`Sequencers.forward` sends a publication on to the owner with the forwarded
   mark (a pod that receives a forwarded call and cannot take the topic answers 450
-  rather than forwarding again: no loops);
+  rather than forwarding again: no loops), batched over one ``DeliverStream`` per owner
+  pod (:mod:`apexmesh.rpc.batched`, as the relays call the pubsub pods), so a topic's
+  forwarded publications pipeline instead of costing one unary call each. The rule
+  for failures is the relay's (services/relay/wellknown.py): a forward that reached
+  nobody (``UNAVAILABLE``) is 450, nothing was sequenced; one cut off mid-flight may
+  have been committed by the owner, so it is sent again with the same delivery id
+  (the owner answers a repeat from its first commit), and when every attempt was cut
+  off the outcome stays unknown: :class:`OutcomeUnknownError`, never "not sequenced";
+- the channels to owner pods are a bounded cache (least recently used closed first),
+  and a channel idle for :data:`OWNER_CHANNEL_IDLE_MS` or whose pod went away
+  (``UNAVAILABLE``) is closed: owner pods come and go with their addresses;
 - :meth:`Sequencers.renew` keeps every owned lease (a third of its life), called by the
   robust task; a lease lost is forgotten at once, and every commit checks the lease
   holder in its script anyway (``NOTOWNER``), so a paused pod never interleaves.
@@ -24,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,10 +45,12 @@ from redis.exceptions import RedisError
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.errors import ApexError
+from apexmesh.common.cache import BoundedCache
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.pubsub.robust.contribution import ContributionGate
 from apexmesh.pubsub.robust.permissions import PermissionTable
 from apexmesh.pubsub.robust.settings import RobustSettings
+from apexmesh.rpc.batched import BatchedCaller
 from apexmesh.rpc.observe import observed_channel
 from apexmesh.store.robust import Retention, RobustStore
 from apexmesh.store.robust_topics import RobustTopics, holder_address
@@ -47,8 +60,77 @@ _log = logging.getLogger(__name__)
 #: gRPC metadata key marking a call one pubsub pod forwarded to a topic's owner.
 FORWARDED_KEY: Final = "apexmesh-robust-forwarded"
 
+#: The metadata of every forwarded call (of the stream that carries forwards in batches:
+#: the callee reads the stream's metadata for each call in it).
+_FORWARDED_METADATA: Final = ((FORWARDED_KEY, "1"),)
+
 #: Topic key: (domain, topic).
 TopicKey = tuple[str, str]
+
+#: Owner pods a pod keeps a channel to at once. A domain has a few pubsub pods; the
+#: bound matters when pods come and go (every new pod is a new address): the least
+#: recently used channel is then closed, not kept for the life of the process.
+OWNER_CHANNELS: Final = 32
+#: A channel to an owner pod unused this long (ms) is closed by the robust task's round
+#: (:meth:`Sequencers.renew`): its pod went away or no longer owns topics we are sent.
+OWNER_CHANNEL_IDLE_MS: Final = 300_000
+
+#: Attempts at one forward, the first included, and the seconds before each retry of
+#: a forward cut off mid-flight: the relay's numbers for a call to a service
+#: (services/relay/wellknown.py ``ATTEMPTS``, ``RETRY_BACKOFF_SECONDS``).
+FORWARD_ATTEMPTS: Final = 3
+FORWARD_BACKOFF_SECONDS: Final = (0.05, 0.25)
+
+#: A forward that ended this way may or may not have reached the owner (the relay's
+#: ``_CUT_OFF``: services never import one another, so the set is repeated here).
+_CUT_OFF: Final = frozenset(
+    {
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    }
+)
+
+
+class OutcomeUnknownError(Exception):
+    """A forward was cut off mid-flight on every attempt: the owner may have sequenced
+    the publication, or not.
+
+    Not an :class:`ApexError`: no reply code says it. 450 would tell the publisher that
+    nothing was sequenced, and its new send (a new delivery id) would be sequenced twice
+    if the owner did commit. The ``Deliver`` that carried the publication here ends cut
+    off instead (services/pubsub/endpoint.py), so the relay retries that delivery with
+    the same id, which the owner answers from its first commit.
+    """
+
+
+_Caller = BatchedCaller[endpoint_pb2.EndpointDeliverRequest, endpoint_pb2.EndpointDeliverResponse]
+
+
+@dataclass(frozen=True, slots=True)
+class _OwnerLink:
+    """The channel to one owner pod and the batched ``Deliver`` calls over it."""
+
+    channel: grpc.aio.Channel
+    caller: _Caller
+
+    @classmethod
+    def open(cls, address: str) -> _OwnerLink:
+        channel = observed_channel(address)
+        stub = endpoint_pb2_grpc.WellKnownEndpointStub(channel)
+        caller: _Caller = BatchedCaller(
+            functools.partial(stub.DeliverStream, metadata=_FORWARDED_METADATA),
+            functools.partial(stub.Deliver, metadata=_FORWARDED_METADATA),
+            endpoint_pb2.EndpointDeliverResponse.FromString,
+            name=f"topic owner {address}",
+        )
+        return cls(channel, caller)
+
+    async def aclose(self) -> None:
+        """End the streams (the owner finishes what it has, briefly), then the channel."""
+        await self.caller.aclose()
+        await self.channel.close()
 
 
 class Ownership(enum.Enum):
@@ -114,6 +196,7 @@ class Sequencers:
         clock: Callable[[], int],
         lease_ms: int,
         timeout: float,
+        channels: int = OWNER_CHANNELS,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -122,7 +205,12 @@ class Sequencers:
         self._timeout = timeout
         self.owned: dict[TopicKey, OwnedTopic] = {}
         self.gate = ContributionGate()
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        #: Owner address -> its channel; each use pushes its idle expiry back.
+        self._links: BoundedCache[str, _OwnerLink] = BoundedCache(
+            "pubsub.robust_owner_channels", channels
+        )
+        #: Channels being closed (evicted, idle, or their pod gone), awaited by aclose.
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def claim(self, domain: str, topic: str, settings: RobustSettings) -> Claim:
         """OWNED with the topic's state when this pod sequences it (the lease taken if
@@ -158,8 +246,10 @@ class Sequencers:
             _log.info("robust topic %s@%s is sequenced elsewhere now", topic, domain)
 
     async def renew(self) -> list[TopicKey]:
-        """Renew the leases due; returns the topics lost."""
+        """Renew the leases due (and close the channels to owner pods left idle);
+        returns the topics lost."""
         now = self._clock()
+        self._close_idle(now)
         lost: list[TopicKey] = []
         for key, owned in list(self.owned.items()):
             if now < owned.renew_at:
@@ -174,26 +264,83 @@ class Sequencers:
     async def forward(
         self, address: str, request: endpoint_pb2.EndpointDeliverRequest
     ) -> tuple[int, str]:
-        """Hand ``request`` to the topic's owner at ``address``: its (code, text). A
-        pod that cannot be reached is 450: the publication was not sequenced, the
-        relay's sender may send it again."""
+        """Hand ``request`` to the topic's owner at ``address``: its (code, text).
+
+        A forward that reached nobody is 450 (nothing was sequenced; the relay's sender
+        may send it again). One cut off mid-flight is sent again with the same delivery
+        id, :data:`FORWARD_ATTEMPTS` times at most; the owner answers a repeat from its
+        first commit, so the publication is sequenced once whichever attempt got there.
+        Raises :class:`OutcomeUnknownError` when the attempts ran out with the outcome
+        unknown (or at once without a delivery id: the owner could not tell a repeat).
+        """
         if not address:
             raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic owner unknown")
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = observed_channel(address)
-            self._channels[address] = channel
-        stub = endpoint_pb2_grpc.WellKnownEndpointStub(channel)
-        try:
-            answer = await stub.Deliver(
-                request, timeout=self._timeout, metadata=((FORWARDED_KEY, "1"),)
-            )
-        except grpc.aio.AioRpcError as exc:
-            _log.warning("forwarding to topic owner %s: %s", address, exc.code())
-            raise ApexError(
-                ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic owner unreachable"
-            ) from None
-        return answer.status.code, answer.status.text
+        repeatable = bool(request.delivery_id)
+        cut_off = False
+        for attempt in range(1, FORWARD_ATTEMPTS + 1):
+            link = self._link(address)
+            try:
+                answer = await link.caller.call(request, timeout=self._timeout)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                _log.warning(
+                    "forwarding %s to topic owner %s, attempt %d: %s",
+                    request.delivery_id,
+                    address,
+                    attempt,
+                    code,
+                )
+                if code in _CUT_OFF:
+                    cut_off = True
+                else:
+                    if code == grpc.StatusCode.UNAVAILABLE:
+                        self._drop(address, link)  # its pod went away, or is not up yet
+                    if not cut_off:  # reached nobody, now and before
+                        raise ApexError(
+                            ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic owner unreachable"
+                        ) from None
+                if not repeatable or attempt == FORWARD_ATTEMPTS:
+                    break
+                await asyncio.sleep(FORWARD_BACKOFF_SECONDS[attempt - 1])
+                continue
+            return answer.status.code, answer.status.text
+        raise OutcomeUnknownError(f"forward to topic owner {address} cut off")
+
+    def _link(self, address: str) -> _OwnerLink:
+        """The channel to ``address`` (opened on first use), its idle expiry pushed
+        back; the channel evicted to make room is closed."""
+        link = self._links.get(address)
+        if link is None:
+            link = _OwnerLink.open(address)
+        evicted = self._links.put(address, link, expires=self._clock() + OWNER_CHANNEL_IDLE_MS)
+        if evicted is not None:
+            self._close_later(evicted[1])
+        return link
+
+    def _drop(self, address: str, link: _OwnerLink) -> None:
+        """Close ``link`` unless the address has a newer one already."""
+        if self._links.get(address) is link:
+            self._links.pop(address)
+            self._close_later(link)
+
+    def _close_idle(self, now: int) -> None:
+        for address in self._links:
+            expires = self._links.expiry(address)
+            if expires is not None and expires <= now:
+                link = self._links.pop(address)
+                if link is not None:
+                    self._close_later(link)
+
+    def _close_later(self, link: _OwnerLink) -> None:
+        """Close ``link`` in a task of its own: a forward never waits for it."""
+        task = asyncio.get_running_loop().create_task(link.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    @property
+    def owner_addresses(self) -> tuple[str, ...]:
+        """The owner pods this pod has a channel to, least recently used first."""
+        return tuple(self._links)
 
     async def aclose(self) -> None:
         """Give up every lease (the next pod takes the topics at once) and the channels."""
@@ -203,9 +350,12 @@ class Sequencers:
             except (RedisError, OSError) as exc:
                 _log.warning("releasing %s@%s: %s", topic, domain, exc)
         self.owned.clear()
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        for address in self._links:
+            link = self._links.pop(address)
+            if link is not None:
+                self._close_later(link)
+        if self._closing:
+            await asyncio.wait(tuple(self._closing))
 
 
 def forwarded(context: grpc.aio.ServicerContext | None) -> bool:
@@ -223,6 +373,11 @@ __all__ = [
     "FORWARDED_KEY",
     "Claim",
     "OwnedTopic",
+    "FORWARD_ATTEMPTS",
+    "FORWARD_BACKOFF_SECONDS",
+    "OWNER_CHANNELS",
+    "OWNER_CHANNEL_IDLE_MS",
+    "OutcomeUnknownError",
     "Ownership",
     "Sequencers",
     "TopicKey",

@@ -14,7 +14,7 @@ def test_a_full_lru_cache_evicts_the_least_recently_used_entry_only() -> None:
     for number, key in enumerate("abc"):
         cache.put(key, number)
     assert cache.get("a") == 0  # a is now the most recently used
-    cache.put("d", 3)
+    assert cache.put("d", 3) == ("b", 1)  # the evicted entry, for its owner to release
     assert "b" not in cache
     assert list(cache) == ["c", "a", "d"]
     assert cache.evictions == 1
@@ -34,9 +34,9 @@ def test_a_fifo_cache_evicts_the_oldest_entry_whatever_was_read() -> None:
 
 def test_rewriting_a_key_does_not_evict_and_refreshes_it_under_lru() -> None:
     cache: BoundedCache[str, int] = BoundedCache("test", 2)
-    cache.put("a", 1)
+    assert cache.put("a", 1) is None
     cache.put("b", 2)
-    cache.put("a", 10)
+    assert cache.put("a", 10) is None
     cache.put("c", 3)
     assert cache.get("a") == 10
     assert "b" not in cache
