@@ -105,6 +105,19 @@ class OutcomeUnknownError(Exception):
     """
 
 
+class OwnerUnreachableError(ApexError):
+    """450: a forward reached nobody (``UNAVAILABLE``), so nothing was sequenced.
+
+    Its own type because the caller may do better than pass the 450 on: an owner pod
+    that died holds its lease until it lapses, and a publication that waits for that can
+    be sequenced by the next owner (:meth:`RobustSequencing.publish
+    <services.pubsub.robust_serving.RobustSequencing.publish>`)."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic owner unreachable")
+        self.address = address
+
+
 _Caller = BatchedCaller[endpoint_pb2.EndpointDeliverRequest, endpoint_pb2.EndpointDeliverResponse]
 
 
@@ -266,10 +279,11 @@ class Sequencers:
     ) -> tuple[int, str]:
         """Hand ``request`` to the topic's owner at ``address``: its (code, text).
 
-        A forward that reached nobody is 450 (nothing was sequenced; the relay's sender
-        may send it again). One cut off mid-flight is sent again with the same delivery
-        id, :data:`FORWARD_ATTEMPTS` times at most; the owner answers a repeat from its
-        first commit, so the publication is sequenced once whichever attempt got there.
+        A forward that reached nobody is :class:`OwnerUnreachableError`, 450 (nothing was
+        sequenced; the relay's sender may send it again). One cut off mid-flight is sent
+        again with the same delivery id, :data:`FORWARD_ATTEMPTS` times at most; the
+        owner answers a repeat from its first commit, so the publication is sequenced
+        once whichever attempt got there.
         Raises :class:`OutcomeUnknownError` when the attempts ran out with the outcome
         unknown (or at once without a delivery id: the owner could not tell a repeat).
         """
@@ -296,9 +310,7 @@ class Sequencers:
                     if code == grpc.StatusCode.UNAVAILABLE:
                         self._drop(address, link)  # its pod went away, or is not up yet
                     if not cut_off:  # reached nobody, now and before
-                        raise ApexError(
-                            ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic owner unreachable"
-                        ) from None
+                        raise OwnerUnreachableError(address) from None
                 if not repeatable or attempt == FORWARD_ATTEMPTS:
                     break
                 await asyncio.sleep(FORWARD_BACKOFF_SECONDS[attempt - 1])
@@ -378,6 +390,7 @@ __all__ = [
     "OWNER_CHANNELS",
     "OWNER_CHANNEL_IDLE_MS",
     "OutcomeUnknownError",
+    "OwnerUnreachableError",
     "Ownership",
     "Sequencers",
     "TopicKey",

@@ -63,13 +63,16 @@ from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache, TopicState
 from apexmesh.store.robust import NotOwner
 from services.pubsub.publishing import Publisher, delivery_key
-from services.pubsub.robust_owner import OwnedTopic, Sequencers
+from services.pubsub.robust_owner import OwnedTopic, OwnerUnreachableError, Sequencers
 
 _log = logging.getLogger(__name__)
 
 #: transID of the ``robust`` options the service writes (an option needs one; a fixed
 #: one keeps successive deliveries alike but for their numbers).
 OPTION_TRANS_ID: Final = 1
+#: Claims of a topic whose owner pod is unreachable, a sixth of a lease apart, before
+#: its publication is 450: a dead owner's lease lapses within them (``_owned_or_forwarded``).
+TAKEOVER_ROUNDS: Final = 8
 #: Deliveries a pod remembers the outcome of, against a relay's retries.
 REMEMBERED: Final = 100_000
 #: How long Redis remembers a committed delivery key, against a relay's retry reaching
@@ -227,12 +230,11 @@ class RobustSequencing:
             source, contributor = header.source, originator
         key = delivery_key(delivery_id, payload)
         for _ in range(2):
-            claim = await self.sequencers.claim(domain, topic, settings)
-            if claim.owned is None:
-                return await self._forward(
-                    domain, topic, originator, payload, delivery_id, claim.address, forwarded
-                )
-            found = claim.owned
+            found = await self._owned_or_forwarded(
+                domain, topic, settings, originator, payload, delivery_id, forwarded
+            )
+            if not isinstance(found, OwnedTopic):
+                return found
             if contributor is not None:  # checked by the owner alone: one bucket each
                 await self._contribution(topic, source, contributor, settings)
             try:
@@ -277,6 +279,49 @@ class RobustSequencing:
             if option.internal == OPTION_NAME:
                 return publish_from_option(option, settings.item_header), option
         return PublishHeader(), None
+
+    async def _owned_or_forwarded(
+        self,
+        domain: str,
+        topic: str,
+        settings: RobustSettings,
+        originator: Endpoint,
+        payload: bytes,
+        delivery_id: str,
+        forwarded: bool,
+    ) -> OwnedTopic | tuple[int, str]:
+        """The topic's state when this pod sequences it; else the owner pod's answer to
+        the forward.
+
+        An owner pod that died (its forward reached nobody: UNAVAILABLE) holds the
+        lease until it lapses, at most a lease. Every publication in flight to it would
+        be 450 meanwhile, each a send again for its publisher (the relay's ``ok`` holds
+        no promise for it), so the publication waits for the lease instead: claimed
+        again every sixth of a lease, :data:`TAKEOVER_ROUNDS` times (a lease and a
+        third in all), it is sequenced here or by whichever pod took the topic. An owner
+        alive but unreachable from here keeps renewing: 450 after the wait, as before.
+        A forwarded call (we were named owner and are not) never waits: the pod that
+        forwarded it does."""
+        for round_ in range(TAKEOVER_ROUNDS + 1):
+            claim = await self.sequencers.claim(domain, topic, settings)
+            if claim.owned is not None:
+                return claim.owned
+            try:
+                return await self._forward(
+                    domain, topic, originator, payload, delivery_id, claim.address, forwarded
+                )
+            except OwnerUnreachableError as exc:
+                if round_ == TAKEOVER_ROUNDS:
+                    raise
+                if round_ == 0:
+                    _log.warning(
+                        "owner %s of robust topic %s@%s unreachable: waiting for its lease",
+                        exc.address,
+                        topic,
+                        domain,
+                    )
+                await asyncio.sleep(self.sequencers.lease_ms / 6 / 1000)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def _forward(
         self,
@@ -485,12 +530,11 @@ class RobustSequencing:
                 domain, originator, ApexReplyCode.NOT_AUTHORIZED, change.trans_id, "not the owner"
             )
             return ApexReplyCode.SUCCESS, ""
-        claim = await self.sequencers.claim(domain, topic, settings)
-        if claim.owned is None:
-            return await self._forward(
-                domain, topic, originator, payload, delivery_id, claim.address, forwarded
-            )
-        found = claim.owned
+        found = await self._owned_or_forwarded(
+            domain, topic, settings, originator, payload, delivery_id, forwarded
+        )
+        if not isinstance(found, OwnedTopic):
+            return found
         try:
             await self._commit_table(found, change)
         except ApexError as exc:

@@ -230,3 +230,35 @@ async def test_a_publication_whose_forward_stays_cut_off_is_retried_by_its_relay
     assert all(mark for _, mark in scripted.calls)
     assert len(ids) == 1
     assert scripted.committed == dict.fromkeys(ids, 1)
+
+
+async def test_a_publication_to_a_dead_owner_waits_for_its_lease_and_is_sequenced_here(
+    redis_server: RedisServer, redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    """Through the running mesh: the topic's lease names a pod that is gone (nothing
+    listens at its address) and lapses in a second. The publication is not 450 (a send
+    again for every publication in flight when an owner pod dies): the pod claims the
+    topic again until the lease lapsed, takes it and sequences the publication, once."""
+    server, port = await create_server([])
+    await server.stop(0)
+    async with (
+        started_mesh(redis_server, keys, tmp_path, pubsub_in_process=("p1", "p2")) as mesh,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        client = await stack.enter_async_context(endpoint_client(mesh.relay("a").edge_port))
+        mike = PubsubClient(await client.attach(f"mike@{DOMAIN}"))
+        stack.push_async_callback(mike.aclose)
+        await mike.create_topic(NEWS, robust=SETTINGS)
+        for app in mesh.pubsub.values():
+
+            async def known(app: PubsubApp = app) -> bool:
+                return RobustSettingsReader()(await app.subscribers.topic(DOMAIN, NEWS)) == SETTINGS
+
+            await until(known)
+        owner = RobustKeys(keys).owner(DOMAIN, NEWS)
+        await redis.set(owner, holder_value("dead", f"127.0.0.1:{port}"), px=1_000)
+        await mike.publish(NEWS, b"m1")  # raises unless the relay's report is 250
+        holder = await redis.get(owner)
+    assert holder is not None
+    assert b"dead" not in holder
+    assert await redis.xlen(RobustKeys(keys).stream(DOMAIN, NEWS)) == 1
