@@ -58,6 +58,8 @@ DOMAIN = "example.com"
 NEWS = "news"
 SPORTS = "sports"
 HEARTBEAT_MS = 300
+#: The heartbeat interval of the test that times a heartbeat's detection of a loss.
+SILENT_HEARTBEAT_MS = 1_000
 SETTINGS = RobustSettings(
     resolution=Resolution.BITS16, heartbeat_ms=HEARTBEAT_MS, retain_count=1000
 )
@@ -332,9 +334,14 @@ async def test_heartbeats_reveal_a_dropped_delivery_within_two_intervals(
     redis_server: RedisServer, keys: Keys, tmp_path: Path
 ) -> None:
     """Example 5 and XEP 2.5: the topic falls silent right after a publication that was
-    lost on its way; the next heartbeat shows the gap, the stub repairs it."""
+    lost on its way; the next heartbeat shows the gap, the stub repairs it.
+
+    The interval is a second here (the file's other tests use 300 ms): the bound is
+    two intervals of wall time on a shared machine, and at 300 ms the slack after the
+    heartbeat's own interval and the stub's reorder wait was under a quarter second."""
+    beat_ms = SILENT_HEARTBEAT_MS
     async with robust_mesh(redis_server, keys, tmp_path) as mesh:
-        await _robust_topic(mesh, NEWS)
+        await _robust_topic(mesh, NEWS, dataclasses.replace(SETTINGS, heartbeat_ms=beat_ms))
         dropped: list[int] = []
 
         def drop(info: RobustInfo | None) -> bool:
@@ -344,7 +351,7 @@ async def test_heartbeats_reveal_a_dropped_delivery_within_two_intervals(
             return True
 
         wilma, lossy = await mesh.lossy("wilma", "b", drop)
-        wilma.follow(NEWS, resolution=SETTINGS.resolution, heartbeat_ms=HEARTBEAT_MS)
+        wilma.follow(NEWS, resolution=SETTINGS.resolution, heartbeat_ms=beat_ms)
         await wilma.subscribe(NEWS, duration=60)
         await subscribed(mesh.mesh.pubsub.values(), DOMAIN, NEWS, WILMA)
         publisher = await mesh.robust("fred", "a")
@@ -358,7 +365,7 @@ async def test_heartbeats_reveal_a_dropped_delivery_within_two_intervals(
         assert lossy.dropped
         assert lossy.gaps
         detected = lossy.gaps[0][0] - published
-        assert detected <= 2 * HEARTBEAT_MS / 1000, f"gap seen after {detected:.3f} s"
+        assert detected <= 2 * beat_ms / 1000, f"gap seen after {detected:.3f} s"
         assert lossy.gaps[0][1].by_link
 
 
