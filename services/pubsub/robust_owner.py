@@ -102,7 +102,17 @@ class OutcomeUnknownError(Exception):
     if the owner did commit. The ``Deliver`` that carried the publication here ends cut
     off instead (services/pubsub/endpoint.py), so the relay retries that delivery with
     the same id, which the owner answers from its first commit.
+
+    ``owner_gone``: the last attempt reached nobody (the owner pod died after taking
+    the first). Its lease then lapses, and the pod that takes the topic over commits
+    the publication under the same delivery key, which the commit script answers from
+    the dead owner's commit if there was one: the outcome becomes known.
     """
+
+    def __init__(self, address: str, *, owner_gone: bool) -> None:
+        super().__init__(f"forward to topic owner {address} cut off")
+        self.address = address
+        self.owner_gone = owner_gone
 
 
 class OwnerUnreachableError(ApexError):
@@ -316,7 +326,7 @@ class Sequencers:
                 await asyncio.sleep(FORWARD_BACKOFF_SECONDS[attempt - 1])
                 continue
             return answer.status.code, answer.status.text
-        raise OutcomeUnknownError(f"forward to topic owner {address} cut off")
+        raise OutcomeUnknownError(address, owner_gone=code == grpc.StatusCode.UNAVAILABLE)
 
     def _link(self, address: str) -> _OwnerLink:
         """The channel to ``address`` (opened on first use), its idle expiry pushed

@@ -63,7 +63,12 @@ from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache, TopicState
 from apexmesh.store.robust import NotOwner
 from services.pubsub.publishing import Publisher, delivery_key
-from services.pubsub.robust_owner import OwnedTopic, OwnerUnreachableError, Sequencers
+from services.pubsub.robust_owner import (
+    OutcomeUnknownError,
+    OwnedTopic,
+    OwnerUnreachableError,
+    Sequencers,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -301,7 +306,14 @@ class RobustSequencing:
         third in all), it is sequenced here or by whichever pod took the topic. An owner
         alive but unreachable from here keeps renewing: 450 after the wait, as before.
         A forwarded call (we were named owner and are not) never waits: the pod that
-        forwarded it does."""
+        forwarded it does.
+
+        A forward cut off and then unreachable (the owner died with it in flight:
+        :attr:`OutcomeUnknownError.owner_gone`) waits the same way when it has a
+        delivery id: the next owner commits it under the same delivery key, which the
+        commit script answers from the dead owner's commit if it made one, so the
+        publication is sequenced once either way. Without a delivery id its outcome
+        stays unknown."""
         for round_ in range(TAKEOVER_ROUNDS + 1):
             claim = await self.sequencers.claim(domain, topic, settings)
             if claim.owned is not None:
@@ -310,8 +322,11 @@ class RobustSequencing:
                 return await self._forward(
                     domain, topic, originator, payload, delivery_id, claim.address, forwarded
                 )
-            except OwnerUnreachableError as exc:
-                if round_ == TAKEOVER_ROUNDS:
+            except (OwnerUnreachableError, OutcomeUnknownError) as exc:
+                resolvable = isinstance(exc, OwnerUnreachableError) or (
+                    exc.owner_gone and bool(delivery_id)
+                )
+                if round_ == TAKEOVER_ROUNDS or not resolvable:
                     raise
                 if round_ == 0:
                     _log.warning(

@@ -262,3 +262,41 @@ async def test_a_publication_to_a_dead_owner_waits_for_its_lease_and_is_sequence
     assert holder is not None
     assert b"dead" not in holder
     assert await redis.xlen(RobustKeys(keys).stream(DOMAIN, NEWS)) == 1
+
+
+async def test_a_forward_whose_owner_died_with_it_is_sequenced_once_by_the_next_owner(
+    redis_server: RedisServer, redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    """The owner took the forward and went away (cut off, then unreachable: the outcome
+    unknown, the owner gone) and its lease lapses in two and a half seconds. The pod waits
+    for the lease, takes the topic and commits the publication under the same delivery
+    key (had the dead owner committed it, the script would answer from that commit):
+    the publisher gets ``ok``, the stream holds it once."""
+    # Gone for good: every later call answered UNAVAILABLE, as a dead pod's address is.
+    scripted = ScriptedOwner(grpc.StatusCode.UNKNOWN, *[grpc.StatusCode.UNAVAILABLE] * 100)
+    async with (
+        scripted_owners(scripted) as (address,),
+        started_mesh(redis_server, keys, tmp_path, pubsub_in_process=("p1", "p2")) as mesh,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        client = await stack.enter_async_context(endpoint_client(mesh.relay("a").edge_port))
+        mike = PubsubClient(await client.attach(f"mike@{DOMAIN}"))
+        stack.push_async_callback(mike.aclose)
+        await mike.create_topic(NEWS, robust=SETTINGS)
+        for app in mesh.pubsub.values():
+
+            async def known(app: PubsubApp = app) -> bool:
+                return RobustSettingsReader()(await app.subscribers.topic(DOMAIN, NEWS)) == SETTINGS
+
+            await until(known)
+        owner = RobustKeys(keys).owner(DOMAIN, NEWS)
+        # Longer than the relay's own three attempts take (each a forward of three):
+        # the lease outlives them, so only the pod's wait for it gets the publication in.
+        await redis.set(owner, holder_value("ghost", address), px=2_500)
+        await mike.publish(NEWS, b"m1")  # raises unless the relay's report is 250
+        holder = await redis.get(owner)
+    assert holder is not None
+    assert b"ghost" not in holder
+    assert len(scripted.calls) >= FORWARD_ATTEMPTS
+    assert len({delivery_id for delivery_id, _ in scripted.calls}) == 1
+    assert await redis.xlen(RobustKeys(keys).stream(DOMAIN, NEWS)) == 1
