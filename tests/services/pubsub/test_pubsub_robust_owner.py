@@ -38,7 +38,7 @@ from services.pubsub.robust_owner import (
     Sequencers,
 )
 from services.pubsub.robust_serving import RobustSettingsReader
-from tests.services.pubsub.conftest import started_mesh, until
+from tests.services.pubsub.conftest import PubsubMesh, started_mesh, until
 from tests.support.fake_owner import ScriptedOwner, scripted_owners
 from tests.support.mesh import endpoint_client
 from tests.support.redis_server import RedisServer
@@ -196,6 +196,22 @@ async def test_channels_to_owners_are_bounded_and_the_evicted_and_idle_ones_clos
             await second.ended.wait()
 
 
+async def robust_news(mesh: PubsubMesh, stack: contextlib.AsyncExitStack) -> PubsubClient:
+    """Mike attached through relay a, his robust topic NEWS created and known to both
+    pods' caches (a publication is then served by whichever pod the relay picks)."""
+    client = await stack.enter_async_context(endpoint_client(mesh.relay("a").edge_port))
+    mike = PubsubClient(await client.attach(f"mike@{DOMAIN}"))
+    stack.push_async_callback(mike.aclose)
+    await mike.create_topic(NEWS, robust=SETTINGS)
+    for app in mesh.pubsub.values():
+
+        async def known(app: PubsubApp = app) -> bool:
+            return RobustSettingsReader()(await app.subscribers.topic(DOMAIN, NEWS)) == SETTINGS
+
+        await until(known)
+    return mike
+
+
 async def test_a_publication_whose_forward_stays_cut_off_is_retried_by_its_relay(
     redis_server: RedisServer, redis: Redis, keys: Keys, tmp_path: Path
 ) -> None:
@@ -214,16 +230,7 @@ async def test_a_publication_whose_forward_stays_cut_off_is_retried_by_its_relay
         await redis.set(
             RobustKeys(keys).owner(DOMAIN, NEWS), holder_value("ghost", address), px=60_000
         )
-        client = await stack.enter_async_context(endpoint_client(mesh.relay("a").edge_port))
-        mike = PubsubClient(await client.attach(f"mike@{DOMAIN}"))
-        stack.push_async_callback(mike.aclose)
-        await mike.create_topic(NEWS, robust=SETTINGS)
-        for app in mesh.pubsub.values():
-
-            async def known(app: PubsubApp = app) -> bool:
-                return RobustSettingsReader()(await app.subscribers.topic(DOMAIN, NEWS)) == SETTINGS
-
-            await until(known)
+        mike = await robust_news(mesh, stack)
         await mike.publish(NEWS, b"m1")  # raises unless the relay's report is 250
     ids = {delivery_id for delivery_id, _ in scripted.calls}
     assert len(scripted.calls) == FORWARD_ATTEMPTS + 1
@@ -245,16 +252,7 @@ async def test_a_publication_to_a_dead_owner_waits_for_its_lease_and_is_sequence
         started_mesh(redis_server, keys, tmp_path, pubsub_in_process=("p1", "p2")) as mesh,
         contextlib.AsyncExitStack() as stack,
     ):
-        client = await stack.enter_async_context(endpoint_client(mesh.relay("a").edge_port))
-        mike = PubsubClient(await client.attach(f"mike@{DOMAIN}"))
-        stack.push_async_callback(mike.aclose)
-        await mike.create_topic(NEWS, robust=SETTINGS)
-        for app in mesh.pubsub.values():
-
-            async def known(app: PubsubApp = app) -> bool:
-                return RobustSettingsReader()(await app.subscribers.topic(DOMAIN, NEWS)) == SETTINGS
-
-            await until(known)
+        mike = await robust_news(mesh, stack)
         owner = RobustKeys(keys).owner(DOMAIN, NEWS)
         await redis.set(owner, holder_value("dead", f"127.0.0.1:{port}"), px=1_000)
         await mike.publish(NEWS, b"m1")  # raises unless the relay's report is 250
@@ -279,19 +277,10 @@ async def test_a_forward_whose_owner_died_with_it_is_sequenced_once_by_the_next_
         started_mesh(redis_server, keys, tmp_path, pubsub_in_process=("p1", "p2")) as mesh,
         contextlib.AsyncExitStack() as stack,
     ):
-        client = await stack.enter_async_context(endpoint_client(mesh.relay("a").edge_port))
-        mike = PubsubClient(await client.attach(f"mike@{DOMAIN}"))
-        stack.push_async_callback(mike.aclose)
-        await mike.create_topic(NEWS, robust=SETTINGS)
-        for app in mesh.pubsub.values():
-
-            async def known(app: PubsubApp = app) -> bool:
-                return RobustSettingsReader()(await app.subscribers.topic(DOMAIN, NEWS)) == SETTINGS
-
-            await until(known)
+        mike = await robust_news(mesh, stack)
         owner = RobustKeys(keys).owner(DOMAIN, NEWS)
         # Longer than the relay's own three attempts take (each a forward of three):
-        # the lease outlives them, so only the pod's wait for it gets the publication in.
+        # a pod has to wait for the lease to get the publication in.
         await redis.set(owner, holder_value("ghost", address), px=2_500)
         await mike.publish(NEWS, b"m1")  # raises unless the relay's report is 250
         holder = await redis.get(owner)
