@@ -157,7 +157,8 @@ def write_folded(
     subscriptions) at ``at_ms`` and write both as Parquet: the topics first, then the
     subscriptions joined with the topics just written, read back (spark/fold.py: the
     events are scanned for topics once, and the small topics join by broadcast). The
-    job and bench/snapshot.py both fold through here."""
+    subscriptions' winning ids stay cached during their write and are released after
+    it. The job and bench/snapshot.py both fold through here."""
     base_topics, base_subs = previous if previous is not None else (None, None)
     fold_topics(events, after=after, topics=base_topics).write.mode("overwrite").parquet(topics_url)
     written = spark.read.schema(TOPIC_SCHEMA).parquet(topics_url)
