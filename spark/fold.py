@@ -2,24 +2,34 @@
 (the reference the tests compare this with), written for a cluster.
 
 Every step is a shuffle by key, never a sort of the whole log: per (domain, topic) and
-per subscription identity the row with the largest packed id wins (``max_by``), so the
-work splits by key across executors and grows linearly with the events. Duplicates
-(one id exported or read twice) need no pass of their own: they are the same entry, so
-the winner per key is the same. A previous snapshot enters as rows of the same shape
-carrying the id of the event that set them, so "previous snapshot + events after its
-position" folds as the whole log would.
+per subscription identity the row with the largest packed id wins, so the work splits
+by key across executors and grows linearly with the events. Duplicates (one id
+exported or read twice) are the same entry, so the winner per key is the same. A
+previous snapshot enters as rows of the same shape carrying the id of the event that
+set them, so "previous snapshot + events after its position" folds as the whole log
+would.
 
 How the per-key step is planned, and why (measured with bench/snapshot.py and Spark's
-event log, docs/snapshot.md "Where the time goes"): ``max_by`` over a struct of strings
-has no fixed-width aggregation buffer, so Spark cannot use its hash aggregate and sorts
-instead. Sorted by the key's strings, every comparison walks them (the domain, the first
-key, is the same on every row, so the sort's 8-byte prefix decides nothing), and a
-map-side partial aggregate sorted every event once more to save little (an identity has
-a few events, spread over the files). So the events are first repartitioned by a 64-bit
-hash of the key, which leaves no partial aggregate before the shuffle, and the hash
-leads the grouping keys, so the one remaining sort orders by a long (radix sort on the
-prefix) and compares strings only on a hash tie. The grouping is unchanged: the hash is
-a function of the key.
+event log, docs/snapshot.md "Where the time goes"):
+
+- Topics (thousands of rows): ``max_by`` over a struct of strings. It has no
+  fixed-width aggregation buffer, so Spark cannot use its hash aggregate and sorts
+  instead. So the topic events are first repartitioned by a 64-bit hash of the key
+  (no partial aggregate before the shuffle), and the hash leads the grouping keys, so
+  the sort orders by a long (radix sort on the prefix) and compares strings only on a
+  hash tie. The grouping is unchanged: the hash is a function of the key.
+- Subscriptions (millions of rows) are not moved whole. First, per identity, the
+  largest id and whether that event left the subscription alive (``max`` and
+  ``max_by`` of a boolean: fixed-width buffers, so a hash aggregate, no sort). Only the
+  key's strings, the id and that boolean are shuffled, repartitioned by the key (a
+  map-side partial aggregate cost more than it saved: an identity has a few events,
+  spread over the files). The winners that live, in a topic that exists and is older,
+  are a column of ids. They are counted (one Spark job) and cached, then joined back
+  to the events to bring back their rows: by broadcast up to :data:`BROADCAST_IDS`
+  ids (the events do not move), by a shuffle hash join above it (a catalogue of 100M
+  subscriptions). The copies of an id read twice are equal, so one is kept per id; the
+  rest of the rule needs nothing else. An id is one entry of the stream, so an id
+  names one identity; that is what the duplicates rule already rests on.
 
 The topics are small (thousands of rows against millions of events), so
 :func:`fold_subscriptions` takes them as a DataFrame of their own: the job passes the
@@ -34,7 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from pyspark.sql import Column, DataFrame
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
@@ -78,6 +89,13 @@ _TOPIC_KEY: Final = ("domain", "topic")
 _SUB_KEY: Final = ("domain", "topic", "subscriber", "subscription_id")
 #: The column holding a hash of a row's key (module docstring).
 _KEY_HASH: Final = "key_hash"
+#: Up to this many winning subscription ids are joined back to their events by
+#: broadcast (about 40 bytes each in Spark's hash table, on the driver and on each
+#: executor); above it, by a shuffle of the events on the id.
+BROADCAST_IDS: Final = 2_000_000
+#: The Spark setting that changes :data:`BROADCAST_IDS` (a ``spark.*`` key, so the
+#: chart's ``snapshot.sparkConf`` can set it: spark/conf.py).
+BROADCAST_IDS_CONF: Final = "spark.apexmesh.snapshot.broadcastIds"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,17 +149,42 @@ def fold_topics(events: DataFrame, *, after: int = 0, topics: DataFrame | None =
     )
 
 
-def fold_subscriptions(
+def _winning_ids(sub_events: DataFrame, at_ms: int, live_topics: DataFrame) -> DataFrame:
+    """The packed ids of the live subscriptions' last events (module docstring): per
+    identity the largest id, kept when that event left the subscription alive at
+    ``at_ms`` and its topic exists and was created before it."""
+    alive = (F.col("type") != F.lit(SUB_ENDED)) & (F.col("expires_ms") >= F.lit(at_ms))
+    last = (
+        sub_events.select(*_SUB_KEY, "id", alive.alias("alive"))
+        .repartition(*[F.col(k) for k in _SUB_KEY])
+        .groupBy(*_SUB_KEY)
+        .agg(F.max("id").alias("id"), F.max_by(F.col("alive"), F.col("id")).alias("alive"))
+    )
+    created = live_topics.select(*_TOPIC_KEY, F.col("id").alias("topic_id"))
+    return (
+        last.filter(F.col("alive"))
+        .join(created, list(_TOPIC_KEY), "inner")
+        .filter(F.col("id") > F.col("topic_id"))
+        .select("id")
+    )
+
+
+def broadcast_ids_limit(spark: SparkSession) -> int:
+    """The most winning ids joined back by broadcast (:data:`BROADCAST_IDS_CONF`)."""
+    value = spark.conf.get(BROADCAST_IDS_CONF, None)
+    return int(value) if value else BROADCAST_IDS
+
+
+def fold_subscriptions_and_ids(
     events: DataFrame,
     at_ms: int,
     live_topics: DataFrame,
     *,
-    after: int = 0,
-    subscriptions: DataFrame | None = None,
-) -> DataFrame:
-    """The subscriptions (:data:`SUBSCRIPTION_SCHEMA`) alive at ``at_ms`` of ``events``
-    after ``after``, on top of a previous snapshot's ``subscriptions``; ``live_topics``
-    is :func:`fold_topics` of the same input (or what it wrote, read back)."""
+    after: int,
+    subscriptions: DataFrame | None,
+) -> tuple[DataFrame, DataFrame]:
+    """:func:`fold_subscriptions`, and the cached winning ids it is built on (the caller
+    unpersists them once the result is written)."""
     fresh = events.filter(F.col("id") > F.lit(after))
     sub_events = fresh.filter(F.col("type").isin(*sorted(SUBSCRIPTION_EVENTS))).select(
         "domain",
@@ -162,17 +205,40 @@ def fold_subscriptions(
         sub_events = sub_events.unionByName(
             subscriptions.withColumn("type", F.lit(SUB_CREATED)).select(*sub_events.columns)
         )
-    sub_cols = [c for c in sub_events.columns if c not in _SUB_KEY]
-    last_subs = _last(sub_events, _SUB_KEY, sub_cols)
-    alive = last_subs.filter(
-        (F.col("type") != F.lit(SUB_ENDED)) & (F.col("expires_ms") >= F.lit(at_ms))
+    # Counted once, here (one Spark job: the aggregate), so that the join below is
+    # planned on the real number of ids, not on an estimate of the aggregate's output.
+    ids = _winning_ids(sub_events, at_ms, live_topics).persist(StorageLevel.MEMORY_AND_DISK)
+    count = ids.count()
+    if count <= broadcast_ids_limit(events.sparkSession):
+        # The events stay where they are; only the few winners move, by id, to drop
+        # their copies (an id read twice is the same entry: its copies are equal).
+        joined = sub_events.join(F.broadcast(ids), "id", "left_semi").repartition("id")
+    else:
+        # A shuffle join, hashing the ids (no sort of the events by id); its output is
+        # already partitioned by id for the same step.
+        joined = sub_events.join(ids.hint("shuffle_hash"), "id", "left_semi")
+    rows = joined.dropDuplicates(["id"])
+    return rows.select(*[f.name for f in SUBSCRIPTION_SCHEMA.fields]), ids
+
+
+def fold_subscriptions(
+    events: DataFrame,
+    at_ms: int,
+    live_topics: DataFrame,
+    *,
+    after: int = 0,
+    subscriptions: DataFrame | None = None,
+) -> DataFrame:
+    """The subscriptions (:data:`SUBSCRIPTION_SCHEMA`) alive at ``at_ms`` of ``events``
+    after ``after``, on top of a previous snapshot's ``subscriptions``; ``live_topics``
+    is :func:`fold_topics` of the same input (or what it wrote, read back).
+
+    Not all lazy: the winning ids are computed and cached when this is called (module
+    docstring); :func:`spark.snapshot.write_folded` releases them after the write."""
+    folded, _ = fold_subscriptions_and_ids(
+        events, at_ms, live_topics, after=after, subscriptions=subscriptions
     )
-    created = live_topics.select("domain", "topic", F.col("id").alias("topic_id"))
-    return (
-        alive.join(created, list(_TOPIC_KEY), "inner")
-        .filter(F.col("id") > F.col("topic_id"))
-        .select(*[f.name for f in SUBSCRIPTION_SCHEMA.fields])
-    )
+    return folded
 
 
 def fold(
@@ -194,10 +260,14 @@ def fold(
 
 
 __all__ = [
+    "BROADCAST_IDS",
+    "BROADCAST_IDS_CONF",
     "SUBSCRIPTION_SCHEMA",
     "TOPIC_SCHEMA",
     "Folded",
+    "broadcast_ids_limit",
     "fold",
     "fold_subscriptions",
+    "fold_subscriptions_and_ids",
     "fold_topics",
 ]

@@ -45,7 +45,12 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_snapshot import SnapshotMeta, SnapshotStore
 from spark import pause
 from spark.export import EVENT_SCHEMA, EVENTS_DIR, export, exported, rows_after
-from spark.fold import SUBSCRIPTION_SCHEMA, TOPIC_SCHEMA, fold_subscriptions, fold_topics
+from spark.fold import (
+    SUBSCRIPTION_SCHEMA,
+    TOPIC_SCHEMA,
+    fold_subscriptions_and_ids,
+    fold_topics,
+)
 from spark.session import QUICK_JIT_ROWS, jit_conf, require_s3a, spark_session
 from spark.settings import SnapshotSettings
 from spark.storage import Storage
@@ -152,13 +157,18 @@ def write_folded(
     subscriptions) at ``at_ms`` and write both as Parquet: the topics first, then the
     subscriptions joined with the topics just written, read back (spark/fold.py: the
     events are scanned for topics once, and the small topics join by broadcast). The
-    job and bench/snapshot.py both fold through here."""
+    subscriptions' winning ids stay cached during their write and are released after
+    it. The job and bench/snapshot.py both fold through here."""
     base_topics, base_subs = previous if previous is not None else (None, None)
     fold_topics(events, after=after, topics=base_topics).write.mode("overwrite").parquet(topics_url)
     written = spark.read.schema(TOPIC_SCHEMA).parquet(topics_url)
-    fold_subscriptions(events, at_ms, written, after=after, subscriptions=base_subs).write.mode(
-        "overwrite"
-    ).parquet(subscriptions_url)
+    subscriptions, ids = fold_subscriptions_and_ids(
+        events, at_ms, written, after=after, subscriptions=base_subs
+    )
+    try:
+        subscriptions.write.mode("overwrite").parquet(subscriptions_url)
+    finally:
+        ids.unpersist()
 
 
 class SnapshotJob:

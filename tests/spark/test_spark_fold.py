@@ -15,7 +15,13 @@ from apexmesh.pubsub.catalogue import (
     fold,
     pack_id,
 )
-from spark.fold import SUBSCRIPTION_SCHEMA, TOPIC_SCHEMA
+from spark.fold import (
+    BROADCAST_IDS_CONF,
+    SUBSCRIPTION_SCHEMA,
+    TOPIC_SCHEMA,
+    fold_subscriptions_and_ids,
+    fold_topics,
+)
 from spark.fold import fold as spark_fold
 from spark.snapshot import SPARK_EVENT_SCHEMA
 from tests.support.pubsub_events import (
@@ -105,3 +111,37 @@ def test_previous_snapshot_plus_later_events(spark: SparkSession) -> None:
         frame(spark, log), AT, after=base.position, topics=topics, subscriptions=subs
     )
     assert collected(folded.topics, folded.subscriptions) == reference(fold(log, AT))
+
+
+def _plan(frame: DataFrame) -> str:
+    """The executed physical plan (adaptive: the final one, once it ran)."""
+    return str(frame._jdf.queryExecution().executedPlan().toString())
+
+
+@pytest.mark.parametrize("broadcast", [True, False], ids=["broadcast", "shuffle"])
+def test_winning_ids_joined_back_match_the_reference(spark: SparkSession, broadcast: bool) -> None:
+    # Duplicates and out-of-order ids, joined back by broadcast (a small log) and by a
+    # shuffle (the limit set to 0, as for a catalogue of 100M subscriptions).
+    log = random_log(3000, seed=23)
+    entries = log[::-1] + log[::4]
+    events = frame(spark, entries)
+    if not broadcast:
+        spark.conf.set(BROADCAST_IDS_CONF, "0")
+    try:
+        topics = fold_topics(events)
+        subs, ids = fold_subscriptions_and_ids(events, AT, topics, after=0, subscriptions=None)
+        got = collected(topics, subs)
+        rows = subs.count()
+        winners_plan, rows_plan = _plan(ids), _plan(subs)
+        ids.unpersist()
+    finally:
+        spark.conf.unset(BROADCAST_IDS_CONF)
+    assert got == reference(fold(log, AT))
+    assert got[1], "the log keeps some subscriptions"
+    assert rows == len(got[1]), "an id read twice is one subscription"
+    # Per identity a hash aggregate of fixed-width values, not a sort of the events.
+    assert "HashAggregate(keys=[domain" in winners_plan, winners_plan
+    assert "SortAggregate(key=[domain" not in winners_plan, winners_plan
+    join = "BroadcastHashJoin [id" if broadcast else "ShuffledHashJoin [id"
+    assert join in rows_plan, rows_plan
+    assert "LeftSemi" in rows_plan, rows_plan
