@@ -64,7 +64,7 @@ _NUMBER: Final = re.compile(
 _MARK: Final = b'seq="'
 #: What stands for each number in a shape: NUL, which no XML document holds (a document
 #: holding one is not numbered, and the parser refuses it).
-_HOLE: Final = b"\x00"
+HOLE: Final = b"\x00"
 
 #: Longest rest of a numbered document a memo keeps (a relay receives one data for about
 #: 50 robust recipients of a pod, some 230 octets each): the bound on the memory of a
@@ -76,22 +76,22 @@ KNOWN_NUMBERED_DOCUMENTS: Final = 256
 
 
 def numbers_of(rest: bytes) -> tuple[bytes, list[bytes]] | None:
-    """``rest`` as (its shape: ``rest`` with :data:`_HOLE` in place of each number; the
+    """``rest`` as (its shape: ``rest`` with :data:`HOLE` in place of each number; the
     numbers, in document order), or None when it carries no number (see the module
     docstring)."""
-    if _MARK not in rest or _HOLE in rest:
+    if _MARK not in rest or HOLE in rest:
         return None
     parts = _NUMBER.split(rest)
     if len(parts) == 1:
         return None
     numbers = parts[2::4]
-    parts[2::4] = [_HOLE] * len(numbers)
+    parts[2::4] = [HOLE] * len(numbers)
     return b"".join(parts), numbers
 
 
-def _with_numbers(shape: bytes, numbers: list[bytes]) -> bytes:
+def with_numbers(shape: bytes, numbers: list[bytes]) -> bytes:
     """The rest of the document of ``shape`` with ``numbers`` in place."""
-    pieces = shape.split(_HOLE)
+    pieces = shape.split(HOLE)
     out = [b""] * (2 * len(pieces) - 1)
     out[0::2] = pieces
     out[1::2] = numbers
@@ -259,7 +259,7 @@ class NumberedTemplate:
         others = [b"%d" % (index + 1) for index in range(len(numbers))]
         if others == numbers:
             others = [b"%d" % (index + 2) for index in range(len(numbers))]
-        raw = b"<data content='" + content.encode("ascii") + b"'>" + _with_numbers(shape, others)
+        raw = b"<data content='" + content.encode("ascii") + b"'>" + with_numbers(shape, others)
         try:
             parsed = data_from(_dtd.parse_root(raw), raw)
         except ApexError:
@@ -301,9 +301,11 @@ class NumberedTemplate:
 
 
 __all__ = [
+    "HOLE",
     "KNOWN_NUMBERED_DOCUMENTS",
     "NUMBERED_ATTRIBUTES",
     "NUMBERED_REST_MAX",
     "NumberedTemplate",
     "numbers_of",
+    "with_numbers",
 ]
