@@ -47,7 +47,7 @@ KNOWN_RECIPIENTS: Final = 65536
 class ParseMemo:
     """See the module docstring."""
 
-    __slots__ = ("_documents", "_made", "_numbered", "_options", "_recipients")
+    __slots__ = ("_documents", "_made", "_numbered", "_options", "_recipients", "_shapes")
 
     def __init__(
         self,
@@ -61,6 +61,9 @@ class ParseMemo:
         self._numbered: BoundedCache[bytes, NumberedTemplate] = BoundedCache(
             "numbered data", numbered
         )
+        #: Numbered shapes without a template: True seen once, False refused by the
+        #: self-check (see :meth:`remember_data`).
+        self._shapes: BoundedCache[bytes, bool] = BoundedCache("numbered shapes", numbered)
         self._options: BoundedCache[bytes, Option] = BoundedCache("parsed options", options)
         self._made: BoundedCache[Hashable, Option] = BoundedCache("built options", options)
         self._recipients: BoundedCache[Endpoint, Recipient] = BoundedCache(
@@ -96,11 +99,24 @@ class ParseMemo:
             if rememberable(rest):
                 self._documents.put(rest, data)
             return
+        key, numbers = numbered
         if len(rest) > NUMBERED_REST_MAX:
             return
-        template = NumberedTemplate.checked(data, content, numbered[0], numbered[1])
-        if template is not None:
-            self._numbered.put(numbered[0], template)
+        # A template costs two parses and its making (the self-check): it is made the
+        # second time a shape is seen, and a refusal is remembered, so that shapes seen
+        # once each (a topic's thousands of items) or refused cost no more than a parse.
+        seen = self._shapes.get(key)
+        if seen is None:
+            self._shapes.put(key, True)
+            return
+        if not seen:
+            return
+        template = NumberedTemplate.checked(data, content, key, numbers)
+        if template is None:
+            self._shapes.put(key, False)
+            return
+        self._shapes.pop(key)
+        self._numbered.put(key, template)
 
     def option_made(self, key: Hashable, build: Callable[[], Option]) -> Option:
         """An option this reader builds again and again (the dataHopping of every

@@ -341,10 +341,14 @@ class RobustReader:
     in a bounded cache.
     """
 
-    __slots__ = ("_shapes",)
+    __slots__ = ("_seen", "_shapes")
 
     def __init__(self, shapes: int = KNOWN_ROBUST_SHAPES) -> None:
         self._shapes: BoundedCache[bytes, _RobustShape] = BoundedCache("robust shapes", shapes)
+        #: Shapes not kept: True seen once, False refused by the self-check. A shape is
+        #: checked (two more reads) the second time it is seen, so that shapes seen once
+        #: each (a topic's thousands of items) cost no more than the parser.
+        self._seen: BoundedCache[bytes, bool] = BoundedCache("robust shapes seen", shapes)
 
     def read(self, option: Option, resolution: Resolution | None = None) -> RobustInfo:
         """What :func:`robust_from_option` returns (or raises) for ``option``."""
@@ -356,9 +360,16 @@ class RobustReader:
         if known is not None:
             return known.read(numbers, resolution)
         info = robust_from_option(option, resolution)
-        checked = _RobustShape.checked(info, shape, numbers, resolution)
-        if checked is not None:
-            self._shapes.put(shape, checked)
+        seen = self._seen.get(shape)
+        if seen is None:
+            self._seen.put(shape, True)
+        elif seen:
+            checked = _RobustShape.checked(info, shape, numbers, resolution)
+            if checked is None:
+                self._seen.put(shape, False)
+            else:
+                self._seen.pop(shape)
+                self._shapes.put(shape, checked)
         return info
 
 

@@ -60,6 +60,13 @@ FIRST = [b"100", b"1", b"7", b"205", b"1", b"7"]
 OTHER = [b"101", b"1", b"8", b"206", b"2", b"8"]
 
 
+def learn(memo: ParseMemo, raw: bytes) -> object:
+    """Parse ``raw`` twice with ``memo``: a template is made the second time a shape is
+    seen."""
+    parse_apex(raw, memo)
+    return parse_apex(raw, memo)
+
+
 def full_parse(raw: bytes) -> Data:
     data = data_from(parse_xml(raw), raw)
     assert isinstance(data, Data)
@@ -69,7 +76,7 @@ def full_parse(raw: bytes) -> Data:
 @pytest.fixture
 def memo() -> ParseMemo:
     memo = ParseMemo(documents=8, numbered=8)
-    parse_apex(delivery(FIRST), memo)
+    learn(memo, delivery(FIRST))
     return memo
 
 
@@ -124,6 +131,30 @@ def test_a_document_differing_in_anything_else_takes_the_parser(
     assert memo.known_data(raw) is None
 
 
+def test_a_shape_seen_once_is_not_remembered() -> None:
+    memo = ParseMemo(numbered=8)
+    parse_apex(delivery(FIRST), memo)
+    assert memo.known_data(delivery(OTHER)) is None
+    parse_apex(delivery(OTHER), memo)
+    assert memo.known_data(delivery(OTHER)) == full_parse(delivery(OTHER))
+
+
+def test_a_refused_shape_is_not_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    checks: list[int] = []
+    real = numbered.NumberedTemplate.checked
+
+    def counted(*args: object) -> None:
+        checks.append(1)
+        assert real(*args) is not None  # type: ignore[arg-type]
+
+    monkeypatch.setattr(numbered.NumberedTemplate, "checked", counted)
+    memo = ParseMemo(numbered=8)
+    for _ in range(4):
+        assert parse_apex(delivery(FIRST), memo) == full_parse(delivery(FIRST))
+    assert checks == [1]
+    assert memo.known_data(delivery(OTHER)) is None
+
+
 def test_a_hole_in_a_document_is_not_a_number(memo: ParseMemo) -> None:
     # NUL stands for the numbers in a shape: a document holding one must not match it
     # (the parser refuses it: 500).
@@ -139,14 +170,14 @@ def test_numbers_outside_the_parsed_options_fail_the_self_check() -> None:
     memo = ParseMemo(numbered=8)
     comment = b'<!-- linkseq="5" -->'
     raw = delivery(FIRST).replace(b"</originator>", b"</originator>" + comment)
-    assert parse_apex(raw, memo) == full_parse(raw)
+    assert learn(memo, raw) == full_parse(raw)
     assert memo.known_data(raw) is None
     # Numbers written with ' are no numbers of the shape, but canonical form writes "
     # in the option content: the data holds numbers the document has not (here the
     # second recipient's).
     head, _, tail = delivery(FIRST).partition(b"<recipient identity='sub1")
     mixed = head + b"<recipient identity='sub1" + tail.replace(b'"', b"'")
-    assert parse_apex(mixed, memo) == full_parse(mixed)
+    assert learn(memo, mixed) == full_parse(mixed)
     assert memo.known_data(mixed) is None
     # All of them written with ': no number at all, a plain document, remembered as is.
     single = delivery(FIRST).replace(b'"', b"'")
@@ -164,21 +195,22 @@ def test_a_template_that_does_not_rebuild_the_parse_is_refused(
     raw = delivery(FIRST)
     elsewhere = full_parse(delivery(OTHER))
     monkeypatch.setattr(numbered, "data_from", lambda root, raw: elsewhere)
-    assert parse_apex(raw, memo) == full_parse(raw)
+    assert learn(memo, raw) == full_parse(raw)
     assert memo.known_data(delivery(OTHER)) is None
 
     def refused(root: object, raw: bytes) -> Data:
         raise ApexError(ApexReplyCode.PARAMETER_INVALID, "refused")
 
     monkeypatch.setattr(numbered, "data_from", refused)
-    parse_apex(raw, memo)
+    memo = ParseMemo(numbered=8)
+    learn(memo, raw)
     assert memo.known_data(delivery(OTHER)) is None
 
 
 def test_numbers_in_inline_content_are_numbers_of_the_shape() -> None:
     memo = ParseMemo(numbered=8)
     inline = b"<data-content Name='c'><p sourceseq=\"%s\">t</p></data-content>"
-    parse_apex(delivery(FIRST, b"#c", inline % b"9"), memo)
+    learn(memo, delivery(FIRST, b"#c", inline % b"9"))
     raw = delivery(OTHER, b"#c", inline % b"10")
     known = memo.known_data(raw)
     assert known is not None
@@ -190,14 +222,14 @@ def test_numbers_in_inline_content_are_numbers_of_the_shape() -> None:
 def test_the_numbered_shapes_are_bounded() -> None:
     memo = ParseMemo(numbered=2)
     for name in (b"a", b"b", b"c"):
-        parse_apex(delivery(FIRST).replace(b"sub0@", name + b"@"), memo)
+        learn(memo, delivery(FIRST).replace(b"sub0@", name + b"@"))
     assert memo.known_data(delivery(OTHER).replace(b"sub0@", b"c@")) is not None
     assert memo.known_data(delivery(OTHER).replace(b"sub0@", b"b@")) is not None
     assert memo.known_data(delivery(OTHER).replace(b"sub0@", b"a@")) is None
     many = [b"%d" % index for index in range(3 * 200)]
     long = delivery(many)
     assert len(long) > NUMBERED_REST_MAX
-    parse_apex(long, memo)
+    learn(memo, long)
     assert memo.known_data(delivery([b"%d" % (index + 1) for index in range(600)])) is None
 
 
@@ -217,7 +249,7 @@ def test_the_shape_keeps_the_names_of_the_numbers() -> None:
 @given(st.lists(st.from_regex(rb"\A[0-9]{1,20}\Z"), min_size=6, max_size=6))
 def test_any_numbers_are_answered_as_the_full_parser_would(numbers: list[bytes]) -> None:
     memo = ParseMemo(numbered=8)
-    parse_apex(delivery(FIRST), memo)
+    learn(memo, delivery(FIRST))
     raw = delivery(numbers, b"cid:9@x")
     known = memo.known_data(raw)
     assert known is not None
@@ -236,7 +268,7 @@ def test_a_changed_octet_is_either_not_recognized_or_read_as_the_parser_reads_it
 ) -> None:
     memo = ParseMemo(numbered=8)
     raw = delivery(FIRST)
-    parse_apex(raw, memo)
+    learn(memo, raw)
     changed = raw[:position] + bytes([octet]) + raw[position + (0 if insert else 1) :]
     known = memo.known_data(changed)
     if known is not None:
