@@ -17,7 +17,8 @@ in place. A :class:`NumberedTemplate` keeps the parsed data and the places of it
 numbers in the option contents (and inline content), and is only made when it passes a
 self-check (:meth:`NumberedTemplate.checked`): its rebuild of the document's own numbers
 must equal the full parse, and its rebuild of other, distinct numbers must equal the full
-parse of the document with those numbers. Anything else (another quoting, a number in a
+parse of the document with those numbers. The memo makes a template the second time it
+sees a shape, and remembers a refusal. Anything else (another quoting, a number in a
 comment, an entity reference) is a different shape or no template, and the full parser
 reads it.
 
@@ -47,7 +48,7 @@ from apexmesh.apex.options import Option
 
 #: The attributes whose values are the numbers of a shape: those of the robust option
 #: that change from delivery to delivery (apexmesh/pubsub/robust/elements.py
-#: ``RobustInfo.to_xml``; tests/apexmesh/pubsub/robust keeps the two in step). This
+#: ``RobustInfo``; tests/apexmesh/pubsub/robust keeps the two in step). This
 #: layer does not import the robust elements (it sits below them).
 NUMBERED_ATTRIBUTES: Final = ("linkseq", "linkepoch", "sourceseq", "gapseq", "gap")
 
