@@ -141,6 +141,27 @@ class Data:
         caller vouches that ``content`` is a URI-reference."""
         return self._clone(content, self.recipients)
 
+    def with_parts(
+        self,
+        *,
+        content: str,
+        originator: Originator,
+        recipients: tuple[Recipient, ...],
+        options: tuple[Option, ...],
+        data_content: DataContent | None,
+    ) -> Data:
+        """This data's shape with other parts (apexmesh/apex/numbered.py: the same
+        document with other numbers), made without the checks of ``__post_init__``: the
+        caller vouches for the parts (this data passed the checks, and the parts differ
+        from its own in digits only)."""
+        clone = _new_object(Data)
+        _SET_CONTENT(clone, content)
+        _SET_ORIGINATOR(clone, originator)
+        _SET_RECIPIENTS(clone, recipients)
+        _SET_OPTIONS(clone, options)
+        _SET_DATA_CONTENT(clone, data_content)
+        return clone
+
     def _clone(self, content: str, recipients: tuple[Recipient, ...]) -> Data:
         """This data with ``content`` and ``recipients``, made without the checks of
         ``__post_init__`` (the callers have done what they need of them)."""
@@ -281,8 +302,13 @@ _CONTENT_VALUE_OCTETS: Final = (
 )
 #: Documents whose rest is longer than this are not remembered (bounds the memory).
 _KNOWN_REST_MAX: Final = 4096
+#: Longest rest :func:`document_shape` cuts out: a document whose options carry numbers
+#: (apexmesh/apex/numbered.py) is remembered up to this length, since a relay receives one
+#: data for some 50 robust recipients (about 230 octets each); other documents only up
+#: to :data:`_KNOWN_REST_MAX`.
+SHAPED_REST_MAX: Final = 32768
 #: Longest document :func:`document_shape` recognizes (longer ones are never remembered).
-_KNOWN_DOCUMENT_MAX: Final = len(_DATA_OPEN) + _CONTENT_VALUE_MAX + len("'>") + _KNOWN_REST_MAX
+_KNOWN_DOCUMENT_MAX: Final = len(_DATA_OPEN) + _CONTENT_VALUE_MAX + len("'>") + SHAPED_REST_MAX
 #: How many remembered documents a memo keeps by default (apexmesh/apex/memo.py).
 KNOWN_DOCUMENTS: Final = 2048
 
@@ -370,6 +396,7 @@ __all__ = [
     "data_content_from",
     "data_from",
     "KNOWN_DOCUMENTS",
+    "SHAPED_REST_MAX",
     "document_shape",
     "originator_from",
     "raw_inner",

@@ -51,8 +51,8 @@ from apexmesh.pubsub.elements import topic_of as pubsub_topic_of
 from apexmesh.pubsub.robust.elements import (
     OPTION_NAME,
     PublishHeader,
+    RobustReader,
     publish_option,
-    robust_from_option,
 )
 from apexmesh.pubsub.robust.operations import (
     GapReply,
@@ -117,6 +117,9 @@ class RobustClient:
         self._on_event = on_event
         self._clock = clock
         self._stubs: dict[str, SubscriberStub] = {}
+        #: Reads each delivery's robust option, remembering the shapes seen (the parser
+        #: cost more per delivery than the rest of the client's reading).
+        self._reader = RobustReader()
         self._gaps: dict[int, str] = {}
         self._publications: asyncio.Queue[Publication] = asyncio.Queue()
         self._others: asyncio.Queue[ReceivedData] = asyncio.Queue()
@@ -330,7 +333,7 @@ class RobustClient:
             stub = None if topic is None else self._stubs.get(topic)
             if stub is not None and topic is not None:
                 try:
-                    info = robust_from_option(option, stub.resolution)
+                    info = self._reader.read(option, stub.resolution)
                 except ApexError:
                     self._others.put_nowait(received)
                     return

@@ -23,8 +23,11 @@ from typing import Final
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
+from apexmesh.apex.numbered import HOLE, numbers_of, with_numbers
 from apexmesh.apex.options import Option, TargetHop
 from apexmesh.beep.xml import Element
+from apexmesh.common.cache import BoundedCache
 from apexmesh.pubsub.robust._wire import (
     HEARTBEAT_NS,
     MAX_CHANGES,
@@ -128,6 +131,30 @@ _ROBUST_ATTRS: Final = (
 )
 
 
+#: The numbering attributes of ``robust``: the RobustInfo field each sets (those that
+#: change from delivery to delivery, apexmesh/apex/numbered.py ``NUMBERED_ATTRIBUTES``).
+_NUMBER_FIELDS: Final = {
+    "linkseq": "link_seq",
+    "linkepoch": "link_epoch",
+    "sourceseq": "source_seq",
+    "gap": "gap",
+    "gapseq": "gap_seq",
+}
+
+
+def _number(name: str, value: str, resolution: Resolution | None) -> int:
+    """The value of numbering attribute ``name`` (501 not a number, 553 out of range)."""
+    if name == "linkseq":
+        return _link_seq(value, None, resolution)
+    if name == "linkepoch":
+        return _source_seq(value, None, "linkepoch", 0)
+    if name == "sourceseq":
+        return _source_seq(value, None)
+    if name == "gap":
+        return _dtd.trans_id(value, "robust")
+    return _digits(value, "gapseq", None, MAX_GAP, 1)
+
+
 def robust_from(element: Element, resolution: Resolution | None = None) -> RobustInfo:
     """Read a ``robust`` element; ``resolution`` bounds linkseq (64 bits when unknown)."""
     if _local(element) != "robust":
@@ -137,12 +164,14 @@ def robust_from(element: Element, resolution: Resolution | None = None) -> Robus
     ns = attrs.get("ns")
     if ns is not None and ns != HEARTBEAT_NS:
         _dtd.fail(f"robust: ns {ns[:32]!r} is not {HEARTBEAT_NS}")
+
+    def number(name: str) -> int | None:
+        return None if name not in attrs else _number(name, attrs[name], resolution)
+
     return RobustInfo(
-        link_seq=None if "linkseq" not in attrs else _link_seq(attrs["linkseq"], None, resolution),
-        link_epoch=None
-        if "linkepoch" not in attrs
-        else _source_seq(attrs["linkepoch"], None, "linkepoch", 0),
-        source_seq=None if "sourceseq" not in attrs else _source_seq(attrs["sourceseq"], None),
+        link_seq=number("linkseq"),
+        link_epoch=number("linkepoch"),
+        source_seq=number("sourceseq"),
         source=_dtd.endpoint(attrs["from"], "robust"),
         type=None if "type" not in attrs else publish_type(attrs["type"]),
         item=None if "item" not in attrs else check_item(attrs["item"]),
@@ -151,10 +180,8 @@ def robust_from(element: Element, resolution: Resolution | None = None) -> Robus
             None if "contributor" not in attrs else _dtd.endpoint(attrs["contributor"], "robust")
         ),
         heartbeat=ns is not None,
-        gap=None if "gap" not in attrs else _dtd.trans_id(attrs["gap"], "robust"),
-        gap_seq=(
-            None if "gapseq" not in attrs else _digits(attrs["gapseq"], "gapseq", None, MAX_GAP, 1)
-        ),
+        gap=number("gap"),
+        gap_seq=number("gapseq"),
     )
 
 
@@ -234,6 +261,118 @@ def robust_from_option(option: Option, resolution: Resolution | None = None) -> 
     return robust_from(_option_root(option), resolution)
 
 
+#: Robust option shapes a :class:`RobustReader` keeps: one per link epoch and source
+#: (and publish type, item, token) its receiver hears from.
+KNOWN_ROBUST_SHAPES: Final = 256
+
+
+#: RobustInfo's fields, and the setters of its slots: a copy with other numbers made
+#: with them costs a fifth of ``dataclasses.replace`` (which runs the class's checks,
+#: unneeded here: the numbers' presence, all they check, is part of the shape).
+_INFO_FIELDS: Final = tuple(field.name for field in dataclasses.fields(RobustInfo))
+_INFO_SETTERS: Final = tuple(RobustInfo.__dict__[name].__set__ for name in _INFO_FIELDS)
+
+
+class _RobustShape:
+    """The information of one shape of robust option content (see
+    :class:`RobustReader`): every field but the numbers, and which field each number
+    sets, in document order."""
+
+    __slots__ = ("info", "names", "places", "values")
+
+    def __init__(self, info: RobustInfo, shape: bytes) -> None:
+        self.info = info
+        # Each piece before a number ends with `` name="`` (numbered.py's form).
+        pieces = shape.split(HOLE)[:-1]
+        #: The numbering attribute of each number, in document order.
+        self.names = tuple(piece[piece.rfind(b" ") + 1 : -2].decode() for piece in pieces)
+        #: Where in :data:`_INFO_FIELDS` each number goes (-1: in no field).
+        self.places = tuple(
+            _INFO_FIELDS.index(_NUMBER_FIELDS[name]) if name in _NUMBER_FIELDS else -1
+            for name in self.names
+        )
+        #: ``info``'s field values.
+        self.values = [getattr(info, name) for name in _INFO_FIELDS]
+
+    def read(self, numbers: list[bytes], resolution: Resolution | None) -> RobustInfo:
+        """The information of the content of this shape with ``numbers``, each checked
+        as :func:`robust_from` checks it (501, 553)."""
+        values = self.values.copy()
+        for name, place, number in zip(self.names, self.places, numbers, strict=True):
+            values[place] = _number(name, number.decode("ascii"), resolution)
+        info = object.__new__(RobustInfo)
+        for setter, value in zip(_INFO_SETTERS, values, strict=True):
+            setter(info, value)
+        return info
+
+    @classmethod
+    def checked(
+        cls, info: RobustInfo, shape: bytes, numbers: list[bytes], resolution: Resolution | None
+    ) -> _RobustShape | None:
+        """The shape of ``info``, read by the full parser from content ``shape`` with
+        ``numbers``; None unless each number is a distinct numbering attribute of the
+        element and the shape reads its own and other numbers as the parser does."""
+        known = cls(info, shape)
+        if len(set(known.places)) != len(known.places) or -1 in known.places:
+            return None
+        try:
+            if known.read(numbers, resolution) != info:
+                return None
+            others = [b"%d" % (index + 1) for index in range(len(numbers))]
+            content = with_numbers(shape, others)
+            other = Option(internal=OPTION_NAME, trans_id=1, content=content)
+            if known.read(others, resolution) != robust_from_option(other, resolution):
+                return None
+        except ApexError:
+            return None
+        return known
+
+
+class RobustReader:
+    """:func:`robust_from_option` for one receiver (a RobustClient), which reads one
+    option per delivery: the hardened parser and the element checks cost several times
+    the data's own parse once that is remembered (apexmesh/apex/memo.py).
+
+    Contents that differ from one read before only in their numbers (linkseq,
+    linkepoch, sourceseq, gap, gapseq, as apexmesh/apex/numbered.py cuts them) are read
+    from that one: its other fields as they were, each number checked as the parser
+    checks it (range by the caller's resolution). A shape is kept only when it passes a
+    self-check; any other content goes through the parser. The shapes are the reader's,
+    in a bounded cache.
+    """
+
+    __slots__ = ("_seen", "_shapes")
+
+    def __init__(self, shapes: int = KNOWN_ROBUST_SHAPES) -> None:
+        self._shapes: BoundedCache[bytes, _RobustShape] = BoundedCache("robust shapes", shapes)
+        #: Shapes not kept: True seen once, False refused by the self-check. A shape is
+        #: checked (two more reads) the second time it is seen, so that shapes seen once
+        #: each (a topic's thousands of items) cost no more than the parser.
+        self._seen: BoundedCache[bytes, bool] = BoundedCache("robust shapes seen", shapes)
+
+    def read(self, option: Option, resolution: Resolution | None = None) -> RobustInfo:
+        """What :func:`robust_from_option` returns (or raises) for ``option``."""
+        shaped = None if option.internal != OPTION_NAME else numbers_of(option.content)
+        if shaped is None:
+            return robust_from_option(option, resolution)
+        shape, numbers = shaped
+        known = self._shapes.get(shape)
+        if known is not None:
+            return known.read(numbers, resolution)
+        info = robust_from_option(option, resolution)
+        seen = self._seen.get(shape)
+        if seen is None:
+            self._seen.put(shape, True)
+        elif seen:
+            checked = _RobustShape.checked(info, shape, numbers, resolution)
+            if checked is None:
+                self._seen.put(shape, False)
+            else:
+                self._seen.pop(shape)
+                self._shapes.put(shape, checked)
+        return info
+
+
 # --------------------------------------------------------------------------- publish
 
 
@@ -292,6 +431,7 @@ def publish_from_option(option: Option, item_header: str = "item") -> PublishHea
 
 
 __all__ = [
+    "KNOWN_ROBUST_SHAPES",
     "LinkOptions",
     "HEARTBEAT_NS",
     "MAX_CHANGES",
@@ -303,6 +443,7 @@ __all__ = [
     "TYPES_REPORTED",
     "PublishHeader",
     "RobustInfo",
+    "RobustReader",
     "link_span",
     "publish_from",
     "publish_from_option",

@@ -4,18 +4,26 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.data import Data, Originator, Recipient, data_from
+from apexmesh.apex.elements import parse_apex
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
+from apexmesh.apex.memo import ParseMemo
+from apexmesh.apex.numbered import NUMBERED_ATTRIBUTES
 from apexmesh.apex.options import Option
+from apexmesh.beep.xml import parse_xml
+from apexmesh.pubsub.robust import elements as robust_elements
 from apexmesh.pubsub.robust.elements import (
     MAX_GAP,
     LinkOptions,
     PublishHeader,
     RobustInfo,
+    RobustReader,
     link_span,
     publish_from_option,
     publish_option,
@@ -317,3 +325,150 @@ def test_link_options_are_the_options_robust_option_builds_for_each_link(
 def test_link_options_need_a_numbered_template() -> None:
     with pytest.raises(ValueError, match="link_seq and link_epoch"):
         LinkOptions(RobustInfo(link_seq=3, source_seq=1, source=Endpoint.parse("a@b.org")), 1)
+
+
+# --------------------------------------------------------------------------- shapes
+
+DELIVERED = [
+    RobustInfo(link_seq=9, link_epoch=3, source_seq=77, source=SRC),
+    RobustInfo(
+        link_seq=9,
+        link_epoch=3,
+        source_seq=77,
+        source=SRC,
+        type=PublishType.CORRECTION,
+        item="IBM",
+        permtoken="gold",
+        contributor=Endpoint.parse("wilma@example.com"),
+    ),
+    RobustInfo(link_seq=65535, link_epoch=7, source=SRC, heartbeat=True),
+    RobustInfo(link_seq=None, source_seq=12, source=SRC, gap=5, gap_seq=2),
+]
+
+
+def test_the_numbers_the_memo_cuts_are_the_numbering_attributes_of_robust() -> None:
+    """apexmesh/apex/numbered.py does not import this package: its names must stay
+    those of the numbers a robust option carries."""
+    full = RobustInfo(link_seq=1, link_epoch=2, source_seq=3, source=SRC, gap=4, gap_seq=5)
+    content = robust_option(full, 1).content  # canonical form, as delivered
+    written = {name for name, _value in re.findall(rb' ([a-z]+)="([0-9]+)"', content)}
+    assert {name.decode() for name in written} == set(NUMBERED_ATTRIBUTES)
+
+
+@pytest.mark.parametrize("info", DELIVERED)
+def test_deliveries_differing_in_their_numbers_are_answered_by_the_parse_memo(
+    info: RobustInfo,
+) -> None:
+    memo = ParseMemo()
+
+    def delivery(seq: int, number: int) -> bytes:
+        numbers: dict[str, int | None] = {"source_seq": None if info.heartbeat else number}
+        if info.link_seq is not None:
+            numbers.update(link_seq=seq, link_epoch=info.link_epoch)
+        else:
+            numbers.update(gap_seq=number)
+        recipients = tuple(
+            Recipient(
+                identity=Endpoint.parse(f"sub{index}@example.com"),
+                options=(robust_option(dataclasses.replace(info, **numbers), 1),),  # type: ignore[arg-type]
+            )
+            for index in range(3)
+        )
+        data = Data(
+            content=f"cid:{number}@x",
+            originator=Originator(identity=Endpoint.parse("apex=pubsub@example.com")),
+            recipients=recipients,
+        )
+        return data.to_xml()
+
+    for _ in range(2):  # a template is made the second time a shape is seen
+        parse_apex(delivery(1, 1), memo)
+    for seq, number in [(2, 2), (0, 3), (2**32 - 1, 99)]:
+        raw = delivery(seq, number)
+        known = memo.known_data(raw)
+        assert known is not None
+        assert known == data_from(parse_xml(raw), raw)
+        assert known.to_xml() == raw
+
+
+@pytest.mark.parametrize("info", DELIVERED)
+def test_a_robust_reader_reads_as_the_parser_for_any_numbers(info: RobustInfo) -> None:
+    reader = RobustReader()
+    option = robust_option(info, 1)
+    for _ in range(2):  # the shape is kept the second time it is seen
+        assert reader.read(option) == robust_from_option(option)
+    assert len(reader._shapes) == 1
+    for numbers in [
+        {"link_seq": 0, "link_epoch": 9, "source_seq": 1},
+        {"link_seq": 2**64 - 1, "link_epoch": 0, "source_seq": 2**63 - 1},
+    ]:
+        if info.heartbeat:
+            numbers.pop("source_seq")
+        if info.link_seq is None:
+            numbers = {"source_seq": numbers["source_seq"], "gap_seq": 7}
+        other = robust_option(dataclasses.replace(info, **numbers), 1)  # type: ignore[arg-type]
+        assert reader.read(other) == robust_from_option(other)
+        assert reader.read(other, Resolution.BITS64) == robust_from_option(other, Resolution.BITS64)
+
+
+def test_a_robust_reader_checks_every_number_as_the_parser_does() -> None:
+    reader = RobustReader()
+    for _ in range(2):
+        reader.read(robust_option(DELIVERED[0], 1), Resolution.BITS16)
+    assert len(reader._shapes) == 1
+    beyond = robust_option(dataclasses.replace(DELIVERED[0], link_seq=65_536), 1)
+    for read in (reader.read, robust_from_option):
+        with pytest.raises(ApexError) as caught:
+            read(beyond, Resolution.BITS16)
+        assert caught.value.code == ApexReplyCode.PARAMETER_INVALID
+    zero = Option(
+        internal="robust",
+        trans_id=1,
+        content=robust_option(DELIVERED[0], 1).content.replace(b'sourceseq="77"', b'sourceseq="0"'),
+    )
+    for read in (reader.read, robust_from_option):
+        with pytest.raises(ApexError) as caught:
+            read(zero)
+        assert caught.value.code == ApexReplyCode.PARAMETER_INVALID
+
+
+def test_a_robust_reader_keeps_no_shape_that_fails_its_self_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Here the parser reads the link epoch otherwise than the shape would: the shape
+    # must not be kept, and every read goes through the parser.
+    real = robust_elements.robust_from_option
+
+    def disagreeing(option: Option, resolution: Resolution | None = None) -> RobustInfo:
+        info = real(option, resolution)
+        return dataclasses.replace(info, link_epoch=(info.link_epoch or 0) + 1)
+
+    monkeypatch.setattr(robust_elements, "robust_from_option", disagreeing)
+    reader = RobustReader(shapes=4)
+    option = robust_option(DELIVERED[0], 1)
+    for _ in range(3):  # the shape is checked the second time it is seen
+        assert reader.read(option) == disagreeing(option)
+    assert len(reader._shapes) == 0
+    monkeypatch.undo()
+    agreeing = RobustReader(shapes=4)
+    for _ in range(3):
+        assert agreeing.read(option) == real(option)
+    assert len(agreeing._shapes) == 1
+
+
+def test_a_robust_reader_refuses_what_the_parser_refuses() -> None:
+    reader = RobustReader(shapes=4)
+    doubled = b'<robust xmlns="urn:apexmesh:robust-pubsub:1" linkseq="1" linkseq="2"/>'
+    option = robust_option(DELIVERED[0], 1)
+    for content in (doubled, option.content.replace(b"<robust", b"<robot")):
+        bad = Option.__new__(Option)
+        for field in dataclasses.fields(Option):
+            object.__setattr__(bad, field.name, getattr(option, field.name))
+        object.__setattr__(bad, "content", content)
+        for _ in range(2):
+            with pytest.raises(ApexError):
+                reader.read(bad)
+    assert len(reader._shapes) == 0
+    other = Option(internal="other", trans_id=1, content=option.content)
+    with pytest.raises(ApexError):
+        reader.read(other)
