@@ -210,7 +210,15 @@ def _plan_recipient(
     except ApexError as exc:
         return RecipientPlan(recipient=recipient, final=final, failure=exc)
     groups = ((Placement.RECIPIENT, per_recipient),)
-    forwarded = Recipient(identity=recipient.identity, options=per_recipient.forward)
+    kept = per_recipient.forward
+    if len(kept) == len(recipient.options) and all(
+        mine is theirs for mine, theirs in zip(kept, recipient.options, strict=True)
+    ):
+        # Every option goes on (a robust delivery's, targetHop final, at the last relay
+        # but one): the recipient as received, whose serialization is made already.
+        forwarded = recipient
+    else:
+        forwarded = Recipient(identity=recipient.identity, options=kept)
     return RecipientPlan(
         recipient=recipient,
         final=final,

@@ -181,6 +181,23 @@ def _data(
     )
 
 
+def test_a_recipient_whose_options_all_go_on_is_forwarded_as_received() -> None:
+    """A robust delivery's per-recipient option (targetHop final) passes the relays
+    before the last one: the recipient element goes on as the same object, whose
+    serialization the relay has (a copy would be serialized again per recipient)."""
+    final = option(TargetHop.FINAL, trans_id=1)
+    this = option(TargetHop.THIS, trans_id=2)
+    kept = Recipient(identity=BARNEY_RUBBLE, options=(final,))
+    trimmed = Recipient(identity=BARNEY, options=(final, this))
+    data = _data(per_data=(option(TargetHop.ALL, trans_id=3),), recipients=(kept, trimmed))
+    plan = plan_data(data, REGISTRY, is_final=lambda endpoint: False)
+    first, second = plan.recipients
+    assert first.forward is not None
+    assert second.forward is not None
+    assert first.forward.recipients[0] is kept
+    assert second.forward.recipients == (Recipient(identity=BARNEY, options=(final,)),)
+
+
 def test_this_options_are_removed_at_each_placement() -> None:
     this = option(TargetHop.THIS, trans_id=1)
     keep = option(TargetHop.ALL, trans_id=2)
