@@ -65,6 +65,14 @@ class Deployment:
     def edge_port(self, relay: str) -> int:
         return int(self.relays[relay].info["edge_port"])
 
+    async def connect_closed_by(
+        self, stack: contextlib.AsyncExitStack, relay: str, user: str | None = None
+    ) -> ApexClient:
+        """:meth:`connect`, the session closed when ``stack`` closes."""
+        client = await self.connect(relay, user)
+        stack.push_async_callback(client.close)
+        return client
+
     async def connect(self, relay: str, user: str | None = None) -> ApexClient:
         """An SDK session to ``relay``: TLS and SCRAM-SHA-256 as ``user`` when the
         deployment has users, plain otherwise."""

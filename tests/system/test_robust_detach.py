@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -39,7 +40,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from apexmesh.client import ApexClient, PubsubClient
+from apexmesh.client import PubsubClient
 from apexmesh.client.robust import RobustClient
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.settings import RobustSettings
@@ -47,6 +48,7 @@ from apexmesh.pubsub.robust.stub import Publication, Resynchronised, StubEvent
 from apexmesh.store.keys import Keys
 from apexmesh.store.robust_keys import RobustKeys
 from tests.support.deployment import DOMAIN, Deployment, deployment
+from tests.support.robust_clients import warm_up
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
 
@@ -60,18 +62,6 @@ RES = Resolution.BITS32
 BEFORE = AFTER = 50
 #: Publications at least while she is away (after the pods came back).
 AWAY_AT_LEAST = 40
-
-
-async def warm_up(fred: RobustClient, wilma: RobustClient) -> None:
-    """Publish until one reaches Wilma: from then on every pod's subscriber cache has
-    her subscription, so every later publication numbers her link."""
-    for attempt in range(30):
-        await fred.publish(TOPIC, f"warm {attempt}".encode())
-        with contextlib.suppress(TimeoutError):
-            first = await asyncio.wait_for(wilma.next(), timeout=1.0)
-            assert first.payload.startswith(b"warm")
-            return
-    pytest.fail("the subscriber never received a warm-up publication")
 
 
 async def receive(wilma: RobustClient, payloads: list[bytes], within: float) -> list[Publication]:
@@ -138,11 +128,7 @@ async def test_a_subscriber_detached_30_s_repairs_by_source_after_its_link_conte
         deployment(tmp_path, relays=("a", "b"), pubsub=("p1", "p2")) as running,
         contextlib.AsyncExitStack() as stack,
     ):
-
-        async def connect(relay: str) -> ApexClient:
-            client = await running.connect(relay)
-            stack.push_async_callback(client.close)
-            return client
+        connect = functools.partial(running.connect_closed_by, stack)
 
         via_b = await connect("b")
         fred = RobustClient(await via_b.attach(f"fred@{DOMAIN}"))
@@ -162,7 +148,7 @@ async def test_a_subscriber_detached_30_s_repairs_by_source_after_its_link_conte
             TOPIC, resolution=RES, heartbeat_ms=HEARTBEAT_MS, repair_timeout_ms=2_000
         )
         await wilma.subscribe(TOPIC, duration=3600)
-        await warm_up(fred, wilma)
+        await warm_up(fred, wilma, TOPIC)
 
         ok: list[bytes] = []
         for n in range(BEFORE):

@@ -20,19 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from apexmesh.client import ApexClient, PubsubClient
+from apexmesh.client import PubsubClient
 from apexmesh.client.attachment import Attachment
 from apexmesh.client.robust import RobustClient
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.settings import RobustSettings
 from apexmesh.pubsub.robust.stub import Publication
 from tests.support.deployment import DOMAIN, Deployment, deployment
+from tests.support.robust_clients import warm_up
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(150)]
 
@@ -44,18 +46,6 @@ KILL_AT = 150
 IN_FLIGHT = 20
 HEARTBEAT_MS = 300
 RES = Resolution.BITS32
-
-
-async def warm_up(fred: RobustClient, wilma: RobustClient) -> None:
-    """Publish until one reaches Wilma: from then on every pod's subscriber cache has
-    her subscription, so every later publication numbers her link."""
-    for attempt in range(30):
-        await fred.publish(TOPIC, f"warm {attempt}".encode())
-        with contextlib.suppress(TimeoutError):
-            first = await asyncio.wait_for(wilma.next(), timeout=1.0)
-            assert first.payload.startswith(b"warm")
-            return
-    pytest.fail("the subscriber never received a warm-up publication")
 
 
 async def publish_all(running: Deployment, fred: RobustClient) -> dict[bytes, int]:
@@ -107,11 +97,7 @@ async def test_kill_9_of_the_subscribers_relay_process_loses_nothing_published(
         deployment(tmp_path, relays=("a", "b"), pubsub=("p1", "p2")) as running,
         contextlib.AsyncExitStack() as stack,
     ):
-
-        async def connect(relay: str) -> ApexClient:
-            client = await running.connect(relay)
-            stack.push_async_callback(client.close)
-            return client
+        connect = functools.partial(running.connect_closed_by, stack)
 
         via_b = await connect("b")
 
@@ -133,7 +119,7 @@ async def test_kill_9_of_the_subscribers_relay_process_loses_nothing_published(
             TOPIC, resolution=RES, heartbeat_ms=HEARTBEAT_MS, repair_timeout_ms=1_000
         )
         await wilma.subscribe(TOPIC, duration=3600)
-        await warm_up(fred, wilma)
+        await warm_up(fred, wilma, TOPIC)
 
         started = time.monotonic()
         ok = await publish_all(running, fred)

@@ -27,6 +27,7 @@ from tests.services.pubsub.conftest import PubsubMesh, started_mesh
 from tests.support.mesh import endpoint_client
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer
+from tests.support.robust_clients import warm_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -88,16 +89,7 @@ async def test_kill_9_of_the_sequencing_process_loses_no_published_publication(
             await owner.create_topic(TOPIC, robust=settings)
             wilma.follow(TOPIC, resolution=RES, heartbeat_ms=HEARTBEAT_MS, repair_timeout_ms=1_000)
             await wilma.subscribe(TOPIC, duration=3600)
-            # Warm up until a publication reaches her (the owner's cache has her
-            # subscription from then on).
-            for attempt in range(20):
-                await fred.publish(TOPIC, f"warm {attempt}".encode())
-                with contextlib.suppress(TimeoutError):
-                    first = await asyncio.wait_for(wilma.next(), timeout=1.0)
-                    assert first.payload.startswith(b"warm")
-                    break
-            else:
-                pytest.fail("the subscriber never received a warm-up publication")
+            await warm_up(fred, wilma, TOPIC, attempts=20)
             killed = await _owner(redis_server, keys)
             ok: list[bytes] = []
             failed = 0
