@@ -51,6 +51,11 @@ from apexmesh.pubsub.robust.contribution import ContributionGate
 from apexmesh.pubsub.robust.permissions import PermissionTable
 from apexmesh.pubsub.robust.settings import RobustSettings
 from apexmesh.rpc.batched import BatchedCaller
+from apexmesh.rpc.endpoint import (
+    DELIVER_ATTEMPTS,
+    DELIVER_CUT_OFF,
+    DELIVER_RETRY_BACKOFF_SECONDS,
+)
 from apexmesh.rpc.observe import observed_channel
 from apexmesh.store.robust import Retention, RobustStore
 from apexmesh.store.robust_topics import RobustTopics, holder_address
@@ -75,22 +80,12 @@ OWNER_CHANNELS: Final = 32
 #: (:meth:`Sequencers.renew`): its pod went away or no longer owns topics we are sent.
 OWNER_CHANNEL_IDLE_MS: Final = 300_000
 
-#: Attempts at one forward, the first included, and the seconds before each retry of
-#: a forward cut off mid-flight: the relay's numbers for a call to a service
-#: (services/relay/wellknown.py ``ATTEMPTS``, ``RETRY_BACKOFF_SECONDS``).
-FORWARD_ATTEMPTS: Final = 3
-FORWARD_BACKOFF_SECONDS: Final = (0.05, 0.25)
-
-#: A forward that ended this way may or may not have reached the owner (the relay's
-#: ``_CUT_OFF``: services never import one another, so the set is repeated here).
-_CUT_OFF: Final = frozenset(
-    {
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-    }
-)
+#: Attempts at one forward, the first included, the seconds before each retry of a
+#: forward cut off mid-flight, and the codes that leave a forward's outcome unknown:
+#: the rule of every caller of a service's ``Deliver`` (apexmesh/rpc/endpoint.py).
+FORWARD_ATTEMPTS: Final = DELIVER_ATTEMPTS
+FORWARD_BACKOFF_SECONDS: Final = DELIVER_RETRY_BACKOFF_SECONDS
+_CUT_OFF: Final = DELIVER_CUT_OFF
 
 
 class OutcomeUnknownError(Exception):

@@ -32,6 +32,11 @@ from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
 from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.batched import BatchedCaller
+from apexmesh.rpc.endpoint import (
+    DELIVER_ATTEMPTS,
+    DELIVER_CUT_OFF,
+    DELIVER_RETRY_BACKOFF_SECONDS,
+)
 from services.relay.outcomes import DELIVERED, SERVICE_UNAVAILABLE, Outcome, outcome_of
 
 #: How the relay originates data itself (services/relay/router.py ``Router.originate``):
@@ -49,20 +54,12 @@ SERVICE_TIMEOUT_SECONDS = 30.0
 #: they carry stay unanswered, and their senders' windows close).
 MAX_CALLS_PER_POD: Final = 256
 
-#: Attempts at one delivery to a service whose calls may be retried (the first included).
-ATTEMPTS: Final = 3
-#: Seconds before each retry of a call cut off mid-flight (its outcome unknown).
-RETRY_BACKOFF_SECONDS: Final = (0.05, 0.25)
-
-#: A call that ended this way may or may not have reached the service.
-_CUT_OFF: Final = frozenset(
-    {
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-    }
-)
+#: Attempts at one delivery to a service whose calls may be retried (the first
+#: included), the seconds before each retry of a call cut off mid-flight, and the codes
+#: that leave a call's outcome unknown (apexmesh/rpc/endpoint.py).
+ATTEMPTS: Final = DELIVER_ATTEMPTS
+RETRY_BACKOFF_SECONDS: Final = DELIVER_RETRY_BACKOFF_SECONDS
+_CUT_OFF: Final = DELIVER_CUT_OFF
 
 ACCESS = "access"
 REPORT = "report"
