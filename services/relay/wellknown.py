@@ -61,6 +61,17 @@ ATTEMPTS: Final = DELIVER_ATTEMPTS
 RETRY_BACKOFF_SECONDS: Final = DELIVER_RETRY_BACKOFF_SECONDS
 _CUT_OFF: Final = DELIVER_CUT_OFF
 
+#: How long a delivery waits, in all, while every pod of its service refuses calls
+#: (UNAVAILABLE): a pod restarting, or the first second after it is back, while the
+#: channel's reconnect backoff (apexmesh/rpc/channels.py: at most a second) runs out.
+#: Without it a publication in that window was 421 at once, after the relay's ``ok``.
+SERVICE_RESTART_SECONDS: Final = 5.0
+#: The first pause before calling a service whose every pod refused, doubled each time
+#: up to :data:`UNAVAILABLE_BACKOFF_MAX`.
+UNAVAILABLE_BACKOFF_FIRST: Final = 0.1
+UNAVAILABLE_BACKOFF_MAX: Final = 1.0
+
+
 ACCESS = "access"
 REPORT = "report"
 CONTENT_NAME = "Content"
@@ -79,9 +90,12 @@ class WellKnownServices:
         retried: frozenset[str] = frozenset({"pubsub"}),
         delivery_prefix: str = "relay",
         max_calls_per_pod: int = MAX_CALLS_PER_POD,
+        patience: float = SERVICE_RESTART_SECONDS,
     ) -> None:
         self._access = access
         self._timeout = timeout
+        #: How long a delivery waits while every pod refuses (within the call timeout).
+        self._patience = min(patience, timeout)
         #: Services that honour ``delivery_id`` (their work happens once per id): a call
         #: cut off mid-flight is retried (on the next pod) with the same id.
         self._retried = retried
@@ -146,16 +160,22 @@ class WellKnownServices:
         request: endpoint_pb2.EndpointDeliverRequest,
     ) -> Outcome:
         """Deliver through the service's pods, round-robin. An UNAVAILABLE pod (the call
-        reached nobody, so nothing can be done twice) moves on to the next one at once.
-        A call cut off mid-flight (its outcome unknown) is retried, with the same
-        ``delivery_id``, only for a service that honours it; :data:`ATTEMPTS` at most,
-        then 421 (counted and reported like any failed delivery)."""
+        reached nobody, so nothing can be done twice) moves on to the next one at once;
+        when every pod refused, the call waits for one to come back (a pod restarting,
+        or a channel in its reconnect backoff just after the pod came back), backing off
+        up to a second, for :data:`SERVICE_RESTART_SECONDS` in all. The data stays
+        unanswered meanwhile, so its sender is slowed, not dropped. A call cut off
+        mid-flight (its outcome unknown) is retried, with the same ``delivery_id``, only
+        for a service that honours it; :data:`ATTEMPTS` at most, then 421 (counted and
+        reported like any failed delivery)."""
         first = self._turns[name]
         self._turns[name] = (first + 1) % len(pods)
         calls = self._calls[name]
         retries = name in self._retried
         attempts = 0
         position = 0
+        refused = 0  # pods in a row whose call reached nobody
+        waited, pause = 0.0, UNAVAILABLE_BACKOFF_FIRST
         while True:
             index = (first + position) % len(pods)
             try:
@@ -165,8 +185,19 @@ class WellKnownServices:
                 code = exc.code()
                 _log.warning("service %s pod %d: %s (%s)", name, index, code, exc.details())
                 position += 1
-                if code == grpc.StatusCode.UNAVAILABLE and position < len(pods):
-                    continue  # reached nobody: the next pod at once
+                if code == grpc.StatusCode.UNAVAILABLE:
+                    refused += 1
+                    if refused < len(pods):
+                        continue  # reached nobody: the next pod at once
+                    # Every pod refused: nothing was done anywhere, so waiting for one
+                    # to come back is safe for any service.
+                    if waited + pause > self._patience:
+                        return SERVICE_UNAVAILABLE
+                    await asyncio.sleep(pause)
+                    waited, pause = waited + pause, min(UNAVAILABLE_BACKOFF_MAX, 2 * pause)
+                    refused = 0
+                    continue
+                refused = 0
                 attempts += 1
                 if not retries or code not in _CUT_OFF or attempts >= ATTEMPTS:
                     return SERVICE_UNAVAILABLE

@@ -1,9 +1,12 @@
 """Well-known endpoint services with several pods (``APEXMESH_RELAY_SERVICES=
 name=a|b``): deliveries spread round-robin over real gRPC servers, an unreachable pod is
-skipped, and with every pod unreachable the outcome is 421."""
+skipped, a delivery whose every pod refuses waits for one to come back, and with every
+pod unreachable for the whole wait the outcome is 421."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -55,10 +58,12 @@ async def pods() -> AsyncIterator[list[tuple[CountingEndpoint, int]]]:
         await server.stop(None)
 
 
-async def deliver_many(addresses: list[str], count: int) -> list[int]:
+async def deliver_many(addresses: list[str], count: int, *, patience: float = 0.5) -> list[int]:
     channels = [grpc.aio.insecure_channel(address) for address in addresses]
     access = grpc.aio.insecure_channel(f"127.0.0.1:{free_port()}")
-    services = WellKnownServices(AccessClient(access), {"pubsub": channels}, None)
+    services = WellKnownServices(
+        AccessClient(access), {"pubsub": channels}, None, patience=patience
+    )
     codes = []
     try:
         for _ in range(count):
@@ -83,9 +88,37 @@ async def test_an_unreachable_pod_is_skipped(pods: list[tuple[CountingEndpoint, 
     assert servicer.calls == 4
 
 
-async def test_no_pod_reachable_is_421() -> None:
+async def test_no_pod_reachable_is_421_after_the_wait_for_one() -> None:
+    started = time.monotonic()
     codes = await deliver_many([f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"], 1)
     assert codes == [421]
+    assert time.monotonic() - started >= 0.3  # 0.1 + 0.2 s of pauses within 0.5 s
+
+
+async def test_a_delivery_waits_for_a_pod_that_comes_back() -> None:
+    """Every pod refuses (a pubsub pod restarting): the delivery waits for one to come
+    back instead of 421 at once, after the relay's ``ok``."""
+    port = free_port()
+    servicer = CountingEndpoint()
+    servers: list[grpc.aio.Server] = []
+
+    async def come_back() -> None:
+        await asyncio.sleep(0.5)
+        server = grpc.aio.server()
+        endpoint_pb2_grpc.add_WellKnownEndpointServicer_to_server(servicer, server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        servers.append(server)
+
+    back = asyncio.create_task(come_back())
+    try:
+        codes = await deliver_many([f"127.0.0.1:{port}"], 1, patience=5.0)
+    finally:
+        await back
+        for server in servers:
+            await server.stop(None)
+    assert codes == [250]
+    assert servicer.calls == 1
 
 
 class CutOffOnce(WellKnownEndpointServicer):
