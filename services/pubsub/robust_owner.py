@@ -12,6 +12,10 @@ address). :class:`Sequencers` is a pod's side of that:
   permission table in force (loaded from Redis when the topic is taken over) and the
   lock that orders commits (its fan-outs then travel side by side: the stubs order by
   link seq);
+- :meth:`Sequencers.owned_or_forwarded` is what a publication or permission change
+  does with that: sequenced here, or forwarded and the owner's answer returned; an owner
+  pod that died is waited for until its lease lapses (a lease and a third at most), so
+  what was in flight to it is sequenced by the next owner rather than refused;
 - :meth:`Sequencers.forward` sends a publication on to the owner with the forwarded
   mark (a pod that receives a forwarded call and cannot take the topic answers 450
   rather than forwarding again: no loops), batched over one ``DeliverStream`` per owner
@@ -44,9 +48,11 @@ import grpc
 from redis.exceptions import RedisError
 
 from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.common.cache import BoundedCache
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
+from apexmesh.pubsub.elements import topic_endpoint
 from apexmesh.pubsub.robust.contribution import ContributionGate
 from apexmesh.pubsub.robust.permissions import PermissionTable
 from apexmesh.pubsub.robust.settings import RobustSettings
@@ -88,6 +94,12 @@ FORWARD_BACKOFF_SECONDS: Final = DELIVER_RETRY_BACKOFF_SECONDS
 _CUT_OFF: Final = DELIVER_CUT_OFF
 
 
+#: Claims of a topic whose owner pod is unreachable, a sixth of a lease apart, before
+#: its publication is 450: a dead owner's lease lapses within them
+#: (:meth:`Sequencers.owned_or_forwarded`).
+TAKEOVER_ROUNDS: Final = 8
+
+
 class OutcomeUnknownError(Exception):
     """A forward was cut off mid-flight on every attempt: the owner may have sequenced
     the publication, or not.
@@ -115,8 +127,7 @@ class OwnerUnreachableError(ApexError):
 
     Its own type because the caller may do better than pass the 450 on: an owner pod
     that died holds its lease until it lapses, and a publication that waits for that can
-    be sequenced by the next owner (:meth:`RobustSequencing.publish
-    <services.pubsub.robust_serving.RobustSequencing.publish>`)."""
+    be sequenced by the next owner (:meth:`Sequencers.owned_or_forwarded`)."""
 
     def __init__(self, address: str) -> None:
         super().__init__(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic owner unreachable")
@@ -278,6 +289,79 @@ class Sequencers:
                 self.lost(*key)
                 lost.append(key)
         return lost
+
+    async def owned_or_forwarded(
+        self,
+        domain: str,
+        topic: str,
+        settings: RobustSettings,
+        originator: Endpoint,
+        payload: bytes,
+        delivery_id: str,
+        forwarded: bool,
+    ) -> OwnedTopic | tuple[int, str]:
+        """The topic's state when this pod sequences it; else the owner pod's answer to
+        the forward.
+
+        An owner pod that died (its forward reached nobody: UNAVAILABLE) holds the
+        lease until it lapses, at most a lease. Every publication in flight to it would
+        be 450 meanwhile, each a send again for its publisher (the relay's ``ok`` holds
+        no promise for it), so the publication waits for the lease instead: claimed
+        again every sixth of a lease, :data:`TAKEOVER_ROUNDS` times (a lease and a
+        third in all), it is sequenced here or by whichever pod took the topic. An owner
+        alive but unreachable from here keeps renewing: 450 after the wait, as before.
+        A forwarded call (we were named owner and are not) never waits: the pod that
+        forwarded it does.
+
+        A forward cut off and then unreachable (the owner died with it in flight:
+        :attr:`OutcomeUnknownError.owner_gone`) waits the same way when it has a
+        delivery id: the next owner commits it under the same delivery key, which the
+        commit script answers from the dead owner's commit if it made one, so the
+        publication is sequenced once either way. Without a delivery id its outcome
+        stays unknown."""
+        for round_ in range(TAKEOVER_ROUNDS + 1):
+            claim = await self.claim(domain, topic, settings)
+            if claim.owned is not None:
+                return claim.owned
+            try:
+                return await self._forward_to(
+                    claim.address, domain, topic, originator, payload, delivery_id, forwarded
+                )
+            except (OwnerUnreachableError, OutcomeUnknownError) as exc:
+                resolvable = isinstance(exc, OwnerUnreachableError) or (
+                    exc.owner_gone and bool(delivery_id)
+                )
+                if round_ == TAKEOVER_ROUNDS or not resolvable:
+                    raise
+                if round_ == 0:
+                    _log.warning(
+                        "owner %s of robust topic %s@%s unreachable: waiting for its lease",
+                        exc.address,
+                        topic,
+                        domain,
+                    )
+                await asyncio.sleep(self.lease_ms / 6 / 1000)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    async def _forward_to(
+        self,
+        address: str,
+        domain: str,
+        topic: str,
+        originator: Endpoint,
+        payload: bytes,
+        delivery_id: str,
+        forwarded: bool,
+    ) -> tuple[int, str]:
+        if forwarded:  # forwarded to us, and we are not the owner either: no loops
+            raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic sequencer moved")
+        request = endpoint_pb2.EndpointDeliverRequest(
+            recipient=str(topic_endpoint(topic, domain)),
+            originator=str(originator),
+            payload=payload,
+            delivery_id=delivery_id,
+        )
+        return await self.forward(address, request)
 
     async def forward(
         self, address: str, request: endpoint_pb2.EndpointDeliverRequest

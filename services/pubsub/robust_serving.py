@@ -41,7 +41,6 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option
 from apexmesh.common.cache import BoundedCache
-from apexmesh.contracts.endpoint.v1 import endpoint_pb2
 from apexmesh.pubsub import core
 from apexmesh.pubsub.elements import CONTENT_NAME, service_endpoint, topic_endpoint
 from apexmesh.pubsub.robust._wire import NS, OPTION_NAME
@@ -63,21 +62,13 @@ from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache, TopicState
 from apexmesh.store.robust import NotOwner
 from services.pubsub.publishing import Publisher, delivery_key
-from services.pubsub.robust_owner import (
-    OutcomeUnknownError,
-    OwnedTopic,
-    OwnerUnreachableError,
-    Sequencers,
-)
+from services.pubsub.robust_owner import OwnedTopic, Sequencers
 
 _log = logging.getLogger(__name__)
 
 #: transID of the ``robust`` options the service writes (an option needs one; a fixed
 #: one keeps successive deliveries alike but for their numbers).
 OPTION_TRANS_ID: Final = 1
-#: Claims of a topic whose owner pod is unreachable, a sixth of a lease apart, before
-#: its publication is 450: a dead owner's lease lapses within them (``_owned_or_forwarded``).
-TAKEOVER_ROUNDS: Final = 8
 #: Deliveries a pod remembers the outcome of, against a relay's retries.
 REMEMBERED: Final = 100_000
 #: How long Redis remembers a committed delivery key, against a relay's retry reaching
@@ -235,7 +226,7 @@ class RobustSequencing:
             source, contributor = header.source, originator
         key = delivery_key(delivery_id, payload)
         for _ in range(2):
-            found = await self._owned_or_forwarded(
+            found = await self.sequencers.owned_or_forwarded(
                 domain, topic, settings, originator, payload, delivery_id, forwarded
             )
             if not isinstance(found, OwnedTopic):
@@ -284,79 +275,6 @@ class RobustSequencing:
             if option.internal == OPTION_NAME:
                 return publish_from_option(option, settings.item_header), option
         return PublishHeader(), None
-
-    async def _owned_or_forwarded(
-        self,
-        domain: str,
-        topic: str,
-        settings: RobustSettings,
-        originator: Endpoint,
-        payload: bytes,
-        delivery_id: str,
-        forwarded: bool,
-    ) -> OwnedTopic | tuple[int, str]:
-        """The topic's state when this pod sequences it; else the owner pod's answer to
-        the forward.
-
-        An owner pod that died (its forward reached nobody: UNAVAILABLE) holds the
-        lease until it lapses, at most a lease. Every publication in flight to it would
-        be 450 meanwhile, each a send again for its publisher (the relay's ``ok`` holds
-        no promise for it), so the publication waits for the lease instead: claimed
-        again every sixth of a lease, :data:`TAKEOVER_ROUNDS` times (a lease and a
-        third in all), it is sequenced here or by whichever pod took the topic. An owner
-        alive but unreachable from here keeps renewing: 450 after the wait, as before.
-        A forwarded call (we were named owner and are not) never waits: the pod that
-        forwarded it does.
-
-        A forward cut off and then unreachable (the owner died with it in flight:
-        :attr:`OutcomeUnknownError.owner_gone`) waits the same way when it has a
-        delivery id: the next owner commits it under the same delivery key, which the
-        commit script answers from the dead owner's commit if it made one, so the
-        publication is sequenced once either way. Without a delivery id its outcome
-        stays unknown."""
-        for round_ in range(TAKEOVER_ROUNDS + 1):
-            claim = await self.sequencers.claim(domain, topic, settings)
-            if claim.owned is not None:
-                return claim.owned
-            try:
-                return await self._forward(
-                    domain, topic, originator, payload, delivery_id, claim.address, forwarded
-                )
-            except (OwnerUnreachableError, OutcomeUnknownError) as exc:
-                resolvable = isinstance(exc, OwnerUnreachableError) or (
-                    exc.owner_gone and bool(delivery_id)
-                )
-                if round_ == TAKEOVER_ROUNDS or not resolvable:
-                    raise
-                if round_ == 0:
-                    _log.warning(
-                        "owner %s of robust topic %s@%s unreachable: waiting for its lease",
-                        exc.address,
-                        topic,
-                        domain,
-                    )
-                await asyncio.sleep(self.sequencers.lease_ms / 6 / 1000)
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
-
-    async def _forward(
-        self,
-        domain: str,
-        topic: str,
-        originator: Endpoint,
-        payload: bytes,
-        delivery_id: str,
-        address: str,
-        forwarded: bool,
-    ) -> tuple[int, str]:
-        if forwarded:  # forwarded to us, and we are not the owner either: no loops
-            raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic sequencer moved")
-        request = endpoint_pb2.EndpointDeliverRequest(
-            recipient=str(topic_endpoint(topic, domain)),
-            originator=str(originator),
-            payload=payload,
-            delivery_id=delivery_id,
-        )
-        return await self.sequencers.forward(address, request)
 
     async def _sequence(
         self,
@@ -545,7 +463,7 @@ class RobustSequencing:
                 domain, originator, ApexReplyCode.NOT_AUTHORIZED, change.trans_id, "not the owner"
             )
             return ApexReplyCode.SUCCESS, ""
-        found = await self._owned_or_forwarded(
+        found = await self.sequencers.owned_or_forwarded(
             domain, topic, settings, originator, payload, delivery_id, forwarded
         )
         if not isinstance(found, OwnedTopic):
