@@ -66,10 +66,16 @@ def _kill(proc: ServiceProcess) -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("both_pods", [False, True], ids=["own-pod-only", "relays-know-both"])
 async def test_kill_one_process_during_10k_publishes(
-    redis_server: RedisServer, keys: Keys, tmp_path: Path, both_pods: bool
+    redis_server: RedisServer,
+    keys: Keys,
+    tmp_path: Path,
+    both_pods: bool,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Without failover the publishes relay b hands to the dead pod fail (421) until it
-    is back; with both pods configured (``pubsub=a|b``) relay b skips the dead one."""
+    """Without failover the publishes relay b hands to the dead pod wait for it to come
+    back (five seconds at most, docs/relay.md; 421 after that); with both pods
+    configured (``pubsub=a|b``) relay b skips the dead one. Either way every publish
+    acknowledged reaches both subscribers."""
     async with (
         two_processes(redis_server, keys, tmp_path, both_pods=both_pods) as (mesh, procs),
         contextlib.AsyncExitStack() as stack,
@@ -133,8 +139,12 @@ async def test_kill_one_process_during_10k_publishes(
             # The relays skipped the dead pod: (nearly) every publish was acknowledged.
             assert len(acknowledged) >= PUBLISHES - WINDOW
         else:
-            # The kill was felt: some publishes were refused or never reported.
-            assert len(acknowledged) < PUBLISHES
+            # The kill was felt: relay b's only pod refused its calls (it then waited
+            # for the pod to come back; what did not get it back in time was 421).
+            assert any(
+                record.name == "services.relay.wellknown" and "UNAVAILABLE" in record.getMessage()
+                for record in caplog.records
+            )
 
         async def all_arrived() -> None:
             while not (acknowledged <= got["mike"] and acknowledged <= got["wilma"]):  # noqa: ASYNC110
