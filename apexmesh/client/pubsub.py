@@ -30,6 +30,7 @@ import contextlib
 import itertools
 from collections.abc import Iterable
 
+from apexmesh.aio.tasks import stop_tasks
 from apexmesh.apex import _dtd
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
@@ -408,11 +409,7 @@ class PubsubClient:
         """Stop renewing and reading."""
         tasks = [*self._leases, *([self._reader] if self._reader else [])]
         self._reader = None
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, ApexClientError):
-                await task
+        await stop_tasks(tasks)  # cancelled again if one swallowed it (bounded)
 
 
 __all__ = [

@@ -32,6 +32,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from apexmesh.aio.tasks import stop_tasks
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
@@ -271,12 +272,14 @@ class RobustClient:
             ]
 
     async def _stop(self) -> None:
+        """Cancel the reader and the timer, again if one swallowed it, within bounds
+        (:func:`apexmesh.aio.tasks.stop_tasks`). On Python 3.11 a cancel that meets an
+        ``asyncio.wait_for`` as it finishes (the reader attaching again, inside
+        ``connect_endpoint``) can be lost; a bare await of the task after one cancel is
+        the likely cause of a test teardown that hung once, with the reader attached
+        again and the timer of another client still waiting."""
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, ApexClientError):
-                await task
+        await stop_tasks(tasks)
 
     async def _read(self) -> None:
         while True:
