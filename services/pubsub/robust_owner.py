@@ -86,14 +86,6 @@ OWNER_CHANNELS: Final = 32
 #: (:meth:`Sequencers.renew`): its pod went away or no longer owns topics we are sent.
 OWNER_CHANNEL_IDLE_MS: Final = 300_000
 
-#: Attempts at one forward, the first included, the seconds before each retry of a
-#: forward cut off mid-flight, and the codes that leave a forward's outcome unknown:
-#: the rule of every caller of a service's ``Deliver`` (apexmesh/rpc/endpoint.py).
-FORWARD_ATTEMPTS: Final = DELIVER_ATTEMPTS
-FORWARD_BACKOFF_SECONDS: Final = DELIVER_RETRY_BACKOFF_SECONDS
-_CUT_OFF: Final = DELIVER_CUT_OFF
-
-
 #: Claims of a topic whose owner pod is unreachable, a sixth of a lease apart, before
 #: its publication is 450: a dead owner's lease lapses within them
 #: (:meth:`Sequencers.owned_or_forwarded`).
@@ -370,7 +362,7 @@ class Sequencers:
 
         A forward that reached nobody is :class:`OwnerUnreachableError`, 450 (nothing was
         sequenced; the relay's sender may send it again). One cut off mid-flight is sent
-        again with the same delivery id, :data:`FORWARD_ATTEMPTS` times at most; the
+        again with the same delivery id, :data:`DELIVER_ATTEMPTS` times at most; the
         owner answers a repeat from its first commit, so the publication is sequenced
         once whichever attempt got there.
         Raises :class:`OutcomeUnknownError` when the attempts ran out with the outcome
@@ -380,7 +372,7 @@ class Sequencers:
             raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic owner unknown")
         repeatable = bool(request.delivery_id)
         cut_off = False
-        for attempt in range(1, FORWARD_ATTEMPTS + 1):
+        for attempt in range(1, DELIVER_ATTEMPTS + 1):
             link = self._link(address)
             try:
                 answer = await link.caller.call(request, timeout=self._timeout)
@@ -393,16 +385,16 @@ class Sequencers:
                     attempt,
                     code,
                 )
-                if code in _CUT_OFF:
+                if code in DELIVER_CUT_OFF:
                     cut_off = True
                 else:
                     if code == grpc.StatusCode.UNAVAILABLE:
                         self._drop(address, link)  # its pod went away, or is not up yet
                     if not cut_off:  # reached nobody, now and before
                         raise OwnerUnreachableError(address) from None
-                if not repeatable or attempt == FORWARD_ATTEMPTS:
+                if not repeatable or attempt == DELIVER_ATTEMPTS:
                     break
-                await asyncio.sleep(FORWARD_BACKOFF_SECONDS[attempt - 1])
+                await asyncio.sleep(DELIVER_RETRY_BACKOFF_SECONDS[attempt - 1])
                 continue
             return answer.status.code, answer.status.text
         raise OutcomeUnknownError(address, owner_gone=code == grpc.StatusCode.UNAVAILABLE)
@@ -474,8 +466,6 @@ __all__ = [
     "FORWARDED_KEY",
     "Claim",
     "OwnedTopic",
-    "FORWARD_ATTEMPTS",
-    "FORWARD_BACKOFF_SECONDS",
     "OWNER_CHANNELS",
     "OWNER_CHANNEL_IDLE_MS",
     "OutcomeUnknownError",

@@ -54,13 +54,6 @@ SERVICE_TIMEOUT_SECONDS = 30.0
 #: they carry stay unanswered, and their senders' windows close).
 MAX_CALLS_PER_POD: Final = 256
 
-#: Attempts at one delivery to a service whose calls may be retried (the first
-#: included), the seconds before each retry of a call cut off mid-flight, and the codes
-#: that leave a call's outcome unknown (apexmesh/rpc/endpoint.py).
-ATTEMPTS: Final = DELIVER_ATTEMPTS
-RETRY_BACKOFF_SECONDS: Final = DELIVER_RETRY_BACKOFF_SECONDS
-_CUT_OFF: Final = DELIVER_CUT_OFF
-
 #: How long a delivery waits, in all, while every pod of its service refuses calls
 #: (UNAVAILABLE): a pod restarting, or the first second after it is back, while the
 #: channel's reconnect backoff (apexmesh/rpc/channels.py: at most a second) runs out.
@@ -166,7 +159,7 @@ class WellKnownServices:
         up to a second, for :data:`SERVICE_RESTART_SECONDS` in all. The data stays
         unanswered meanwhile, so its sender is slowed, not dropped. A call cut off
         mid-flight (its outcome unknown) is retried, with the same ``delivery_id``, only
-        for a service that honours it; :data:`ATTEMPTS` at most, then 421 (counted and
+        for a service that honours it; :data:`DELIVER_ATTEMPTS` at most, then 421 (counted and
         reported like any failed delivery)."""
         first = self._turns[name]
         self._turns[name] = (first + 1) % len(pods)
@@ -199,9 +192,9 @@ class WellKnownServices:
                     continue
                 refused = 0
                 attempts += 1
-                if not retries or code not in _CUT_OFF or attempts >= ATTEMPTS:
+                if not retries or code not in DELIVER_CUT_OFF or attempts >= DELIVER_ATTEMPTS:
                     return SERVICE_UNAVAILABLE
-                await asyncio.sleep(RETRY_BACKOFF_SECONDS[attempts - 1])
+                await asyncio.sleep(DELIVER_RETRY_BACKOFF_SECONDS[attempts - 1])
                 continue
             return outcome_of(response.status)
 

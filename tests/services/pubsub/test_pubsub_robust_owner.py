@@ -26,13 +26,13 @@ from apexmesh.client import PubsubClient
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.settings import RobustSettings
+from apexmesh.rpc.endpoint import DELIVER_ATTEMPTS
 from apexmesh.rpc.server import create_server
 from apexmesh.store.keys import Keys
 from apexmesh.store.robust import RobustKeys, RobustStore
 from apexmesh.store.robust_topics import RobustTopics, holder_value
 from services.pubsub.app import PubsubApp
 from services.pubsub.robust_owner import (
-    FORWARD_ATTEMPTS,
     OWNER_CHANNEL_IDLE_MS,
     OutcomeUnknownError,
     Sequencers,
@@ -117,11 +117,11 @@ async def test_a_forward_cut_off_on_every_attempt_leaves_the_outcome_unknown(
     """Never 450 ("not sequenced": the publisher would send it again and the owner,
     which did commit, would sequence it twice): the outcome is unknown, for the
     incoming Deliver to end cut off (services/pubsub/endpoint.py) and be retried."""
-    scripted = ScriptedOwner(*[grpc.StatusCode.INTERNAL] * FORWARD_ATTEMPTS)
+    scripted = ScriptedOwner(*[grpc.StatusCode.INTERNAL] * DELIVER_ATTEMPTS)
     async with scripted_owners(scripted) as (address,), sequencers(redis, keys, Clock()) as seq:
         with pytest.raises(OutcomeUnknownError):
             await seq.forward(address, publication())
-    assert scripted.calls == [("relay-1-7", True)] * FORWARD_ATTEMPTS
+    assert scripted.calls == [("relay-1-7", True)] * DELIVER_ATTEMPTS
     assert scripted.committed == {"relay-1-7": 1}
 
 
@@ -220,7 +220,7 @@ async def test_a_publication_whose_forward_stays_cut_off_is_retried_by_its_relay
     off (not 450), the relay delivers again with the same delivery id, the pod forwards
     it again and the owner answers that repeat from its one commit: the publisher gets
     ``ok``, the publication was sequenced once."""
-    scripted = ScriptedOwner(*[grpc.StatusCode.UNKNOWN] * FORWARD_ATTEMPTS)
+    scripted = ScriptedOwner(*[grpc.StatusCode.UNKNOWN] * DELIVER_ATTEMPTS)
     async with (
         scripted_owners(scripted) as (address,),
         started_mesh(redis_server, keys, tmp_path, pubsub_in_process=("p1", "p2")) as mesh,
@@ -233,7 +233,7 @@ async def test_a_publication_whose_forward_stays_cut_off_is_retried_by_its_relay
         mike = await robust_news(mesh, stack)
         await mike.publish(NEWS, b"m1")  # raises unless the relay's report is 250
     ids = {delivery_id for delivery_id, _ in scripted.calls}
-    assert len(scripted.calls) == FORWARD_ATTEMPTS + 1
+    assert len(scripted.calls) == DELIVER_ATTEMPTS + 1
     assert all(mark for _, mark in scripted.calls)
     assert len(ids) == 1
     assert scripted.committed == dict.fromkeys(ids, 1)
@@ -286,6 +286,6 @@ async def test_a_forward_whose_owner_died_with_it_is_sequenced_once_by_the_next_
         holder = await redis.get(owner)
     assert holder is not None
     assert b"ghost" not in holder
-    assert len(scripted.calls) >= FORWARD_ATTEMPTS
+    assert len(scripted.calls) >= DELIVER_ATTEMPTS
     assert len({delivery_id for delivery_id, _ in scripted.calls}) == 1
     assert await redis.xlen(RobustKeys(keys).stream(DOMAIN, NEWS)) == 1
