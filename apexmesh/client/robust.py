@@ -41,6 +41,7 @@ from apexmesh.client.attachment import Attachment
 from apexmesh.client.errors import ApexClientError, PubsubError
 from apexmesh.client.outgoing import Content, XmlContent
 from apexmesh.client.received import ReceivedData
+from apexmesh.client.reports import SendResult
 from apexmesh.pubsub.elements import (
     Cancel,
     Subscribe,
@@ -121,7 +122,8 @@ class RobustClient:
         #: Reads each delivery's robust option, remembering the shapes seen (the parser
         #: cost more per delivery than the rest of the client's reading).
         self._reader = RobustReader()
-        self._gaps: dict[int, str] = {}
+        #: The topic of each stub's block of transIDs, in the order they were given.
+        self._blocks: list[str] = []
         self._publications: asyncio.Queue[Publication] = asyncio.Queue()
         self._others: asyncio.Queue[ReceivedData] = asyncio.Queue()
         self._published: dict[int, asyncio.Future[int]] = {}
@@ -154,7 +156,7 @@ class RobustClient:
         :data:`REORDER_MS`, at most a quarter of ``heartbeat_ms``)."""
         if reorder_ms is None:
             reorder_ms = min(REORDER_MS, heartbeat_ms // 4)
-        if len(self._stubs) * TRANS_BLOCK + TRANS_BLOCK >= OPERATIONS_BLOCK:
+        if len(self._blocks) * TRANS_BLOCK + TRANS_BLOCK >= OPERATIONS_BLOCK:
             raise ValueError("too many robust topics on one client")
         stub = SubscriberStub(
             topic,
@@ -163,10 +165,11 @@ class RobustClient:
             now_ms=self._now(),
             fresh=fresh,
             repair_timeout_ms=repair_timeout_ms,
-            first_trans_id=len(self._stubs) * TRANS_BLOCK + 1,
+            first_trans_id=len(self._blocks) * TRANS_BLOCK + 1,
             reorder_ms=reorder_ms,
         )
         self._stubs[topic] = stub
+        self._blocks.append(topic)
         self._start()
         self._wake.set()
         return stub
@@ -355,11 +358,11 @@ class RobustClient:
         except ApexError:
             answer = None
         if isinstance(answer, GapReply):
-            topic = self._gaps.get(answer.trans_id)
-            if topic is None:
+            asker = self._asker(answer.trans_id)
+            if asker is None:
                 return False
-            self._gaps.pop(answer.trans_id, None)
-            await self._carry_out(topic, self._stubs[topic].gap_answered(answer, self._now()))
+            topic, stub = asker
+            await self._carry_out(topic, stub.gap_answered(answer, self._now()))
             return True
         if isinstance(answer, Published):
             waiter = self._published.get(answer.trans_id)
@@ -377,29 +380,57 @@ class RobustClient:
             if not replied.done():
                 replied.set_result(message)
             return True
-        topic = self._gaps.pop(message.trans_id, None)
-        if topic is None or message.code == 250:
-            return topic is not None
-        stub = self._stubs[topic]
-        await self._carry_out(topic, stub.gap_refused(message.trans_id, message.code, self._now()))
+        asker = self._asker(message.trans_id)
+        if asker is None:
+            return False
+        topic, stub = asker
+        if message.code != 250:
+            events = stub.gap_refused(message.trans_id, message.code, self._now())
+            await self._carry_out(topic, events)
         return True
+
+    def _asker(self, trans_id: int) -> tuple[str, SubscriberStub] | None:
+        """The topic and stub whose gap request ``trans_id`` is (its block of transIDs
+        says which stub; the stub says whether it still waits for it)."""
+        block = (trans_id - 1) // TRANS_BLOCK
+        if not 0 <= block < len(self._blocks):
+            return None
+        topic = self._blocks[block]
+        stub = self._stubs[topic]
+        return (topic, stub) if stub.waiting_for(trans_id) else None
+
+    def _send_gap(self, request: XmlContent) -> None:
+        """Send a gap request without waiting for the relay's ``ok``: this runs on the
+        reader, and the ``ok`` comes over the same channel as the repair's redeliveries.
+        A reader waiting for it stops taking deliveries; once the attachment's queue is
+        full the client stops reading the channel, and the ``ok`` behind the
+        redeliveries can never be read (the relay holding its in-flight bound for this
+        endpoint, the pod's Submits waiting on the relay): the repair of a long absence
+        delivered nothing. Not sent, or refused: the stub asks again after its repair
+        timeout, through the attachment made again by then."""
+        try:
+            sent = self.attachment.submit(self.service, request)
+        except ApexClientError as exc:
+            _log.info("robust client: gap request not sent: %s", exc)
+            return
+        sent.add_done_callback(_gap_sent)
 
     async def _carry_out(self, topic: str, events: list[StubEvent]) -> None:
         for event in events:
             if isinstance(event, Deliver):
                 self._publications.put_nowait(event.publication)
             elif isinstance(event, SendGap):
-                self._gaps[event.request.trans_id] = topic
-                try:
-                    await self.attachment.send(self.service, XmlContent(event.request.to_xml()))
-                except ApexClientError as exc:
-                    # Not sent (the attachment ended): the stub asks again after its
-                    # repair timeout, through the attachment made again by then.
-                    _log.info("robust client: gap request not sent: %s", exc)
+                self._send_gap(XmlContent(event.request.to_xml()))
             elif self._on_event is not None:
                 self._on_event(topic, event)
         if events:
             self._wake.set()
+
+
+def _gap_sent(sent: asyncio.Future[SendResult]) -> None:
+    """A gap request's ``ok`` (or refusal) came: nothing to do but say a refusal."""
+    if not sent.cancelled() and sent.exception() is not None:
+        _log.info("robust client: gap request not taken: %s", sent.exception())
 
 
 __all__ = ["OPERATIONS_BLOCK", "TRANS_BLOCK", "EventCallback", "Reattach", "RobustClient"]

@@ -3,7 +3,11 @@
 - **The topic's stream** (``robust_stream``): every accepted publication (and permission
   change, ``kind`` ``perm``) in the order the topic's sequencer took them, bounded by
   count (``XADD MAXLEN ~``) and age (``XTRIM MINID ~``). Gap fill reads it.
-- **Source counters** (``robust_sources``): the last source seq per publisher.
+- **Source counters** (``robust_sources``): the last source seq per publisher, and
+  (field ``~last``, not an endpoint) the position of the topic's last publication,
+  which the next entry records as its ``prev``: when a source repair's position was
+  trimmed, the first entry kept still says whether it came right after it
+  (:mod:`apexmesh.store.robust_reads`).
 - **Link records** (``robust_link``, one HASH per subscriber of the topic, with a TTL:
   the link context): ``seq``, ``epoch`` and ``l:<seq>`` -> the stream id it carried (or
   ``hb``), the last ``window`` of them. A record that expired restarts its link at 0 in
@@ -29,7 +33,7 @@ not yet ``keys.py``: docs/robust.md "Phase 2: what the service serves", item 5).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -38,19 +42,18 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 from redis.typing import EncodableT
 
-from apexmesh.apex import _dtd
-from apexmesh.apex.codes import ApexReplyCode
-from apexmesh.pubsub.robust.elements import (
-    MAX_GAP,
-)
 from apexmesh.pubsub.robust.permissions import PermissionTable
 from apexmesh.pubsub.robust.publish_types import Image
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.store.keys import Keys
 from apexmesh.store.robust_keys import RobustKeys
-
-#: Entries read per XRANGE/XREVRANGE call when scanning the stream.
-PAGE: Final = 1_000
+from apexmesh.store.robust_reads import (
+    PAGE,
+    BeyondRetention,
+    LinkGone,
+    RobustReads,
+    StreamEntry,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,47 +74,6 @@ class Committed:
     stream_id: str
     links: tuple[LinkSeq | None, ...]
     repeated: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class StreamEntry:
-    """One entry of a topic's stream."""
-
-    id: str
-    fields: Mapping[str, bytes]
-
-    @property
-    def kind(self) -> str:
-        return self.fields.get("kind", b"").decode()
-
-    @property
-    def source(self) -> str:
-        return self.fields.get("source", b"").decode()
-
-    @property
-    def source_seq(self) -> int:
-        return int(self.fields.get("seq", b"0") or 0)
-
-    def permissions(self) -> PermissionTable | None:
-        """The table a ``perm`` entry sequenced (None for a publication)."""
-        if self.kind != "perm":
-            return None
-        return PermissionTable.from_json(json.loads(self.fields.get("table", b"{}")))
-
-    @property
-    def payload(self) -> bytes:
-        return self.fields.get("payload", b"")
-
-    def payload_text(self) -> str:
-        return self.payload.decode("utf-8", "replace")
-
-
-class LinkGone(Exception):  # noqa: N818 - a condition, answered 550 by the caller
-    """The link context expired, or is in another epoch."""
-
-
-class BeyondRetention(Exception):  # noqa: N818
-    """The range asked for was trimmed from the link record or the stream."""
 
 
 class NotOwner(Exception):  # noqa: N818
@@ -158,10 +120,12 @@ if ARGV[16] ~= '0' then
     if done then return {-2, done} end
 end
 local source_seq = redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
+local prev = redis.call('HGET', KEYS[3], '~last') or ''
 local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[10], '*',
     'kind', 'pub', 'source', ARGV[2], 'seq', source_seq, 'type', ARGV[3], 'item', ARGV[4],
     'permtoken', ARGV[5], 'contributor', ARGV[6], 'ctype', ARGV[7], 'payload', ARGV[8],
-    'at_ms', ARGV[9])
+    'at_ms', ARGV[9], 'prev', prev)
+redis.call('HSET', KEYS[3], '~last', ARGV[2] .. ' ' .. source_seq)
 redis.call('XTRIM', KEYS[2], 'MINID', '~', ARGV[11])
 if ARGV[16] ~= '0' then
     redis.call('SET', KEYS[6], source_seq .. ' ' .. id, 'PX', ARGV[16])
@@ -190,14 +154,15 @@ return out
 """
 )
 
-# KEYS: owner, stream, table. ARGV: pod, table JSON, at_ms, retain count, min id ms.
+# KEYS: owner, stream, table, sources. ARGV: pod, table JSON, at_ms, retain count, min id ms.
 _PERMISSIONS: Final = """
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return redis.error_reply('NOTOWNER')
 end
 redis.call('SET', KEYS[3], ARGV[2])
+local prev = redis.call('HGET', KEYS[4], '~last') or ''
 local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*',
-    'kind', 'perm', 'table', ARGV[2], 'at_ms', ARGV[3])
+    'kind', 'perm', 'table', ARGV[2], 'at_ms', ARGV[3], 'prev', prev)
 redis.call('XTRIM', KEYS[2], 'MINID', '~', ARGV[5])
 return id
 """
@@ -220,20 +185,6 @@ return out
 """
 )
 
-# KEYS: link. ARGV: epoch ("" = any), link seqs... Returns {status, values...}:
-# 'gone' (no context / other epoch), 'trimmed' (a seq left the record), else 'ok' + ids.
-_READ_LINK: Final = """
-local epoch = redis.call('HGET', KEYS[1], 'epoch')
-if not epoch or (ARGV[1] ~= '' and epoch ~= ARGV[1]) then return {'gone'} end
-local out = {'ok', epoch, redis.call('HGET', KEYS[1], 'seq')}
-for i = 2, #ARGV do
-    local value = redis.call('HGET', KEYS[1], 'l:' .. ARGV[i])
-    if not value then return {'trimmed'} end
-    out[#out + 1] = value
-end
-return out
-"""
-
 # KEYS: owner. ARGV: pod, lease ms. 1 while this pod owns the topic.
 _TAKE: Final = """
 local holder = redis.call('GET', KEYS[1])
@@ -252,13 +203,6 @@ return 0
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _entry(raw: Sequence[object]) -> StreamEntry:
-    entry_id, fields = raw[0], raw[1]
-    if not isinstance(fields, Mapping):  # redis-py's XRANGE shape is (id, {field: value})
-        raise TypeError(f"unexpected stream entry {raw!r:.80}")
-    return StreamEntry(_text(entry_id), {_text(k): bytes(v) for k, v in fields.items()})
 
 
 def image_json(image: Image) -> str:
@@ -319,7 +263,10 @@ class RobustStore:
         self._commit = redis.register_script(_COMMIT)
         self._heartbeats = redis.register_script(_HEARTBEATS)
         self._permissions = redis.register_script(_PERMISSIONS)
-        self._read_link = redis.register_script(_READ_LINK)
+        #: The read side (gap repairs, source queries): apexmesh/store/robust_reads.py.
+        self.reads = RobustReads(redis, self.keys)
+        self.read_link_range = self.reads.read_link_range
+        self.read_after = self.reads.read_after
         self._take = redis.register_script(_TAKE)
         self._release = redis.register_script(_RELEASE)
 
@@ -450,7 +397,12 @@ class RobustStore:
         ]
         try:
             raw = await self._permissions(
-                keys=[k.owner(domain, topic), k.stream(domain, topic), k.table(domain, topic)],
+                keys=[
+                    k.owner(domain, topic),
+                    k.stream(domain, topic),
+                    k.table(domain, topic),
+                    k.sources(domain, topic),
+                ],
                 args=args,
             )
         except ResponseError as exc:
@@ -467,96 +419,6 @@ class RobustStore:
         await pipe.execute()
 
     # ------------------------------------------------------------------ reading
-
-    async def read_link_range(
-        self,
-        domain: str,
-        topic: str,
-        subscriber: str,
-        *,
-        first: int,
-        last: int | None,
-        epoch: int | None,
-        resolution: Resolution,
-    ) -> list[tuple[int, StreamEntry | None]]:
-        """What link seqs ``first .. last`` (None: up to the link's current seq) of the
-        link carried, in order: the stream entry, or None for a heartbeat. Raises
-        :class:`LinkGone` (no context, or another epoch) or :class:`BeyondRetention`
-        (left the record or the stream), both 550 to the requester; 553 past MAX_GAP."""
-        key = self.keys.link(domain, topic, subscriber)
-        head = await self._read_link(keys=[key], args=["" if epoch is None else epoch])
-        if _text(head[0]) == "gone":
-            raise LinkGone(subscriber)
-        current = int(head[2])
-        if last is None and first == resolution.next(current):
-            return []  # an open range from the next number: nothing is missing yet
-        end = current if last is None else last
-        seqs: list[int] = []
-        seq = first
-        while True:
-            seqs.append(seq)
-            if seq == end:
-                break
-            if len(seqs) > MAX_GAP:
-                _dtd.fail("gap: more than MAX_GAP link seqs", ApexReplyCode.PARAMETER_INVALID)
-            seq = resolution.next(seq)
-        out: list[tuple[int, StreamEntry | None]] = []
-        stream = self.keys.stream(domain, topic)
-        for start in range(0, len(seqs), PAGE):
-            chunk = seqs[start : start + PAGE]
-            raw = await self._read_link(keys=[key], args=["" if epoch is None else epoch, *chunk])
-            status = _text(raw[0])
-            if status == "gone":
-                raise LinkGone(subscriber)
-            if status == "trimmed":
-                raise BeyondRetention(subscriber)
-            pipe = self._redis.pipeline(transaction=False)
-            ids = [_text(value) for value in raw[3:]]
-            for entry_id in ids:
-                if entry_id != "hb":
-                    pipe.xrange(stream, entry_id, entry_id)
-            found = iter(await pipe.execute())
-            for link_seq, entry_id in zip(chunk, ids, strict=True):
-                if entry_id == "hb":
-                    out.append((link_seq, None))
-                    continue
-                rows = next(found)
-                if not rows:
-                    raise BeyondRetention(entry_id)
-                out.append((link_seq, _entry(rows[0])))
-        return out
-
-    async def read_after(
-        self, domain: str, topic: str, positions: Sequence[tuple[str, int]]
-    ) -> list[StreamEntry]:
-        """Every stream entry after the latest of ``positions`` ((source, source seq) a
-        subscriber last received) in the topic's order, oldest first; everything
-        retained when ``positions`` is empty. Scans backwards from the end, so the cost
-        follows the size of the gap. Raises :class:`BeyondRetention` when none of the
-        positions is retained, or the gap is longer than MAX_GAP."""
-        stream = self.keys.stream(domain, topic)
-        wanted = {(source, str(seq)) for source, seq in positions}
-        collected: list[StreamEntry] = []
-        upper = "+"
-        while True:
-            page = await self._redis.xrevrange(stream, upper, "-", count=PAGE)
-            if not page:
-                if wanted:
-                    raise BeyondRetention(topic)
-                break
-            for raw in page:
-                entry = _entry(raw)
-                key = (entry.source, entry.fields.get("seq", b"").decode())
-                if wanted and entry.kind == "pub" and key in wanted:
-                    collected.reverse()
-                    return collected
-                collected.append(entry)
-                if len(collected) > MAX_GAP:
-                    raise BeyondRetention(topic)
-            last_id = _text(page[-1][0])
-            upper = "(" + last_id
-        collected.reverse()
-        return collected
 
     async def images(self, domain: str, topic: str) -> dict[str, Image]:
         """Every item's image (for a snapshot, or the sequencer's cache)."""

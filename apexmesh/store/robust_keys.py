@@ -44,6 +44,11 @@ class RobustKeys:
         a relay's retry of it, on any pod, is not sequenced twice."""
         return self._base(domain, topic) + ":done:" + delivery
 
+    def repair(self, domain: str, topic: str, subscriber: str) -> str:
+        """STRING with PX: the transID of the subscriber's latest source repair; an
+        older one still running (on any pod) stops when it sees another."""
+        return self._base(domain, topic) + ":repair:" + subscriber
+
     def owner(self, domain: str, topic: str) -> str:
         """STRING with PX: the pod sequencing the topic."""
         return self._base(domain, topic) + ":owner"

@@ -89,6 +89,19 @@ class RobustTopics:
             upper = "(" + _text(page[-1][0])
         return None
 
+    async def begin_repair(
+        self, domain: str, topic: str, subscriber: str, trans_id: int, ttl_ms: int
+    ) -> None:
+        """``trans_id`` is the subscriber's latest source repair (for ``ttl_ms``)."""
+        await self._redis.set(self.keys.repair(domain, topic, subscriber), trans_id, px=ttl_ms)
+
+    async def repair_current(self, domain: str, topic: str, subscriber: str, trans_id: int) -> bool:
+        """Whether ``trans_id`` is still the subscriber's latest source repair (a stub
+        that asked again wants only its new one: the old one's redeliveries would be
+        dropped on arrival, and slow the new one down)."""
+        raw = await self._redis.get(self.keys.repair(domain, topic, subscriber))
+        return raw is None or _text(raw) == str(trans_id)
+
     async def forget(self, domain: str, topic: str) -> None:
         """The topic was deleted: its stream, counters, links, images, table and lease
         go, so a topic created again under the name starts afresh (epoch 1, seq 1)."""

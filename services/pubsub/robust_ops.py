@@ -8,19 +8,25 @@ on the topic; 550 when the link context is gone or the range left the stream. Th
 refusal goes back through the service's reply path, once, from the :class:`ApexError`
 raised here.
 
-Redeliveries go out as data from ``apex=pubsub/TOPIC@DOMAIN`` through the same bounded
-fan-out as live publications (:meth:`services.pubsub.publishing.Publisher.fan_out`), one
-after the other in the stream's order, so a large repair slows its requester only; then
-the answer (``gapreply``, ``sourceinfo``) goes through the reply path. The stub never
-relies on the order of the two (they can take different paths through the relays).
+A ``gap`` or ``snapshot`` is checked here (the codes above, raised at once) and then
+served in the background (:mod:`services.pubsub.robust_repairs`): the redeliveries go
+out as data from ``apex=pubsub/TOPIC@DOMAIN`` through the same bounded fan-out as live
+publications (:meth:`services.pubsub.publishing.Publisher.fan_out`), a window of them at
+a time in the stream's order, read a page at a time (:mod:`apexmesh.store.robust_reads`),
+so a large repair slows its requester only and a pod holds one page of it; then the
+answer (``gapreply``) goes through the reply path. A refusal found on the way (link
+context gone, a position trimmed) is replied from there. The stub never relies on the
+order of redeliveries and answer (they can take different paths through the relays).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
+from typing import Final
 
 from redis.exceptions import RedisError
 
@@ -48,12 +54,15 @@ from apexmesh.pubsub.robust.publish_types import (
 )
 from apexmesh.pubsub.robust.settings import RobustSettings
 from apexmesh.store.pubsub_cache import SubscriberCache
-from apexmesh.store.robust import BeyondRetention, LinkGone, RobustStore, StreamEntry
+from apexmesh.store.robust import RobustStore
+from apexmesh.store.robust_reads import BeyondRetention, LinkGone, StreamEntry, StreamSpan
 from apexmesh.store.robust_topics import RobustTopics
 from services.pubsub.publishing import Publisher
+from services.pubsub.robust_repairs import Redeliveries, Repairs
 from services.pubsub.robust_serving import (
     OPTION_TRANS_ID,
     AccessCheck,
+    ReplySender,
     RobustSettingsReader,
     delivery_data,
 )
@@ -65,6 +74,11 @@ AnswerSender = Callable[[str, Endpoint, bytes], Awaitable[None]]
 
 #: The media type of an image whose item is one opaque field.
 OPAQUE_TYPE = "application/octet-stream"
+#: Redeliveries of a source repair between two checks that it is still the
+#: subscriber's latest (a stub that asked again wants only the new one).
+SUPERSEDED_CHECK: Final = 128
+#: How long the marker of a subscriber's latest source repair lives (ms).
+REPAIR_MARK_MS: Final = 3_600_000
 
 
 class Served(enum.Enum):
@@ -117,9 +131,13 @@ class RobustOperations:
         publisher: Publisher,
         allowed: AccessCheck,
         answer: AnswerSender,
+        reply: ReplySender,
         settings_of: RobustSettingsReader,
     ) -> None:
         self._store = store
+        self._reads = store.reads
+        #: Gap repairs and snapshots running in the background.
+        self.repairs = Repairs(reply)
         self._settings_of = settings_of
         self._topics = topics
         self._cache = cache
@@ -128,7 +146,8 @@ class RobustOperations:
         self._answer = answer
 
     async def handle(self, domain: str, originator: Endpoint, request: Request) -> Served:
-        """Serve ``request`` from ``originator``; raises ApexError with the refusal."""
+        """Serve ``request`` from ``originator`` (a gap or snapshot: start serving it);
+        raises ApexError with the refusal found before."""
         trans_id = request.trans_id
         state = await self._cache.topic(domain, request.topic)
         settings = self._settings_of(state)
@@ -164,14 +183,28 @@ class RobustOperations:
         if isinstance(request, SourceQuery):
             await self._sourcequery(domain, originator, request, settings)
             return Served.SOURCE_INFO
+        start = self.repairs.start
+        trans_id = request.trans_id
         if isinstance(request, SnapshotRequest):
-            await self._snapshot(domain, originator, request)
+            start(domain, originator, trans_id, lambda: self._snapshot(domain, originator, request))
             return Served.SNAPSHOT
         if request.by_link:
-            await self._by_link(domain, originator, request, settings)
+            request.check_span(settings.resolution)
+            start(
+                domain,
+                originator,
+                trans_id,
+                lambda: self._by_link(domain, originator, request, settings),
+            )
             return Served.LINK_REPAIR
-        await self._by_source(domain, originator, request)
+        await self._topics.begin_repair(
+            domain, request.topic, str(originator), trans_id, REPAIR_MARK_MS
+        )
+        start(domain, originator, trans_id, lambda: self._by_source(domain, originator, request))
         return Served.SOURCE_REPAIR
+
+    async def aclose(self) -> None:
+        await self.repairs.aclose()
 
     # ------------------------------------------------------------------ the answers
 
@@ -202,70 +235,104 @@ class RobustOperations:
     async def _by_link(
         self, domain: str, subscriber: Endpoint, request: GapRequest, settings: RobustSettings
     ) -> None:
-        """XEP example 2: the link seqs again, each with its original number."""
-        request.check_span(settings.resolution)
-        rows = await self._store.read_link_range(
+        """XEP example 2: the link seqs again, each with its original number. The
+        ``gapreply`` goes first, saying how many follow: a stub whose open request
+        (``linkfrom`` only) is answered learns its extent at once, rather than asking
+        again by range for what is already on its way."""
+        epoch, topic = request.link_epoch, request.topic
+        seqs = await self._reads.link_seqs(
             domain,
-            request.topic,
+            topic,
             str(subscriber),
             first=request.link_from or 0,
             last=request.link_to,
-            epoch=request.link_epoch,
+            epoch=epoch,
             resolution=settings.resolution,
         )
-        epoch = request.link_epoch
-        for seq, entry in rows:
-            if entry is None:
-                beat = RobustInfo(
-                    link_seq=seq, link_epoch=epoch, source=service_endpoint(domain), heartbeat=True
-                )
-                await self._redeliver(domain, request.topic, subscriber, beat, b"", "")
-            else:
-                info = _entry_info(entry, link_seq=seq, link_epoch=epoch)
-                await self._redeliver(
-                    domain, request.topic, subscriber, info, entry.payload, _ctype(entry)
-                )
-        reply = GapReply(topic=request.topic, trans_id=request.trans_id, count=len(rows))
+        reply = GapReply(topic=topic, trans_id=request.trans_id, count=len(seqs))
         await self._answer(domain, subscriber, reply.to_xml())
+        pages = self._reads.link_pages(domain, topic, str(subscriber), seqs, epoch)
+        async with Redeliveries() as window:
+            async for page in pages:
+                for seq, entry in page:
+                    if entry is None:
+                        beat = RobustInfo(
+                            link_seq=seq,
+                            link_epoch=epoch,
+                            source=service_endpoint(domain),
+                            heartbeat=True,
+                        )
+                        await window.put(self._sender(domain, topic, subscriber, beat, None))
+                    else:
+                        info = _entry_info(entry, link_seq=seq, link_epoch=epoch)
+                        await window.put(self._sender(domain, topic, subscriber, info, entry))
 
     async def _by_source(self, domain: str, subscriber: Endpoint, request: GapRequest) -> None:
         """XEP example 3: everything after the latest named position, in the stream's
-        order, but what the subscriber's tokens did not allow at its position."""
+        order, but what the subscriber's tokens did not allow at its position. Stops
+        without an answer when the subscriber asked again meanwhile (superseded)."""
+        topic, trans_id = request.topic, request.trans_id
         positions = [(str(source), after) for source, after in request.sources]
-        entries = await self._store.read_after(domain, request.topic, positions)
+        span = await self._reads.source_span(domain, topic, positions)
         named = {str(source): after for source, after in request.sources}
-        table = await self._table_before(domain, request.topic, entries)
-        count = 0
-        for entry in entries:
-            changed = entry.permissions()
-            if changed is not None:
-                table = changed
-                continue
-            if entry.kind != "pub" or entry.source_seq <= named.get(entry.source, 0):
-                continue
-            token = entry.fields.get("permtoken", b"").decode() or None
-            if not table.allows(subscriber, token):
-                continue
-            count += 1
-            info = _entry_info(entry, link_seq=None, link_epoch=None, gap=(request.trans_id, count))
-            await self._redeliver(
-                domain, request.topic, subscriber, info, entry.payload, _ctype(entry)
-            )
-        reply = GapReply(topic=request.topic, trans_id=request.trans_id, count=count)
+        table = await self._table_at(domain, topic, span)
+        async with Redeliveries() as window:
+            async for page in self._reads.span_pages(domain, topic, span):
+                for entry in page:
+                    changed = entry.permissions()
+                    if changed is not None:
+                        table = changed
+                        continue
+                    if entry.kind != "pub" or entry.source_seq <= named.get(entry.source, 0):
+                        continue
+                    token = entry.fields.get("permtoken", b"").decode() or None
+                    if not table.allows(subscriber, token):
+                        continue
+                    if not await self._still_current(domain, topic, subscriber, trans_id, window):
+                        _log.info("source repair %d for %s superseded", trans_id, subscriber)
+                        return
+                    info = _entry_info(
+                        entry, link_seq=None, link_epoch=None, gap=(trans_id, window.sent + 1)
+                    )
+                    await window.put(self._sender(domain, topic, subscriber, info, entry))
+        reply = GapReply(topic=topic, trans_id=trans_id, count=window.sent)
         await self._answer(domain, subscriber, reply.to_xml())
 
-    async def _table_before(
-        self, domain: str, topic: str, entries: Sequence[StreamEntry]
-    ) -> PermissionTable:
-        """The permission table in force at the first of ``entries``: the one in force
-        now when none of them changes it; otherwise the one before the first change,
-        read back from the stream, or the empty table (no token passes) when that was
-        trimmed: a repair never hands out what a table may have denied."""
-        if not any(entry.kind == "perm" for entry in entries):
+    async def _still_current(
+        self, domain: str, topic: str, subscriber: Endpoint, trans_id: int, window: Redeliveries
+    ) -> bool:
+        """Whether the source repair ``trans_id`` is still the subscriber's latest:
+        asked of Redis every :data:`SUPERSEDED_CHECK` redeliveries."""
+        if not window.sent or window.sent % SUPERSEDED_CHECK:
+            return True
+        return await self._topics.repair_current(domain, topic, str(subscriber), trans_id)
+
+    def _sender(
+        self,
+        domain: str,
+        topic: str,
+        subscriber: Endpoint,
+        info: RobustInfo,
+        entry: StreamEntry | None,
+    ) -> Callable[[], Awaitable[None]]:
+        """One redelivery of ``entry`` (None: a heartbeat) with ``info``, to be sent."""
+        if entry is None:
+            return functools.partial(self._redeliver, domain, topic, subscriber, info, b"", "")
+        return functools.partial(
+            self._redeliver, domain, topic, subscriber, info, entry.payload, _ctype(entry)
+        )
+
+    async def _table_at(self, domain: str, topic: str, span: StreamSpan) -> PermissionTable:
+        """The permission table in force at the start of ``span``: the one in force now
+        when no entry of the span changes it; otherwise the one of the last change
+        before the span, read back from the stream, or the empty table (no token
+        passes) when that was trimmed: a repair never hands out what a table may have
+        denied."""
+        if not span.changes_permissions:
             return await self._topics.table(domain, topic)
-        if not entries:  # pragma: no cover - any() above was true
+        if span.after is None:
             return PermissionTable()
-        found = await self._topics.table_before(domain, topic, entries[0].id)
+        found = await self._topics.table_before(domain, topic, span.after)
         return PermissionTable() if found is None else found
 
     async def _snapshot(self, domain: str, subscriber: Endpoint, request: SnapshotRequest) -> None:
@@ -279,19 +346,28 @@ class RobustOperations:
             for image in snapshot(images, request.item)
             if table.allows(subscriber, image.permtoken)
         )
-        for number, image in enumerate(chosen, start=1):
-            info = RobustInfo(
-                link_seq=None,
-                source_seq=image.source_seq,
-                source=Endpoint.parse(image.source),
-                type=PublishType.IMAGE,
-                item=image.item,
-                gap=request.trans_id,
-                gap_seq=number,
-            )
-            await self._redeliver(
-                domain, request.topic, subscriber, info, image.payload(), _image_type(image)
-            )
+        async with Redeliveries() as window:
+            for number, image in enumerate(chosen, start=1):
+                info = RobustInfo(
+                    link_seq=None,
+                    source_seq=image.source_seq,
+                    source=Endpoint.parse(image.source),
+                    type=PublishType.IMAGE,
+                    item=image.item,
+                    gap=request.trans_id,
+                    gap_seq=number,
+                )
+                await window.put(
+                    functools.partial(
+                        self._redeliver,
+                        domain,
+                        request.topic,
+                        subscriber,
+                        info,
+                        image.payload(),
+                        _image_type(image),
+                    )
+                )
         reply = GapReply(topic=request.topic, trans_id=request.trans_id, count=len(chosen))
         await self._answer(domain, subscriber, reply.to_xml())
 

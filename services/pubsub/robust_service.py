@@ -114,6 +114,7 @@ class RobustService:
             publisher=publisher,
             allowed=allowed,
             answer=answer,
+            reply=reply,
             settings_of=self.settings_of,
         )
         self._memo = ParseMemo()
@@ -245,6 +246,7 @@ class RobustService:
         owned.links = active
 
     async def aclose(self) -> None:
+        await self.operations.aclose()
         await self.sequencers.aclose()
 
 

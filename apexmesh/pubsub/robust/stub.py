@@ -30,20 +30,29 @@ Rules (docs/robust.md, "The subscriber stub"):
    come first, in their order, and then the buffer, deduplicated. When it completes,
    positions up to the highest one known when it was asked are settled (what they lacked
    came in the repair).
-5. **Refused.** A refused source repair is :class:`RepairRefused`; the stub then delivers
-   on from the next position it has (what was lost stays lost, and is said once).
+5. **Refused.** A source repair refused with a permanent code (5xx) is
+   :class:`RepairRefused`; the stub then delivers on from the next position it has (what
+   was lost stays lost, and is said once). A transient code (4xx: the service could not
+   serve it now, e.g. 450 when a redelivery was shed) is not a loss: the repair (link or
+   source) is asked again after the repair timeout.
 6. **Resync.** A delivery of a later link epoch (the service restarted the link at 0, XEP
    example 4) drops what was pending of the old epoch, reports :class:`Resynchronised`
-   and asks by source for what the old epoch may have lacked; the new epoch is delivered
-   after that repair.
+   and asks by source for what the old epoch may have lacked. That repair reads the
+   topic's stream up to its end, so it also covers the new epoch up to the delivery that
+   revealed it: those positions are not asked for again by link range. The new epoch is
+   delivered after that repair.
 7. **Heartbeats.** Nothing heard for ``overdue_intervals`` heartbeat intervals:
    :class:`Delayed` (once, until something is heard) and an open link repair
    (``linkfrom`` without ``linkto``) of everything from the next position.
-8. **Timeouts.** A repair not complete after ``repair_timeout_ms`` is asked again (link:
-   the holes still open; source: from the current high-water marks).
+8. **Timeouts.** A repair that made no progress for ``repair_timeout_ms`` is asked again
+   (link: the holes still open; source: from the current high-water marks). Progress
+   counts, not age: each redelivery of a repair pushes its deadline back, so a repair
+   of any length is not asked again while it is arriving (asking again would start a
+   second one beside it at the service, and so on, each slower than the last).
 
-Everything is bounded: the buffer by the positions a link repair may cover, requests by
-:data:`MAX_GAP`.
+Requests are bounded by ``max_gap`` (:data:`MAX_GAP`, the service's bound on a link
+range): a hole longer than that is asked for in pieces, the next one once the previous
+one is filled. A source repair has no bound but the topic's retention.
 """
 
 from __future__ import annotations
@@ -183,6 +192,7 @@ class SubscriberStub:
         first_trans_id: int = 1,
         expect: tuple[int, int] | None = None,
         reorder_ms: int = 0,
+        max_gap: int = MAX_GAP,
     ) -> None:
         self.topic = topic
         self.resolution = resolution
@@ -191,6 +201,8 @@ class SubscriberStub:
         self.repair_timeout_ms = repair_timeout_ms or max(1_000, 2 * heartbeat_ms)
         #: How long a hole may wait for a delivery overtaken on the way (0: ask at once).
         self.reorder_ms = reorder_ms
+        #: Link seqs one link range asks for at most (the service's bound).
+        self.max_gap = max_gap
         self.stats = StubStats()
         self._trans = itertools.count(first_trans_id)
         self._epoch: int | None = None
@@ -223,23 +235,30 @@ class SubscriberStub:
         self._last_heard = now_ms
         self._delayed = False
         if info.gap is not None:
-            self._take_redelivery(info, payload)
+            self._take_redelivery(info, payload, now_ms)
             self._drain(out, now_ms)
             return out
         if info.link_seq is None:
             return out
         epoch = info.link_epoch if info.link_epoch is not None else (self._epoch or 0)
+        resynced = False
         if self._epoch is None:
             self._start(epoch, info.link_seq)
         elif epoch < self._epoch:
             self.stats.duplicates += 1
             return out
         elif epoch > self._epoch:
-            self._resync(epoch, out, now_ms)
+            self._resync(epoch, out)
+            resynced = True
         pos = self._pos_of(info.link_seq)
+        if resynced:
+            # The source repair reads the stream to its end: this delivery and every
+            # position before it in the new epoch are in it (rule 6).
+            self._start_source_repair(out, now_ms, covers_to=pos)
         if pos < self._next_pos or pos in self._buffer:
             self.stats.duplicates += 1
             return out
+        self._progress(pos, now_ms)
         self._buffer[pos] = (info, payload)
         previous_high = self._high_pos
         self._high_pos = max(previous_high, pos)
@@ -254,23 +273,47 @@ class SubscriberStub:
         return out
 
     def gap_answered(self, reply: GapReply, now_ms: int) -> list[StubEvent]:
-        """``gapreply`` arrived: a source repair now knows its count."""
+        """``gapreply`` arrived: a source repair now knows its count, an open link
+        repair its extent (the service answers a link range before redelivering it)."""
         out: list[StubEvent] = []
         if self._source is not None and self._source.request.trans_id == reply.trans_id:
             self._source.count = reply.count
             self._drain(out, now_ms)
+            return out
+        link = self._links.get(reply.trans_id)
+        if link is not None and link.last is None:
+            if reply.count == 0:
+                del self._links[reply.trans_id]
+            else:
+                link.last = link.first + reply.count - 1
+                self._requested_to = max(self._requested_to, link.last)
+            self._drain(out, now_ms)
+            self._request_rest(out, now_ms)
         return out
+
+    def waiting_for(self, trans_id: int) -> bool:
+        """Whether the gap request ``trans_id`` is still waited for."""
+        source = self._source
+        return trans_id in self._links or (
+            source is not None and source.request.trans_id == trans_id
+        )
 
     def gap_refused(self, trans_id: int, code: int, now_ms: int) -> list[StubEvent]:
         """A ``reply`` with an error code answered the gap ``trans_id``."""
         out: list[StubEvent] = []
+        transient = 400 <= code < 500
         link = self._links.pop(trans_id, None)
         if link is not None:
-            if link.epoch == self._epoch or link.epoch is None:
+            if transient:  # not served now: asked again at the timeout (rule 5)
+                link.deadline = now_ms + self.repair_timeout_ms
+                self._links[trans_id] = link
+            elif link.epoch == self._epoch or link.epoch is None:
                 self._want_source_repair(out, now_ms)
             return out
         source = self._source
-        if source is not None and source.request.trans_id == trans_id:
+        if source is not None and source.request.trans_id == trans_id and transient:
+            source.deadline = now_ms + self.repair_timeout_ms
+        elif source is not None and source.request.trans_id == trans_id:
             self.stats.refused += 1
             out.append(RepairRefused(code, source.request))
             self._source = None
@@ -298,7 +341,7 @@ class SubscriberStub:
             if link.last is None and self._delayed:
                 self._open_request(out, now_ms)
             else:
-                self._request_holes(out, now_ms)
+                self._request_holes(out, now_ms, link.first, link.last)
         source = self._source
         if source is not None and source.deadline <= now_ms:
             self._source = None
@@ -338,7 +381,9 @@ class SubscriberStub:
         self._next_pos = seq
         self._high_pos = self._requested_to = seq - 1
 
-    def _resync(self, epoch: int, out: list[StubEvent], now_ms: int) -> None:
+    def _resync(self, epoch: int, out: list[StubEvent]) -> None:
+        """A new epoch: what was pending of the old one goes; the caller asks by
+        source (covering the new epoch up to the delivery that revealed it)."""
         self.stats.resyncs += 1
         out.append(Resynchronised(epoch))
         self._epoch = epoch
@@ -348,10 +393,23 @@ class SubscriberStub:
         self._buffer.clear()
         self._links.clear()
         self._reorder_at = None
-        # Whatever ran covered the old epoch at most: ask again from the marks now.
+        # Whatever ran covered the old epoch at most: asked again from the marks now.
         self._source = None
         self._source_wanted = False
-        self._start_source_repair(out, now_ms, covers_to=-1)
+
+    def _progress(self, pos: int, now: int) -> None:
+        """A position a link repair asked for arrived: that repair is progressing, so
+        its deadline moves (rule 8). An open repair (extent not known yet) counts only
+        a hole filled below the highest position: a live delivery at the head is no
+        one's repair, and would keep an open repair alive for as long as the live flow
+        goes on."""
+        for link in self._links.values():
+            if link.epoch != self._epoch or pos < link.first:
+                continue
+            if (link.last is None and pos < self._high_pos) or (
+                link.last is not None and pos <= link.last
+            ):
+                link.deadline = now + self.repair_timeout_ms
 
     # ------------------------------------------------------------------ requests
 
@@ -382,21 +440,32 @@ class SubscriberStub:
             return -1
         return source.covers_to
 
+    def _asked_to(self) -> int:
+        """Positions up to this one are asked for already: by a link range, the running
+        source repair, or an open link repair (``linkfrom`` without ``linkto``, from
+        overdue heartbeats), which covers everything from its start. Without the last
+        one a stub back from a long absence asked for the whole absence twice: once
+        open (its heartbeats were overdue), once more as the range its first delivery
+        revealed."""
+        asked = max(self._requested_to, self._settled_to(), self._next_pos - 1)
+        for link in self._links.values():
+            if link.last is None and link.epoch == self._epoch and link.first <= asked + 1:
+                return max(asked, self._high_pos)
+        return asked
+
     def _request_missing(self, start: int, upto: int, out: list[StubEvent], now: int) -> None:
-        first = max(start, self._requested_to + 1, self._settled_to() + 1)
+        first = max(start, self._asked_to() + 1)
         if first > upto:
             return
         self.stats.gaps_detected += 1
-        last = min(upto, first + MAX_GAP - 1)
+        last = min(upto, first + self.max_gap - 1)
         self._requested_to = last
         self._link_request(first, last, out, now)
 
-    def _request_unasked(self, out: list[StubEvent], now: int) -> None:
-        """The reorder tolerance passed: ask for the holes below the highest position
-        received that are not asked for yet, one link range per run of missing
-        positions (at most :data:`MAX_RUNS`; one range spans the rest)."""
-        first = max(self._next_pos, self._requested_to + 1, self._settled_to() + 1)
-        end = min(self._high_pos - 1, first + MAX_GAP - 1)
+    def _runs(self, first: int, end: int) -> list[tuple[int, int]]:
+        """The runs of missing positions in ``first .. end``, at most :data:`MAX_RUNS`
+        (one range spans the rest: redelivering what the stub already holds costs less
+        than many requests)."""
         runs: list[tuple[int, int]] = []
         pos = first
         while pos <= end:
@@ -410,24 +479,40 @@ class SubscriberStub:
             pos = run + 1
         if len(runs) > MAX_RUNS:
             runs[MAX_RUNS - 1 :] = [(runs[MAX_RUNS - 1][0], runs[-1][1])]
-        for start, last in runs:
+        return runs
+
+    def _request_unasked(self, out: list[StubEvent], now: int) -> None:
+        """The reorder tolerance passed: ask for the holes below the highest position
+        received that are not asked for yet, one link range per run of missing
+        positions (:meth:`_runs`), ``max_gap`` positions at most."""
+        first = max(self._next_pos, self._asked_to() + 1)
+        end = min(self._high_pos - 1, first + self.max_gap - 1)
+        for start, last in self._runs(first, end):
             self.stats.gaps_detected += 1
             self._link_request(start, last, out, now)
         self._requested_to = max(self._requested_to, end)
 
-    def _request_holes(self, out: list[StubEvent], now: int) -> None:
-        """Ask again for the positions still missing below the highest received."""
-        pos = max(self._next_pos, self._settled_to() + 1)
-        end = min(self._high_pos, pos + MAX_GAP - 1)
-        while pos < end:
-            if pos in self._buffer:
-                pos += 1
-                continue
-            run = pos
-            while run + 1 < end and run + 1 not in self._buffer:
-                run += 1
-            self._link_request(pos, run, out, now)
-            pos = run + 1
+    def _request_holes(self, out: list[StubEvent], now: int, start: int, upto: int | None) -> None:
+        """A link repair of ``start .. upto`` (None: open) made no progress for the
+        repair timeout: ask again for what is still missing of it (below the highest
+        position received; ``max_gap`` at most). Holes outside it are another
+        request's."""
+        first = max(self._next_pos, self._settled_to() + 1, start)
+        below = self._high_pos - 1 if upto is None else min(upto, self._high_pos - 1)
+        end = min(below, first + self.max_gap - 1)
+        for run_from, run_to in self._runs(first, end):
+            self._link_request(run_from, run_to, out, now)
+        self._requested_to = max(self._requested_to, end)
+
+    def _request_rest(self, out: list[StubEvent], now: int) -> None:
+        """Every link repair of the epoch is filled, and holes beyond what they asked
+        remain (a hole longer than ``max_gap``): the next piece."""
+        if self._reorder_at is not None or self._source is not None:
+            return
+        if any(link.epoch == self._epoch for link in self._links.values()):
+            return
+        if max(self._next_pos, self._asked_to() + 1) < self._high_pos:
+            self._request_unasked(out, now)
 
     def _open_request(self, out: list[StubEvent], now: int) -> None:
         if self._source is not None:
@@ -467,13 +552,14 @@ class SubscriberStub:
 
     # ------------------------------------------------------------------ delivering
 
-    def _take_redelivery(self, info: RobustInfo, payload: bytes) -> None:
+    def _take_redelivery(self, info: RobustInfo, payload: bytes, now: int) -> None:
         source = self._source
         if source is None or info.gap != source.request.trans_id or info.gap_seq is None:
             self.stats.duplicates += 1
             return
         if info.gap_seq >= source.next_seq:
             source.items.setdefault(info.gap_seq, (info, payload))
+            source.deadline = now + self.repair_timeout_ms  # progressing (rule 8)
 
     def _deliver(self, info: RobustInfo, payload: bytes, out: list[StubEvent]) -> None:
         if info.heartbeat or info.source_seq is None:
@@ -549,6 +635,8 @@ class SubscriberStub:
             ]
             for trans_id in filled:
                 del self._links[trans_id]
+            if filled:
+                self._request_rest(out, now)
             return
 
 

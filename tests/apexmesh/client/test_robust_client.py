@@ -30,7 +30,7 @@ from apexmesh.pubsub.robust.settings import RobustSettings
 from apexmesh.pubsub.robust.stub import Delayed, StubEvent
 from apexmesh.store.keys import Keys
 from tests.services.pubsub.conftest import started_mesh
-from tests.services.pubsub.robust_support import Lossy, subscribed
+from tests.services.pubsub.robust_support import HeldOk, Lossy, subscribed
 from tests.support.mesh import endpoint_client
 from tests.support.redis_server import RedisServer
 
@@ -48,6 +48,8 @@ async def _setup(
     heartbeat_ms: int,
     drop: Callable[[RobustInfo | None], bool],
     events: list[tuple[float, StubEvent]],
+    attachment_type: type[Lossy] = Lossy,
+    reorder_ms: int | None = None,
 ) -> AsyncIterator[tuple[RobustClient, RobustClient, Lossy]]:
     """The robust topic, Fred publishing through relay a, Wilma following it through
     relay b on an attachment that loses what ``drop`` picks."""
@@ -59,14 +61,20 @@ async def _setup(
     ):
         owner = PubsubClient(await client_a.attach("mike@example.com"))
         fred = RobustClient(await client_a.attach("fred@example.com"))
-        lossy = Lossy(await client_b.attach("wilma@example.com"), lambda _r, i: drop(i))
+        lossy = attachment_type(await client_b.attach("wilma@example.com"), lambda _r, i: drop(i))
         wilma = RobustClient(
             lossy,  # type: ignore[arg-type]
             on_event=lambda _topic, event: events.append((time.monotonic(), event)),
         )
         try:
             await owner.create_topic(TOPIC, robust=settings)
-            wilma.follow(TOPIC, resolution=RES, heartbeat_ms=heartbeat_ms, repair_timeout_ms=2_000)
+            wilma.follow(
+                TOPIC,
+                resolution=RES,
+                heartbeat_ms=heartbeat_ms,
+                repair_timeout_ms=2_000,
+                reorder_ms=reorder_ms,
+            )
             await wilma.subscribe(TOPIC, duration=60)
             await subscribed(mesh.pubsub.values(), DOMAIN, TOPIC, lossy.endpoint)
             yield fred, wilma, lossy
@@ -115,6 +123,42 @@ async def test_dropped_deliveries_are_repaired_by_link_range_in_order_once(
         assert all(r.by_link for _, r in lossy.gaps)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(wilma.next(), timeout=0.3)
+
+
+async def test_the_reader_takes_the_repair_without_waiting_for_its_gap_requests_ok(
+    redis_server: RedisServer, keys: Keys, tmp_path: Path
+) -> None:
+    """Issue #29: the relay's ``ok`` to a gap request travels behind the repair's
+    redeliveries on the same channel. The client used to wait for it on its reader, so
+    a repair longer than the attachment's queue (and the relay's in-flight bound) was
+    never read: the application got nothing after a long absence. Here the ``ok`` is
+    held until the application has every publication; no reorder tolerance, so the
+    stub asks on the reader, as it does at a resync."""
+    lost = set(range(3, 13))  # source seqs: publications 2 .. 11
+    seen: set[int] = set()
+
+    def drop(info: RobustInfo | None) -> bool:
+        if not _live(info) or info is None or info.source_seq not in lost - seen:
+            return False
+        seen.add(info.source_seq)
+        return True
+
+    events: list[tuple[float, StubEvent]] = []
+    async with _setup(redis_server, keys, tmp_path, 1_000, drop, events, HeldOk, 0) as (
+        fred,
+        wilma,
+        held,
+    ):
+        assert isinstance(held, HeldOk)
+        for n in range(20):
+            await fred.publish(TOPIC, f"publication {n}".encode())
+        try:
+            got = await _receive(wilma, 20)
+        finally:
+            held.release.set()
+        assert got == [f"publication {n}".encode() for n in range(20)]
+        assert seen == lost
+        assert held.gaps
 
 
 async def test_overdue_heartbeats_report_delayed_and_recover_the_lost_tail(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
+from apexmesh.pubsub.robust.elements import MAX_GAP
 from apexmesh.pubsub.robust.permissions import (
     ChangeKind,
     PermissionChange,
@@ -24,6 +25,7 @@ from apexmesh.store.robust import (
     Retention,
     RobustStore,
 )
+from apexmesh.store.robust_reads import PAGE
 
 pytestmark = pytest.mark.integration
 
@@ -232,3 +234,57 @@ async def test_a_delivery_committed_twice_is_sequenced_once(redis: Redis, keys: 
     assert (await _publish(store, A, 3, subs)).source_seq == 3
     assert (await _publish(store, A, 3, subs)).source_seq == 4
     assert await redis.xlen(store.keys.stream(D, T)) == 4
+
+
+async def test_a_source_span_longer_than_any_page_or_request_bound_is_found_and_read_by_pages(
+    redis: Redis, keys: Keys
+) -> None:
+    """Issue #29: a source repair has no bound but retention (before, more than MAX_GAP
+    entries after the position were refused as beyond retention: 550)."""
+    store = await _store(redis, keys)
+    await _publish(store, A, 0, [(ALICE, True)])
+    stream = store.keys.stream(D, T)
+    count = MAX_GAP + PAGE + 7
+    await redis.eval(  # written in the server: the commit script's speed is not the point
+        "for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '*', 'kind', 'pub',"
+        " 'source', ARGV[2], 'seq', i, 'payload', 'x') end",
+        1,
+        stream,
+        count,
+        B,
+    )
+    span = await store.reads.source_span(D, T, [(A, 1)])
+    ids = [entry_id for entry_id, _ in await redis.xrange(stream, count=2)]
+    ((last_id, _),) = await redis.xrevrange(stream, count=1)
+    assert (span.after, span.last) == (ids[0].decode(), last_id.decode())
+    pages = store.reads.span_pages(D, T, span)
+    first = await anext(pages)
+    assert len(first) == PAGE
+    assert first[0].id == ids[1].decode()
+    await pages.aclose()  # type: ignore[attr-defined]
+    assert not span.changes_permissions
+
+
+async def test_a_trimmed_position_is_served_when_the_first_entry_kept_came_right_after_it(
+    redis: Redis, keys: Keys
+) -> None:
+    """A link context lapses only after ``retainms`` without a number, so the position a
+    resynchronised stub names is about that old: the age trim may have taken it and
+    nothing after it. The first entry kept records the publication before it (``prev``)."""
+    store = await _store(redis, keys)
+    for n in range(1, 4):
+        await _publish(store, A, n, [(ALICE, True)])
+    stream = store.keys.stream(D, T)
+    first_three = [entry_id for entry_id, _ in await redis.xrange(stream)]
+    await _publish(store, B, 4, [(ALICE, True)])
+    await _publish(store, A, 5, [(ALICE, True)])
+    await redis.xtrim(stream, minid=first_three[-1], approximate=False)  # A:1, A:2 gone
+    await redis.xdel(stream, first_three[-1])  # and A:3: the trim took it too
+    rows = await store.read_after(D, T, [(A, 3)])
+    assert [(e.source, e.source_seq) for e in rows] == [(B, 1), (A, 4)]
+    with pytest.raises(BeyondRetention):  # A:3 was after A:2: lost, said so
+        await store.read_after(D, T, [(A, 2)])
+    await redis.delete(stream)  # everything trimmed, nothing published since
+    assert await store.read_after(D, T, [(A, 4)]) == []
+    with pytest.raises(BeyondRetention):
+        await store.read_after(D, T, [(A, 3)])

@@ -64,13 +64,55 @@ class Lossy:
                 continue
             return received
 
-    async def send(self, recipients: Any, content: Any, **kwargs: Any) -> Any:
+    def _record(self, content: Any) -> None:
         raw = getattr(content, "xml", b"")
         if raw.lstrip().startswith(b"<gap"):
             request = parse_request(raw)
             assert isinstance(request, GapRequest)
             self.gaps.append((time.monotonic(), request))
+
+    async def send(self, recipients: Any, content: Any, **kwargs: Any) -> Any:
+        self._record(content)
         return await self._attachment.send(recipients, content, **kwargs)
+
+    def submit(self, recipients: Any, content: Any, **kwargs: Any) -> Any:
+        self._record(content)
+        return self._attachment.submit(recipients, content, **kwargs)
+
+
+class HeldOk(Lossy):
+    """A :class:`Lossy` attachment whose gap requests' ``ok`` is held back until
+    :attr:`release` is set: the relay's ``ok`` to a gap request comes over the same
+    channel as the repair's redeliveries, so a reader that waits for it before reading
+    on waits behind them (issue #29: once the attachment's queue was full, forever)."""
+
+    def __init__(
+        self, attachment: Attachment, drop: Callable[[ReceivedData, RobustInfo | None], bool]
+    ) -> None:
+        super().__init__(attachment, drop)
+        self.release = asyncio.Event()
+
+    @staticmethod
+    def _is_gap(content: Any) -> bool:
+        return bool(getattr(content, "xml", b"").lstrip().startswith(b"<gap"))
+
+    async def send(self, recipients: Any, content: Any, **kwargs: Any) -> Any:
+        result = await super().send(recipients, content, **kwargs)
+        if self._is_gap(content):
+            await self.release.wait()
+        return result
+
+    def submit(self, recipients: Any, content: Any, **kwargs: Any) -> Any:
+        sent = super().submit(recipients, content, **kwargs)
+        if not self._is_gap(content):
+            return sent
+
+        async def held() -> Any:
+            result = await sent
+            await self.release.wait()
+            return result
+
+        return asyncio.ensure_future(held())
 
 
 async def publications(
