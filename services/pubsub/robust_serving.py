@@ -13,7 +13,8 @@ A publication to a robust topic takes the path of any publication (section 4.7.1
 4. one fan-out (the same bounded Submit path, :meth:`Publisher.fan_out`) with each
    recipient's own ``robust`` option, handed on at once (beside the topic's other
    fan-outs in flight: the stubs order by link seq);
-5. the publisher's ``published`` answer (its source seq), when it asked with an option.
+5. the publisher's ``published`` answer (its source seq), when it asked with an option,
+   journalled before the relay's 250 (a pod killed after owes it to the leader).
 
 The relay gets 250 once the publication is durable and its fan-out was handed on (or
 failed: the publication is then repaired from the stream by the stubs, whose heartbeats
@@ -57,9 +58,10 @@ from apexmesh.pubsub.robust.publish_types import Image, PublishType, fields_of_p
 from apexmesh.pubsub.robust.settings import RobustSettings
 from apexmesh.pubsub.topic_description import TopicSettings
 from apexmesh.pubsub.wire import element_payload
-from apexmesh.rpc.relay import RelaySubmitter
+from apexmesh.rpc.relay import RelaySubmitter, SubmitSource
 from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache, TopicState
+from apexmesh.store.pubsub_journal import JournalEntry, JournalKind
 from apexmesh.store.robust import NotOwner
 from services.pubsub.publishing import Publisher, delivery_key
 from services.pubsub.robust_owner import OwnedTopic, Sequencers
@@ -425,17 +427,31 @@ class RobustSequencing:
     async def _published(
         self, domain: str, topic: str, publisher: Endpoint, trans_id: int, seq: int, key: str
     ) -> None:
-        """The publisher's source seq, as data from ``apex=pubsub/TOPIC@DOMAIN``."""
+        """The publisher's source seq, as data from ``apex=pubsub/TOPIC@DOMAIN``,
+        journalled as any answer the service owes (services/pubsub/journal.py): the
+        entry is written before the relay gets its 250, and removed once a relay took
+        the answer. A pod killed before writing it never answered the relay, which
+        delivers the publication again (same delivery id): answered from the first
+        commit, journalled then. A pod killed after: the domain's leader sends it (its
+        submission id is the entry's, so a relay that took it once relays it once)."""
         answer = Published(topic=topic, trans_id=trans_id, source_seq=seq)
         origin = topic_endpoint(topic, domain)
+        entry = JournalEntry(
+            f"{JournalKind.SEND}:published:{key}",
+            JournalKind.SEND,
+            {"origin": str(origin), "recipient": str(publisher), "content": answer.to_xml().hex()},
+        )
+        await self._pubsub.journal(domain, [entry], self._clock())
         outcome = await self._submitter.submit(
             str(origin),
             element_payload(origin, publisher, answer.to_xml()),
             key=str(publisher),
-            submission_id=f"published-{key}",
+            submission_id=entry.submission_id,
         )
         if outcome.code != ApexReplyCode.SUCCESS:
             _log.info("published to %s: %d %s", publisher, outcome.code, outcome.text)
+        if outcome.source is SubmitSource.RELAY:  # a relay took it (or refused it for good)
+            await self._pubsub.done(domain, entry.id)
 
     # ------------------------------------------------------------------ permissions
 
