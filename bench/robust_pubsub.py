@@ -292,7 +292,7 @@ async def kill_scenario(what: str, publications: int, kill_at: int) -> list[dict
         stack.push_async_callback(subscriber.aclose)
         publisher = RobustClient(await (await session(0)).attach(f"barney@{DOMAIN}"))
         stack.push_async_callback(publisher.aclose)
-        stub = subscriber.follow(
+        stub = await subscriber.follow(
             KILLED,
             resolution=settings.resolution,
             heartbeat_ms=settings.heartbeat_ms,

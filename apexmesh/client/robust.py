@@ -4,9 +4,17 @@
 ::
 
     robust = RobustClient(attachment)                   # the attachment's only reader
-    robust.follow("data.topics", resolution=Resolution.BITS32, heartbeat_ms=5000)
+    await robust.follow("data.topics")                   # settings from the topic
+    await robust.subscribe("data.topics", duration=3600)
     publication = await robust.next()                    # in order, exactly once
     seq = await robust.publish("data.topics", b"...", PublishHeader(type=UPDATE))
+    saved = robust.position("data.topics")               # to resume after a restart
+
+Beside the stub: :meth:`RobustClient.source_query` (XEP 4), :meth:`RobustClient.snapshot`
+(3.1), :meth:`RobustClient.permissions` and :meth:`RobustClient.permission_table` (5.1),
+:meth:`RobustClient.keep_subscribed` (a plain or content subscription renewed at half its
+duration), and :class:`~apexmesh.pubsub.robust.item_cache.ItemCache` for the last value
+per item (docs/sdk.md "Robust topics").
 
 A :class:`RobustClient` reads everything its attachment receives (it must be the only
 reader, so it does the pubsub operations it needs itself): data carrying a ``robust``
@@ -38,14 +46,15 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option
 from apexmesh.client.attachment import Attachment
-from apexmesh.client.errors import ApexClientError, PubsubError
+from apexmesh.client.errors import ApexClientError
 from apexmesh.client.outgoing import Content, XmlContent
+from apexmesh.client.pubsub import pubsub_message
 from apexmesh.client.received import ReceivedData
 from apexmesh.client.reports import SendResult
+from apexmesh.client.robust_requests import OPERATIONS_BLOCK, RobustRequests
 from apexmesh.pubsub.elements import (
     Cancel,
     Subscribe,
-    parse_service_message,
     service_endpoint,
     topic_endpoint,
 )
@@ -58,9 +67,12 @@ from apexmesh.pubsub.robust.elements import (
 )
 from apexmesh.pubsub.robust.operations import (
     GapReply,
+    PermissionTableAnswer,
     Published,
+    SourceInfo,
     parse_answer,
 )
+from apexmesh.pubsub.robust.position import LinkPosition, Resume
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.stub import (
     Deliver,
@@ -69,14 +81,13 @@ from apexmesh.pubsub.robust.stub import (
     StubEvent,
     SubscriberStub,
 )
+from apexmesh.pubsub.subscription_elements import SubscriptionReply
 
 _log = logging.getLogger(__name__)
 
 #: transIDs of one topic's stub are drawn from their own block, so that an answer names
 #: its topic's stub (a block is ten million requests wide; 200 topics per client).
 TRANS_BLOCK = 10_000_000
-#: The block of this client's own pubsub operations (subscribe, cancel): the last one.
-OPERATIONS_BLOCK = 2_000_000_001
 
 EventCallback = Callable[[str, StubEvent], None]
 #: ``reattach()``: a new attachment of the same endpoint (through another relay pod when
@@ -92,7 +103,7 @@ REATTACH_PAUSE = 0.2
 REORDER_MS = 250
 
 
-class RobustClient:
+class RobustClient(RobustRequests):
     """Robust subscriptions and publications of one attachment."""
 
     def __init__(
@@ -106,6 +117,7 @@ class RobustClient:
         clock: Callable[[], float] = time.monotonic,
         reattach: Reattach | None = None,
     ) -> None:
+        super().__init__()
         self.attachment = attachment
         #: Attaching again by itself when the attachment ends (None: the application
         #: calls :meth:`reattach`).
@@ -128,8 +140,8 @@ class RobustClient:
         self._others: asyncio.Queue[ReceivedData] = asyncio.Queue()
         self._published: dict[int, asyncio.Future[int]] = {}
         self._publish_ids = itertools.count(1)
-        self._operation_ids = itertools.count(OPERATIONS_BLOCK)
-        self._replies: dict[int, asyncio.Future[Reply]] = {}
+        #: Positions stubs were resumed from, sent with their next subscribe.
+        self._resuming: dict[str, LinkPosition] = {}
         self._wake = asyncio.Event()
         #: When the timer task wakes next (ms): a stub with an earlier deadline wakes it.
         self._timer_at = 0
@@ -140,20 +152,35 @@ class RobustClient:
 
     # ------------------------------------------------------------------ application API
 
-    def follow(
+    async def follow(
         self,
         topic: str,
         *,
-        resolution: Resolution,
-        heartbeat_ms: int,
+        resolution: Resolution | None = None,
+        heartbeat_ms: int | None = None,
         fresh: bool = True,
         repair_timeout_ms: int | None = None,
         reorder_ms: int | None = None,
+        resume: LinkPosition | None = None,
+        timeout: float = 10.0,  # noqa: ASYNC109
     ) -> SubscriberStub:
-        """Run a stub for ``topic`` (subscribe to it as usual; the settings are the ones
-        a source query reports). ``reorder_ms``: how long a hole may wait for a
-        delivery overtaken on the way before it is asked for (0: at once; by default
-        :data:`REORDER_MS`, at most a quarter of ``heartbeat_ms``)."""
+        """Run a stub for ``topic`` (then :meth:`subscribe`). The sequence size and
+        heartbeat interval are the topic's (createtopic's ``seqbits`` and
+        ``heartbeatms``), learnt with a source query (XEP 4: "subscribers must inquire
+        about such information") unless both are given. ``resume``: a position saved
+        from :meth:`position` before a restart; the stub continues from it and the next
+        :meth:`subscribe` hands it to the service. ``reorder_ms``: how long a hole may
+        wait for a delivery overtaken on the way before it is asked for (0: at once;
+        by default :data:`REORDER_MS`, at most a quarter of the heartbeat interval).
+        PubsubError with the service's code when the source query is refused (553 not
+        a robust topic, 537 not allowed to subscribe); TimeoutError without an
+        answer."""
+        if resolution is None or heartbeat_ms is None:
+            settings = (await self.source_query(topic, timeout=timeout)).settings
+            resolution = resolution or settings.resolution
+            heartbeat_ms = heartbeat_ms or settings.heartbeat_ms
+        if resume is not None and resume.topic != topic:
+            raise ValueError(f"a position of {resume.topic}, not of {topic}")
         if reorder_ms is None:
             reorder_ms = min(REORDER_MS, heartbeat_ms // 4)
         if len(self._blocks) * TRANS_BLOCK + TRANS_BLOCK >= OPERATIONS_BLOCK:
@@ -167,7 +194,10 @@ class RobustClient:
             repair_timeout_ms=repair_timeout_ms,
             first_trans_id=len(self._blocks) * TRANS_BLOCK + 1,
             reorder_ms=reorder_ms,
+            resume=resume,
         )
+        if resume is not None:
+            self._resuming[topic] = resume
         self._stubs[topic] = stub
         self._blocks.append(topic)
         self._start()
@@ -176,6 +206,13 @@ class RobustClient:
 
     def stub(self, topic: str) -> SubscriberStub:
         return self._stubs[topic]
+
+    def position(self, topic: str) -> LinkPosition | None:
+        """What the application has received of ``topic`` (None before its link is
+        known): store :meth:`LinkPosition.dumps` with the application's own state after
+        handling each publication, and give it back as ``follow(resume=...)`` after a
+        restart. The SDK persists nothing by itself."""
+        return self._stubs[topic].position()
 
     async def next(self) -> Publication:
         """The next publication of a followed topic, in order, exactly once."""
@@ -224,9 +261,13 @@ class RobustClient:
         timeout: float = 10.0,  # noqa: ASYNC109
     ) -> Reply:
         """Subscribe this endpoint to ``topic`` at ``apex=pubsub@domain`` (this client is
-        the attachment's only reader, so it sends the operation itself): the 250 reply,
-        PubsubError with the code otherwise."""
-        return await self._operation(
+        the attachment's only reader, so it sends the operation itself) for
+        ``duration`` seconds (:meth:`keep_subscribed` renews it): the 250 reply,
+        PubsubError with the code otherwise. A stub followed with ``resume`` sends its
+        position right after (``resume``, XEP 2.4): the service keeps the link when it
+        is in that epoch still, or restarts it above, and the stub repairs what it
+        missed either way."""
+        reply = await self._confirmed(
             Subscribe(
                 subscriber=self.attachment.endpoint,
                 topic=topic,
@@ -236,25 +277,15 @@ class RobustClient:
             topic,
             timeout,
         )
+        position = self._resuming.pop(topic, None)
+        if position is not None:
+            await self._confirmed(Resume.of(position, next(self._operation_ids)), topic, timeout)
+        return reply
 
     async def cancel(self, topic: str, *, timeout: float = 10.0) -> Reply:  # noqa: ASYNC109
         """Cancel this endpoint's subscription to ``topic``."""
         op = Cancel(topic=topic, trans_id=next(self._operation_ids))
-        return await self._operation(op, topic, timeout)
-
-    async def _operation(self, op: Subscribe | Cancel, topic: str, within: float) -> Reply:
-        self._start()
-        waiter: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self._replies[op.trans_id] = waiter
-        try:
-            await self.attachment.send(service_endpoint(self.domain), XmlContent(op.to_xml()))
-            async with asyncio.timeout(within):
-                reply = await waiter
-        finally:
-            self._replies.pop(op.trans_id, None)
-        if reply.code != 250:
-            raise PubsubError(reply.code, reply.text, trans_id=reply.trans_id, topic=topic)
-        return reply
+        return await self._confirmed(op, topic, timeout)
 
     async def reattach(self, attachment: Attachment) -> None:
         """Read from ``attachment`` from now on (the stubs keep their state)."""
@@ -263,6 +294,8 @@ class RobustClient:
         self._start()
 
     async def aclose(self) -> None:
+        """Stop renewing and reading."""
+        await self._stop_renewing()
         await self._stop()
 
     # ------------------------------------------------------------------ tasks
@@ -334,6 +367,12 @@ class RobustClient:
 
     async def _dispatch(self, received: ReceivedData) -> None:
         option = self._robust_option(received)
+        if (
+            option is not None
+            and self._answers.snapshots
+            and self._snapshot_image(option, received)
+        ):
+            return
         if option is not None:
             topic = self._topic_of(received.originator)
             stub = None if topic is None else self._stubs.get(topic)
@@ -351,12 +390,30 @@ class RobustClient:
             return
         self._others.put_nowait(received)
 
+    def _snapshot_image(self, option: Option, received: ReceivedData) -> bool:
+        """A snapshot's image (its option names the snapshot's transID as ``gap``)."""
+        try:
+            info = self._reader.read(option, Resolution.BITS64)
+        except ApexError:
+            return False
+        collected = None if info.gap is None else self._answers.snapshots.get(info.gap)
+        if collected is None:
+            return False
+        collected.image(info, received.content)
+        return True
+
     async def _answer(self, received: ReceivedData) -> bool:
-        """A gapreply, published or error reply of ours; True when it was one."""
+        """An answer to this client: a gapreply, sourceinfo, permissiontable, published
+        or reply of ours; True when it was one."""
         try:
             answer = parse_answer(received.content)
         except ApexError:
             answer = None
+        if isinstance(answer, GapReply) and answer.trans_id in self._answers.snapshots:
+            self._answers.snapshots[answer.trans_id].counted(answer.count)
+            return True
+        if isinstance(answer, SourceInfo | PermissionTableAnswer):
+            return self._answers.settle(answer.trans_id, answer)
         if isinstance(answer, GapReply):
             asker = self._asker(answer.trans_id)
             if asker is None:
@@ -370,16 +427,15 @@ class RobustClient:
                 waiter.set_result(answer.source_seq)
             return True  # one nobody waits for any more (a repeat, a timeout): dropped
         try:
-            message = parse_service_message(received.content)
+            message = pubsub_message(received)
         except ApexError:
             return False
-        if not isinstance(message, Reply) or message.trans_id is None:
+        if not isinstance(message, Reply | SubscriptionReply) or message.trans_id is None:
             return False
-        replied = self._replies.get(message.trans_id)
-        if replied is not None:
-            if not replied.done():
-                replied.set_result(message)
+        if self._answers.settle(message.trans_id, message):
             return True
+        if not isinstance(message, Reply):
+            return False
         asker = self._asker(message.trans_id)
         if asker is None:
             return False

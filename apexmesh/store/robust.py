@@ -185,6 +185,20 @@ return out
 """
 )
 
+# KEYS: link, epochs. ARGV: subscriber, epoch. {1, epoch}: the link goes on in that
+# epoch; {0, floor}: restarted (its record gone), its next number starts epoch floor + 1.
+_RESUME: Final = """
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if epoch and epoch == ARGV[2] then return {1, tonumber(epoch)} end
+redis.call('DEL', KEYS[1])
+local floor = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+if floor < tonumber(ARGV[2]) then
+    floor = tonumber(ARGV[2])
+    redis.call('HSET', KEYS[2], ARGV[1], floor)
+end
+return {0, floor}
+"""
+
 # KEYS: owner. ARGV: pod, lease ms. 1 while this pod owns the topic.
 _TAKE: Final = """
 local holder = redis.call('GET', KEYS[1])
@@ -269,6 +283,7 @@ class RobustStore:
         self.read_after = self.reads.read_after
         self._take = redis.register_script(_TAKE)
         self._release = redis.register_script(_RELEASE)
+        self._resume = redis.register_script(_RESUME)
 
     # ------------------------------------------------------------------ ownership
 
@@ -410,6 +425,15 @@ class RobustStore:
                 raise NotOwner(topic) from None
             raise
         return _text(raw)
+
+    async def resume_link(self, domain: str, topic: str, subscriber: str, epoch: int) -> bool:
+        """A subscriber resumes at a position of link epoch ``epoch``: True when its link
+        is in that epoch still (it goes on); otherwise its record goes and its next
+        number restarts the link at 0 in an epoch above ``epoch`` (never one the stub
+        could take for the one it resumed), False."""
+        keys = [self.keys.link(domain, topic, subscriber), self.keys.epochs(domain, topic)]
+        raw = await self._resume(keys=keys, args=[subscriber, epoch])
+        return bool(int(raw[0]))
 
     async def end_link(self, domain: str, topic: str, subscriber: str) -> None:
         """The subscription ended: its link and epoch go (a new one starts at epoch 1)."""

@@ -33,11 +33,13 @@ from redis.exceptions import RedisError
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
-from apexmesh.pubsub.elements import SUBSCRIBE_TOKEN, service_endpoint, topic_endpoint
+from apexmesh.pubsub.elements import DATA_TOKEN, SUBSCRIBE_TOKEN, service_endpoint, topic_endpoint
 from apexmesh.pubsub.robust.elements import RobustInfo, robust_option
 from apexmesh.pubsub.robust.operations import (
     GapReply,
     GapRequest,
+    PermissionsQuery,
+    PermissionTableAnswer,
     Position,
     Request,
     SnapshotRequest,
@@ -45,6 +47,7 @@ from apexmesh.pubsub.robust.operations import (
     SourceQuery,
 )
 from apexmesh.pubsub.robust.permissions import PermissionTable
+from apexmesh.pubsub.robust.position import Resume
 from apexmesh.pubsub.robust.publish_types import (
     OPAQUE_FIELD,
     Image,
@@ -53,6 +56,7 @@ from apexmesh.pubsub.robust.publish_types import (
     snapshot,
 )
 from apexmesh.pubsub.robust.settings import RobustSettings
+from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache
 from apexmesh.store.robust import RobustStore
 from apexmesh.store.robust_reads import BeyondRetention, LinkGone, StreamEntry, StreamSpan
@@ -88,6 +92,8 @@ class Served(enum.Enum):
     SOURCE_REPAIR = "gap-source"
     SOURCE_INFO = "sourcequery"
     SNAPSHOT = "snapshot"
+    RESUME = "resume"
+    PERMISSIONS = "permissions"
 
 
 def _refused(code: ApexReplyCode, text: str, trans_id: int) -> ApexError:
@@ -133,11 +139,14 @@ class RobustOperations:
         answer: AnswerSender,
         reply: ReplySender,
         settings_of: RobustSettingsReader,
+        pubsub: PubsubStore,
     ) -> None:
         self._store = store
         self._reads = store.reads
         #: Gap repairs and snapshots running in the background.
         self.repairs = Repairs(reply)
+        self._reply = reply
+        self._pubsub = pubsub
         self._settings_of = settings_of
         self._topics = topics
         self._cache = cache
@@ -155,8 +164,7 @@ class RobustOperations:
             raise _refused(
                 ApexReplyCode.PARAMETER_INVALID, f"{request.topic} is not a robust topic", trans_id
             )
-        owner = topic_endpoint(request.topic, domain)
-        if not await self._allowed(owner, originator, SUBSCRIBE_TOKEN, trans_id):
+        if not await self._may_ask(domain, originator, request):
             raise _refused(ApexReplyCode.NOT_AUTHORIZED, "action not authorized", trans_id)
         try:
             served = await self._serve(domain, originator, request, settings)
@@ -177,12 +185,33 @@ class RobustOperations:
             ) from None
         return served
 
+    async def _may_ask(self, domain: str, originator: Endpoint, request: Request) -> bool:
+        """Step 1: ``pubsub:subscribe`` on the topic; for the permission table the
+        topic's creator or a publisher (``core:data``), whose regime it is."""
+        owner = topic_endpoint(request.topic, domain)
+        trans_id = request.trans_id
+        if not isinstance(request, PermissionsQuery):
+            return await self._allowed(owner, originator, SUBSCRIBE_TOKEN, trans_id)
+        if await self._allowed(owner, originator, DATA_TOKEN, trans_id):
+            return True
+        return (await self._pubsub.read_topic(domain, request.topic, ())).creator == originator
+
     async def _serve(
         self, domain: str, originator: Endpoint, request: Request, settings: RobustSettings
     ) -> Served:
         if isinstance(request, SourceQuery):
             await self._sourcequery(domain, originator, request, settings)
             return Served.SOURCE_INFO
+        if isinstance(request, Resume):
+            await self._resume(domain, originator, request)
+            return Served.RESUME
+        if isinstance(request, PermissionsQuery):
+            table = await self._topics.table(domain, request.topic)
+            answer = PermissionTableAnswer(
+                topic=request.topic, trans_id=request.trans_id, table=table
+            )
+            await self._answer(domain, originator, answer.to_xml())
+            return Served.PERMISSIONS
         start = self.repairs.start
         trans_id = request.trans_id
         if isinstance(request, SnapshotRequest):
@@ -205,6 +234,21 @@ class RobustOperations:
 
     async def aclose(self) -> None:
         await self.repairs.aclose()
+
+    async def _resume(self, domain: str, subscriber: Endpoint, request: Resume) -> None:
+        """XEP 2.4's link position in the initial request (apexmesh/pubsub/robust/
+        position.py): the link goes on when it is in the epoch named still, else it
+        restarts above it (the stub then repairs by source from its positions). 550 for
+        a subscriber without a subscription to the topic (its link would never be
+        numbered)."""
+        state = await self._cache.topic(domain, request.topic)
+        if not any(sub.subscriber == subscriber for sub in state.subscriptions.values()):
+            raise _refused(ApexReplyCode.ACTION_NOT_TAKEN, "not subscribed", request.trans_id)
+        kept = await self._store.resume_link(
+            domain, request.topic, str(subscriber), request.link_epoch
+        )
+        text = "link goes on" if kept else f"link restarts after epoch {request.link_epoch}"
+        await self._reply(domain, subscriber, ApexReplyCode.SUCCESS, request.trans_id, text)
 
     # ------------------------------------------------------------------ the answers
 

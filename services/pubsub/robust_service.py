@@ -50,7 +50,7 @@ from services.pubsub.robust_serving import (
 _log = logging.getLogger(__name__)
 
 #: The robust operations sent to ``apex=pubsub@DOMAIN``.
-OPERATIONS = frozenset({"gap", "sourcequery", "snapshot"})
+OPERATIONS = frozenset({"gap", "sourcequery", "snapshot", "resume", "permissions"})
 #: Longest sleep of the robust task (it also wakes for the next lease round).
 MAX_SLEEP_SECONDS = 1.0
 
@@ -116,6 +116,7 @@ class RobustService:
             answer=answer,
             reply=reply,
             settings_of=self.settings_of,
+            pubsub=store,
         )
         self._memo = ParseMemo()
         self._next_round = 0

@@ -217,7 +217,7 @@ class RobustSequencing:
         data, body, _parts = delivered
         if is_permissions(body):
             return await self._permissions(
-                domain, topic, originator, body, payload, delivery_id, settings, forwarded
+                domain, topic, originator, body, payload, delivery_id, settings, forwarded, allowed
             )
         if not allowed:
             return ApexReplyCode.NOT_AUTHORIZED, "action not authorized"
@@ -465,18 +465,26 @@ class RobustSequencing:
         delivery_id: str,
         settings: RobustSettings,
         forwarded: bool,
+        publisher: bool,
     ) -> tuple[int, str]:
-        """XEP 5.1 in-band: the owner's grant/deny/revoke, sequenced in the stream; the
-        owner gets ``reply 250`` (537 anyone else, 554 a table over its bounds)."""
+        """XEP 5.1 in-band: grant/deny/revoke, sequenced in the stream, by the topic's
+        creator (any token) or a publisher (``publisher``: ``core:data`` on the topic;
+        the tokens it owns, apexmesh/pubsub/robust/permissions.py); ``reply 250``, 537
+        anyone else or another's token, 554 a table over its bounds."""
         try:
             change = parse_permissions(body)
         except ApexError as exc:
             await self._reply(domain, originator, int(exc.code), exc.trans_id, str(exc)[:200])
             return ApexReplyCode.SUCCESS, ""
         view = await self._pubsub.read_topic(domain, topic, ())
-        if view.creator != originator:
+        creator = view.creator == originator
+        if not creator and not publisher:
             await self._reply(
-                domain, originator, ApexReplyCode.NOT_AUTHORIZED, change.trans_id, "not the owner"
+                domain,
+                originator,
+                ApexReplyCode.NOT_AUTHORIZED,
+                change.trans_id,
+                "neither the topic's creator nor a publisher",
             )
             return ApexReplyCode.SUCCESS, ""
         found = await self.sequencers.owned_or_forwarded(
@@ -485,7 +493,7 @@ class RobustSequencing:
         if not isinstance(found, OwnedTopic):
             return found
         try:
-            await self._commit_table(found, change)
+            await self._commit_table(found, change, originator, creator=creator)
         except ApexError as exc:
             await self._reply(domain, originator, int(exc.code), change.trans_id, str(exc)[:200])
             return ApexReplyCode.SUCCESS, ""
@@ -497,9 +505,11 @@ class RobustSequencing:
         await self._reply(domain, originator, ApexReplyCode.SUCCESS, change.trans_id, "")
         return ApexReplyCode.SUCCESS, ""
 
-    async def _commit_table(self, owned: OwnedTopic, change: Permissions) -> None:
+    async def _commit_table(
+        self, owned: OwnedTopic, change: Permissions, by: Endpoint, *, creator: bool
+    ) -> None:
         async with owned.lock:
-            table = owned.table.changed(change.changes)
+            table = owned.table.changed(change.changes, by=str(by), creator=creator)
             await self.sequencers.store.commit_permissions(
                 owned.domain, owned.topic, table, now_ms=self._clock(), retention=owned.retention
             )

@@ -184,7 +184,7 @@ async def test_a_subscriber_detached_30_s_repairs_by_source_after_its_link_conte
         stack.push_async_callback(wilma.aclose)
         settings = RobustSettings(resolution=RES, heartbeat_ms=HEARTBEAT_MS, retain_ms=RETAIN_MS)
         assert (await owner.create_topic(TOPIC, robust=settings)).code == 250
-        stub = wilma.follow(
+        stub = await wilma.follow(
             TOPIC, resolution=RES, heartbeat_ms=HEARTBEAT_MS, repair_timeout_ms=2_000
         )
         await wilma.subscribe(TOPIC, duration=3600)

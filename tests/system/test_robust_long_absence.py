@@ -104,7 +104,7 @@ async def test_a_subscriber_away_for_20000_publications_gets_them_all_in_order_o
         stack.push_async_callback(wilma.aclose)
         settings = RobustSettings(resolution=RES, heartbeat_ms=HEARTBEAT_MS)
         assert (await owner.create_topic(TOPIC, robust=settings)).code == 250
-        stub = wilma.follow(TOPIC, resolution=RES, heartbeat_ms=HEARTBEAT_MS)
+        stub = await wilma.follow(TOPIC, resolution=RES, heartbeat_ms=HEARTBEAT_MS)
         await wilma.subscribe(TOPIC, duration=3600)
         await warm_up(fred, wilma, TOPIC)
 

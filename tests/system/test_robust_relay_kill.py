@@ -115,7 +115,7 @@ async def test_kill_9_of_the_subscribers_relay_process_loses_nothing_published(
         owner = PubsubClient(await via_b.attach(f"mike@{DOMAIN}"))
         stack.push_async_callback(owner.aclose)
         assert (await owner.create_topic(TOPIC, robust=settings)).code == 250
-        stub = wilma.follow(
+        stub = await wilma.follow(
             TOPIC, resolution=RES, heartbeat_ms=HEARTBEAT_MS, repair_timeout_ms=1_000
         )
         await wilma.subscribe(TOPIC, duration=3600)

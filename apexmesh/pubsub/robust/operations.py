@@ -34,13 +34,17 @@ from apexmesh.pubsub.robust._wire import opt as _opt
 from apexmesh.pubsub.robust._wire import root as _root
 from apexmesh.pubsub.robust._wire import source_seq as _source_seq
 from apexmesh.pubsub.robust.permissions import (
+    Actor,
     ChangeKind,
     PermissionChange,
+    PermissionTable,
+    TokenLists,
     actor_of,
     check_token,
 )
+from apexmesh.pubsub.robust.position import Resume, resume_from
 from apexmesh.pubsub.robust.publish_types import check_item
-from apexmesh.pubsub.robust.seq import Resolution
+from apexmesh.pubsub.robust.seq import MAX_SOURCE_SEQ, Resolution
 from apexmesh.pubsub.robust.settings import (
     RobustSettings,
     settings_from_attributes,
@@ -257,17 +261,44 @@ def _permissions_from(element: Element) -> Permissions:
         )
 
 
-Request = GapRequest | SourceQuery | SnapshotRequest
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PermissionsQuery:
+    """``permissions`` without changes, to ``apex=pubsub@DOMAIN``: the table in force,
+    read back (answered with ``permissiontable``)."""
+
+    topic: str
+    trans_id: int
+
+    def __post_init__(self) -> None:
+        _dtd.check_uniqid(self.trans_id, "permissions")
+        check_topic(self.topic, trans_id=self.trans_id)
+
+    def to_xml(self) -> bytes:
+        return _root("permissions", [("topic", self.topic), ("transID", str(self.trans_id))])
+
+
+def _permissions_query_from(element: Element) -> PermissionsQuery:
+    attrs = _dtd.attributes(element, allowed=("topic", "transID"), required=("topic", "transID"))
+    trans_id = _dtd.trans_id(attrs["transID"], "permissions")
+    with naming(trans_id):
+        _empty(element, trans_id)
+        return PermissionsQuery(topic=check_topic(attrs["topic"]), trans_id=trans_id)
+
+
+Request = GapRequest | SourceQuery | SnapshotRequest | Resume | PermissionsQuery
 
 _REQUESTS: Final[dict[str, Callable[[Element], Request]]] = {
     "gap": _gap_from,
     "sourcequery": _sourcequery_from,
     "snapshot": _snapshot_from,
+    "resume": resume_from,
+    "permissions": _permissions_query_from,
 }
 
 
 def parse_request(body: bytes | str) -> Request:
-    """A robust operation sent to ``apex=pubsub@DOMAIN`` (gap, sourcequery, snapshot)."""
+    """A robust operation sent to ``apex=pubsub@DOMAIN`` (gap, sourcequery, snapshot,
+    resume, a permissions query)."""
     root = _dtd.parse_root(body)
     parse = _REQUESTS.get(_local(root))
     if parse is None:
@@ -297,7 +328,7 @@ class GapReply:
     def __post_init__(self) -> None:
         _dtd.check_uniqid(self.trans_id, "gapreply")
         check_topic(self.topic, trans_id=self.trans_id)
-        if not 0 <= self.count <= MAX_GAP:
+        if not 0 <= self.count <= MAX_SOURCE_SEQ:  # a source repair: all of the stream
             _dtd.fail("gapreply: count out of range", _INVALID, trans_id=self.trans_id)
 
     def to_xml(self) -> bytes:
@@ -377,7 +408,71 @@ class Published:
         return _root("published", [*pairs, ("sourceseq", str(self.source_seq))])
 
 
-Answer = GapReply | SourceInfo | Published
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PermissionTableAnswer:
+    """``permissiontable``: the permission table in force (XEP 5.1: "the pubsub systems
+    should be able to <iq/> the publisher for the permissioning regime that applies")::
+
+        <permissiontable xmlns='urn:apexmesh:robust-pubsub:1' topic='t' transID='3'>
+          <token name='6747' owner='fred@example.com'>
+            <grant actor='*@customer.example' /><deny actor='rival@customer.example' />
+          </token>
+        </permissiontable>
+    """
+
+    topic: str
+    trans_id: int
+    table: PermissionTable
+
+    def __post_init__(self) -> None:
+        _dtd.check_uniqid(self.trans_id, "permissiontable")
+        check_topic(self.topic, trans_id=self.trans_id)
+
+    def to_xml(self) -> bytes:
+        body = b""
+        for name in self.table.names():
+            lists = self.table.tokens.get(name, TokenLists())
+            owner = self.table.owners.get(name)
+            actors = [("grant", a) for a in sorted(lists.grant, key=lambda a: a.pattern)]
+            actors += [("deny", a) for a in sorted(lists.deny, key=lambda a: a.pattern)]
+            inner = "".join(f"<{kind}{_dtd.attr('actor', a.pattern)} />" for kind, a in actors)
+            head = _dtd.attr("name", name) + ("" if owner is None else _dtd.attr("owner", owner))
+            body += f"<token{head}>{inner}</token>".encode()
+        pairs: list[tuple[str, str | None]] = [
+            ("topic", self.topic),
+            ("transID", str(self.trans_id)),
+        ]
+        return _root("permissiontable", pairs, body)
+
+
+def _permission_table_from(element: Element) -> PermissionTableAnswer:
+    _attrs, topic, trans_id = _answer_head(element, (), ())
+    tokens: dict[str, TokenLists] = {}
+    owners: dict[str, str] = {}
+    with naming(trans_id):
+        for child in _dtd.element_children(element):
+            if _local(child) != "token":
+                _dtd.fail(f"permissiontable: unexpected element {_local(child)[:32]!r}")
+            token_attrs = _dtd.attributes(child, allowed=("name", "owner"), required=("name",))
+            name = check_token(token_attrs["name"])
+            if "owner" in token_attrs:
+                owners[name] = str(_dtd.endpoint(token_attrs["owner"], "owner"))
+            grant: set[Actor] = set()
+            deny: set[Actor] = set()
+            for entry in _dtd.element_children(child):
+                kind = _local(entry)
+                if kind not in ("grant", "deny"):
+                    _dtd.fail(f"permissiontable: unexpected element {kind[:32]!r}")
+                actor = actor_of(_dtd.attributes(entry, allowed=("actor",))["actor"])
+                (grant if kind == "grant" else deny).add(actor)
+            if grant or deny:
+                tokens[name] = TokenLists(frozenset(grant), frozenset(deny))
+    return PermissionTableAnswer(
+        topic=topic, trans_id=trans_id, table=PermissionTable(tokens, owners)
+    )
+
+
+Answer = GapReply | SourceInfo | Published | PermissionTableAnswer
 
 
 def _answer_head(
@@ -427,8 +522,10 @@ def parse_answer(body: bytes | str) -> Answer:
     if tag == "gapreply":
         attrs, topic, trans_id = _answer_head(root, ("count",), ("count",))
         _empty(root, trans_id)
-        count = _digits(attrs["count"], "count", trans_id, MAX_GAP)
+        count = _digits(attrs["count"], "count", trans_id, MAX_SOURCE_SEQ)
         return GapReply(topic=topic, trans_id=trans_id, count=count)
+    if tag == "permissiontable":
+        return _permission_table_from(root)
     if tag == "published":
         attrs, topic, trans_id = _answer_head(root, ("sourceseq",), ("sourceseq",))
         _empty(root, trans_id)
@@ -442,7 +539,9 @@ __all__ = [
     "Answer",
     "GapReply",
     "GapRequest",
+    "PermissionTableAnswer",
     "Permissions",
+    "PermissionsQuery",
     "Position",
     "Published",
     "Request",

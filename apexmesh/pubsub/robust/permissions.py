@@ -11,6 +11,13 @@ Changes are made in-band and sequenced with the publications (docs/robust.md): t
 is immutable, :meth:`PermissionTable.changed` returns the next one, and the sequencer
 applies each change at its position in the topic's stream, so "applied from the next
 publication on" holds on every pod.
+
+**Who changes a token** (5.1: "individual publishers can manage access both broadly and
+down to very fine granularity"): the topic's creator changes any token; a publisher of
+the topic changes the tokens it owns. The first to change a token owns it (its
+``owner``, kept while the token lives, also with empty lists), so one publisher never
+opens or closes another's data. A publisher may still put any token on its own
+publications: that only subjects them to that token's lists.
 """
 
 from __future__ import annotations
@@ -19,11 +26,12 @@ import enum
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from apexmesh.apex import _dtd
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
+from apexmesh.apex.errors import ApexError
 
 #: A permission token: an NMTOKEN of at most 64 characters (the XEP's are numbers).
 _TOKEN: Final = re.compile(r"[A-Za-z0-9._:-]{1,64}")
@@ -96,9 +104,12 @@ class TokenLists:
 
 @dataclass(frozen=True, slots=True)
 class PermissionTable:
-    """Grant and deny lists per token of one topic."""
+    """Grant and deny lists per token of one topic, and who owns each token."""
 
     tokens: Mapping[str, TokenLists] = field(default_factory=dict)
+    #: token -> the endpoint that owns it (absent: the topic creator's, from before
+    #: publishers managed tokens).
+    owners: Mapping[str, str] = field(default_factory=dict)
 
     def allows(self, endpoint: Endpoint, token: str | None) -> bool:
         """Whether ``endpoint`` may receive a publication carrying ``token``."""
@@ -107,11 +118,28 @@ class PermissionTable:
         lists = self.tokens.get(token)
         return lists is not None and lists.allows(endpoint)
 
-    def changed(self, changes: Iterable[PermissionChange]) -> PermissionTable:
-        """The table after ``changes`` (in order); 554 when a list or the table would
+    def changed(
+        self,
+        changes: Iterable[PermissionChange],
+        *,
+        by: str | None = None,
+        creator: bool = True,
+    ) -> PermissionTable:
+        """The table after ``changes`` (in order) made by ``by`` (the topic's creator
+        when ``creator``; a token ``by`` makes is its own); 537 for a token that is not
+        a publisher's (another's, or the creator's), 554 when a list or the table would
         pass its bound."""
         tokens = dict(self.tokens)
+        owners = dict(self.owners)
         for change in changes:
+            owner = owners.get(change.token)
+            if not creator and owner != by and (owner is not None or change.token in tokens):
+                raise ApexError(
+                    ApexReplyCode.NOT_AUTHORIZED,
+                    f"permtoken {change.token} belongs to another publisher",
+                )
+            if by is not None and owner is None and change.token not in tokens:
+                owners[change.token] = by
             lists = tokens.get(change.token, TokenLists())
             grant, deny = set(lists.grant), set(lists.deny)
             if change.kind is ChangeKind.GRANT:
@@ -128,31 +156,40 @@ class PermissionTable:
             if grant or deny:
                 tokens[change.token] = TokenLists(frozenset(grant), frozenset(deny))
             else:
-                tokens.pop(change.token, None)
-        if len(tokens) > MAX_TOKENS:
+                tokens.pop(change.token, None)  # its owner stays: still not another's
+        if len(owners.keys() | tokens.keys()) > MAX_TOKENS:
             _dtd.fail("too many permission tokens", ApexReplyCode.TRANSACTION_FAILED)
-        return PermissionTable(tokens)
+        return PermissionTable(tokens, owners)
 
-    def to_json(self) -> dict[str, dict[str, list[str]]]:
-        return {
-            token: {
+    def names(self) -> list[str]:
+        """Every token the table knows (with lists, or only an owner), sorted."""
+        return sorted(self.tokens.keys() | self.owners.keys())
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for token in self.names():
+            lists = self.tokens.get(token, TokenLists())
+            entry: dict[str, Any] = {
                 "grant": sorted(a.pattern for a in lists.grant),
                 "deny": sorted(a.pattern for a in lists.deny),
             }
-            for token, lists in sorted(self.tokens.items())
-        }
+            if token in self.owners:
+                entry["owner"] = self.owners[token]
+            out[token] = entry
+        return out
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Mapping[str, Iterable[str]]]) -> PermissionTable:
-        return cls(
-            {
-                token: TokenLists(
-                    frozenset(Actor(p) for p in lists.get("grant", ())),
-                    frozenset(Actor(p) for p in lists.get("deny", ())),
-                )
-                for token, lists in value.items()
-            }
-        )
+    def from_json(cls, value: Mapping[str, Mapping[str, Any]]) -> PermissionTable:
+        tokens = {
+            token: TokenLists(
+                frozenset(Actor(p) for p in lists.get("grant", ())),
+                frozenset(Actor(p) for p in lists.get("deny", ())),
+            )
+            for token, lists in value.items()
+            if lists.get("grant") or lists.get("deny")
+        }
+        owners = {token: str(lists["owner"]) for token, lists in value.items() if "owner" in lists}
+        return cls(tokens, owners)
 
 
 __all__ = [

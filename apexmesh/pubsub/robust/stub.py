@@ -72,80 +72,22 @@ from apexmesh.pubsub.robust.operations import (
     GapReply,
     GapRequest,
 )
-from apexmesh.pubsub.robust.publish_types import PublishType
+from apexmesh.pubsub.robust.position import LinkPosition
 from apexmesh.pubsub.robust.seq import RESYNC, Resolution
+from apexmesh.pubsub.robust.stub_events import (
+    Delayed,
+    Deliver,
+    Publication,
+    RepairRefused,
+    Resynchronised,
+    SendGap,
+    StubEvent,
+    StubStats,
+)
 
 #: Link ranges one reorder check asks for at most: holes beyond are asked as one range
 #: (redelivering what the stub already holds costs less than many requests).
 MAX_RUNS: Final = 8
-
-
-@dataclass(frozen=True, slots=True)
-class Publication:
-    """What the application receives: a publication of its topic, once, in order."""
-
-    topic: str
-    source: Endpoint
-    source_seq: int
-    type: PublishType | None
-    item: str | None
-    permtoken: str | None
-    contributor: Endpoint | None
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Deliver:
-    """Hand ``publication`` to the application (in order, exactly once)."""
-
-    publication: Publication
-
-
-@dataclass(frozen=True, slots=True)
-class SendGap:
-    """Send ``request`` to ``apex=pubsub@DOMAIN``."""
-
-    request: GapRequest
-
-
-@dataclass(frozen=True, slots=True)
-class Delayed:
-    """Nothing was heard on the link for ``silent_ms`` (heartbeats overdue)."""
-
-    silent_ms: int
-    #: The link seq the stub waits for (None: nothing was ever received).
-    expected_link_seq: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class RepairRefused:
-    """The service refused a repair by source with ``code``: data was lost."""
-
-    code: int
-    request: GapRequest
-
-
-@dataclass(frozen=True, slots=True)
-class Resynchronised:
-    """The service restarted the link (a new ``epoch``, link seq 0)."""
-
-    epoch: int
-
-
-StubEvent = Deliver | SendGap | Delayed | RepairRefused | Resynchronised
-
-
-@dataclass(slots=True)
-class StubStats:
-    """Counters an application or a test reads."""
-
-    delivered: int = 0
-    duplicates: int = 0
-    gaps_detected: int = 0
-    link_repairs: int = 0
-    source_repairs: int = 0
-    refused: int = 0
-    resyncs: int = 0
 
 
 @dataclass(slots=True)
@@ -193,6 +135,7 @@ class SubscriberStub:
         expect: tuple[int, int] | None = None,
         reorder_ms: int = 0,
         max_gap: int = MAX_GAP,
+        resume: LinkPosition | None = None,
     ) -> None:
         self.topic = topic
         self.resolution = resolution
@@ -219,6 +162,13 @@ class SubscriberStub:
         self._delayed = False
         #: When the holes not asked for yet are asked for (rule 3), None: no such hole.
         self._reorder_at: int | None = None
+        #: The epoch a resync left whose source repair has not ended yet: until it ends,
+        #: the position is that epoch's (a stub resumed from it must repair by source).
+        self._before_resync: int | None = None
+        if resume is not None:
+            expect = (resume.epoch, resume.link_seq)
+            self._hwm = dict(resume.sources)
+            self._last_source = resume.last_source
         if expect is None and fresh:
             expect = (1, RESYNC)
         if expect is not None:
@@ -348,6 +298,25 @@ class SubscriberStub:
             self._start_source_repair(out, now_ms, covers_to=source.covers_to)
         return out
 
+    def position(self) -> LinkPosition | None:
+        """What this stub has delivered (None while its link is not known yet): save it
+        with the application's state and give it back as ``resume`` to continue after a
+        restart (apexmesh/pubsub/robust/position.py). While a resync's source repair
+        runs, the position is the old epoch's: a stub resumed from it must repair by
+        source again, since the new epoch's start does not cover the old one's end."""
+        if self._epoch is None:
+            return None
+        epoch, seq = self._epoch, self._seq_of(self._next_pos)
+        if self._before_resync is not None:
+            epoch, seq = self._before_resync, RESYNC
+        return LinkPosition(
+            topic=self.topic,
+            epoch=epoch,
+            link_seq=seq,
+            sources=dict(self._hwm),
+            last_source=self._last_source,
+        )
+
     @property
     def settled(self) -> bool:
         """Nothing is waited for: no repair outstanding, nothing buffered out of order."""
@@ -386,6 +355,8 @@ class SubscriberStub:
         source (covering the new epoch up to the delivery that revealed it)."""
         self.stats.resyncs += 1
         out.append(Resynchronised(epoch))
+        if self._before_resync is None:
+            self._before_resync = self._epoch
         self._epoch = epoch
         self._next_pos = 0
         self._high_pos = -1
@@ -591,6 +562,7 @@ class SubscriberStub:
         all of it is; after a refused one it is what is left), holes are passed."""
         if source.epoch != self._epoch:
             return
+        self._before_resync = None
         while self._next_pos <= source.covers_to:
             held = self._buffer.pop(self._next_pos, None)
             self._next_pos += 1

@@ -68,7 +68,7 @@ async def _setup(
         )
         try:
             await owner.create_topic(TOPIC, robust=settings)
-            wilma.follow(
+            await wilma.follow(
                 TOPIC,
                 resolution=RES,
                 heartbeat_ms=heartbeat_ms,
@@ -261,7 +261,7 @@ async def test_the_stub_reattaches_by_itself_and_its_application_misses_nothing(
         )
         try:
             await owner.create_topic(TOPIC, robust=settings)
-            wilma.follow(TOPIC, resolution=RES, heartbeat_ms=300, repair_timeout_ms=1_000)
+            await wilma.follow(TOPIC, resolution=RES, heartbeat_ms=300, repair_timeout_ms=1_000)
             await wilma.subscribe(TOPIC, duration=60)
             await subscribed(
                 mesh.pubsub.values(), DOMAIN, TOPIC, Endpoint.parse("wilma@example.com")

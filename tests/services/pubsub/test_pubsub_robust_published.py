@@ -54,7 +54,7 @@ async def test_published_reaches_its_publisher_after_the_pod_that_owed_it_died(
     async with robust_mesh(redis_server, keys, tmp_path) as mesh:
         await _robust_topic(mesh, NEWS)
         wilma = await mesh.robust("wilma", "b")
-        wilma.follow(NEWS, resolution=SETTINGS.resolution, heartbeat_ms=SETTINGS.heartbeat_ms)
+        await wilma.follow(NEWS, resolution=SETTINGS.resolution, heartbeat_ms=SETTINGS.heartbeat_ms)
         await wilma.subscribe(NEWS, duration=60)
         await subscribed(mesh.mesh.pubsub.values(), DOMAIN, NEWS, WILMA)
         unreachable = Unreachable()

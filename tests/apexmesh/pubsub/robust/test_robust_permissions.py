@@ -70,3 +70,40 @@ def test_actor_forms_and_bounds() -> None:
     with pytest.raises(ApexError) as caught:
         PermissionTable().changed(changes)
     assert caught.value.code is ApexReplyCode.TRANSACTION_FAILED
+
+
+FRED = "fred@example.com"
+BARNEY = "barney@example.com"
+MIKE = "mike@example.com"
+
+
+def test_publishers_manage_the_tokens_they_own_and_no_one_elses() -> None:
+    """Issue #29 (XEP 5.1 "individual publishers can manage access"): the first to change
+    a token owns it; another publisher gets 537; the topic's creator changes any."""
+    table = PermissionTable().changed(
+        [_change(ChangeKind.GRANT, "*@customer.example", "fred-1")], by=FRED, creator=False
+    )
+    assert table.owners == {"fred-1": FRED}
+    more = table.changed([_change(ChangeKind.DENY, str(RIVAL), "fred-1")], by=FRED, creator=False)
+    assert not more.allows(RIVAL, "fred-1")
+    with pytest.raises(ApexError) as refused:
+        more.changed([_change(ChangeKind.GRANT, str(RIVAL), "fred-1")], by=BARNEY, creator=False)
+    assert refused.value.code == ApexReplyCode.NOT_AUTHORIZED
+    opened = more.changed([_change(ChangeKind.REVOKE, str(RIVAL), "fred-1")], by=MIKE, creator=True)
+    assert opened.allows(RIVAL, "fred-1")
+    assert opened.owners == {"fred-1": FRED}
+    # Emptied, the token keeps its owner: not free for another publisher to open.
+    emptied = opened.changed(
+        [_change(ChangeKind.REVOKE, "*@customer.example", "fred-1")], by=FRED, creator=False
+    )
+    assert "fred-1" not in emptied.tokens
+    with pytest.raises(ApexError):
+        emptied.changed([_change(ChangeKind.GRANT, "*", "fred-1")], by=BARNEY, creator=False)
+    assert PermissionTable.from_json(emptied.to_json()) == emptied
+
+
+def test_a_creators_token_from_before_owners_is_not_a_publishers() -> None:
+    legacy = PermissionTable.from_json({"6747": {"grant": ["*"], "deny": []}})
+    with pytest.raises(ApexError):
+        legacy.changed([_change(ChangeKind.DENY, str(RIVAL))], by=FRED, creator=False)
+    assert not legacy.changed([_change(ChangeKind.DENY, str(RIVAL))], by=MIKE).allows(RIVAL, "6747")

@@ -141,7 +141,8 @@ def test_a_hole_longer_than_the_request_bound_is_asked_in_pieces_while_the_flow_
         events = stub.receive(pub(link, link + 1), b"", now)
         events += stub.receive(pub(live - 1, live), b"", now)
         for request in gaps(events):
-            assert request.link_to is not None and request.link_from is not None
+            assert request.link_to is not None
+            assert request.link_from is not None
             asked.append((request.link_from, request.link_to))
             pending += list(range(request.link_from, request.link_to + 1))
         got += seqs(events)
