@@ -87,7 +87,9 @@ async def test_kill_9_of_the_sequencing_process_loses_no_published_publication(
         try:
             settings = RobustSettings(resolution=RES, heartbeat_ms=HEARTBEAT_MS)
             await owner.create_topic(TOPIC, robust=settings)
-            await wilma.follow(TOPIC, resolution=RES, heartbeat_ms=HEARTBEAT_MS, repair_timeout_ms=1_000)
+            await wilma.follow(
+                TOPIC, resolution=RES, heartbeat_ms=HEARTBEAT_MS, repair_timeout_ms=1_000
+            )
             await wilma.subscribe(TOPIC, duration=3600)
             await warm_up(fred, wilma, TOPIC, attempts=20)
             killed = await _owner(redis_server, keys)
