@@ -355,7 +355,9 @@ livenessProbe:
 {{- end -}}
 
 {{/*
-One apex-mesh service as a Deployment: the named template every gRPC service uses.
+One apex-mesh service as a Deployment: the named template every gRPC service uses. The
+component's initContainers, sidecars, extraVolumes and extraVolumeMounts (values, templated
+with tpl) go in after the chart's own.
 Call with a dict:
   root          $
   component     relay | access | pubsub | report | presence | ...
@@ -366,7 +368,8 @@ Call with a dict:
   lifecycle     the container's lifecycle hooks (a YAML mapping string)
   volumes       extra volumes (YAML list string), volumeMounts likewise
   redisClient   true when the pods talk to Redis (env, label for the NetworkPolicy)
-  serviceAccount  a ServiceAccount name; its token is mounted only then
+  apiAccess     true when the pods call the Kubernetes API: only then is the token of
+                their ServiceAccount (values.serviceAccount) mounted
   annotations   extra pod annotations (checksums)
   extraPorts    more container ports (YAML list string)
 */}}
@@ -411,12 +414,8 @@ spec:
         {{- end }}
     spec:
       {{- include "apex-mesh.imagePullSecrets" $root | nindent 6 }}
-      {{- if .serviceAccount }}
-      serviceAccountName: {{ .serviceAccount }}
-      automountServiceAccountToken: true
-      {{- else }}
-      automountServiceAccountToken: false
-      {{- end }}
+      serviceAccountName: {{ include "apex-mesh.serviceAccountName" (dict "root" $root "component" .component "values" $v) }}
+      automountServiceAccountToken: {{ if .apiAccess }}true{{ else }}false{{ end }}
       enableServiceLinks: false
       securityContext:
         {{- toYaml $root.Values.podSecurityContext | nindent 8 }}
@@ -447,6 +446,10 @@ spec:
           labelSelector:
             matchLabels:
               {{- include "apex-mesh.selectorLabels" $ctx | nindent 14 }}
+      {{- end }}
+      {{- with (include "apex-mesh.extra" (dict "root" $root "list" $v.initContainers)) }}
+      initContainers:
+        {{- . | nindent 8 }}
       {{- end }}
       containers:
         - name: {{ .component }}
@@ -493,6 +496,12 @@ spec:
             {{- with .volumeMounts }}
             {{- . | nindent 12 }}
             {{- end }}
+            {{- with (include "apex-mesh.extra" (dict "root" $root "list" $v.extraVolumeMounts)) }}
+            {{- . | nindent 12 }}
+            {{- end }}
+        {{- with (include "apex-mesh.extra" (dict "root" $root "list" $v.sidecars)) }}
+        {{- . | nindent 8 }}
+        {{- end }}
       volumes:
         - name: tmp
           emptyDir:
@@ -503,6 +512,33 @@ spec:
         {{- with .volumes }}
         {{- . | nindent 8 }}
         {{- end }}
+        {{- with (include "apex-mesh.extra" (dict "root" $root "list" $v.extraVolumes)) }}
+        {{- . | nindent 8 }}
+        {{- end }}
+{{- end -}}
+
+{{/*
+A list from values (initContainers, sidecars, extraVolumes, extraVolumeMounts) as YAML
+list items, templated with tpl so entries may name the release ({{ .Release.Name }});
+empty when the list is. (dict "root" $ "list" LIST)
+*/}}
+{{- define "apex-mesh.extra" -}}
+{{- with .list }}{{ tpl (toYaml .) $.root }}{{ end -}}
+{{- end -}}
+
+{{/*
+The ServiceAccount a component's pods run as: FULLNAME-<component>, or values.serviceAccount.name,
+when the chart makes it (serviceAccount.create); otherwise serviceAccount.name, or the
+namespace's "default". Independent of rbac.create, which only makes the Roles and their
+bindings. (dict "root" $ "component" C "values" V)
+*/}}
+{{- define "apex-mesh.serviceAccountName" -}}
+{{- $account := .values.serviceAccount -}}
+{{- if $account.create -}}
+{{- default (include "apex-mesh.componentName" (dict "root" .root "component" .component)) $account.name -}}
+{{- else -}}
+{{- default "default" $account.name -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
