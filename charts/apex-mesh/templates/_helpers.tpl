@@ -126,6 +126,48 @@ imagePullSecrets:
 {{- end -}}
 {{- end -}}
 
+{{/*
+The storage request of the Redis StatefulSet's claim template: redis.persistence.size,
+unless the StatefulSet exists (lookup) with another size. A StatefulSet's
+volumeClaimTemplates cannot change, so rendering the new size would make the upgrade
+fail; the chart keeps the existing one and NOTES say how to grow the volume by hand
+(apex-mesh.redis.resizeNotes).
+*/}}
+{{- define "apex-mesh.redis.claimSize" -}}
+{{- $size := .Values.redis.persistence.size -}}
+{{- $name := include "apex-mesh.componentName" (dict "root" . "component" "redis") -}}
+{{- $existing := lookup "apps/v1" "StatefulSet" (include "apex-mesh.namespace" .) $name -}}
+{{- if $existing -}}
+{{- range (($existing.spec | default dict).volumeClaimTemplates | default list) -}}
+{{- if eq .metadata.name "data" -}}
+{{- $size = .spec.resources.requests.storage -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $size -}}
+{{- end -}}
+
+{{/* NOTES when redis.persistence.size differs from the existing claim template's. */}}
+{{- define "apex-mesh.redis.resizeNotes" -}}
+{{- $kept := include "apex-mesh.redis.claimSize" . -}}
+{{- $wanted := toString .Values.redis.persistence.size -}}
+{{- if and .Values.redis.enabled .Values.redis.persistence.enabled (ne $kept $wanted) -}}
+{{- $ns := include "apex-mesh.namespace" . -}}
+{{- $name := include "apex-mesh.componentName" (dict "root" . "component" "redis") }}
+WARNING: redis.persistence.size is {{ $wanted }}, but the StatefulSet {{ $name }} claims {{ $kept }}
+and a StatefulSet's volumeClaimTemplates cannot change: the chart kept {{ $kept }}. To grow
+the volume (its StorageClass must have allowVolumeExpansion: true):
+
+     kubectl -n {{ $ns }} patch pvc data-{{ $name }}-0 -p '{"spec":{"resources":{"requests":{"storage":"{{ $wanted }}"}}}}'
+     kubectl -n {{ $ns }} get pvc data-{{ $name }}-0 -w     # until CAPACITY shows {{ $wanted }}
+     kubectl -n {{ $ns }} delete statefulset {{ $name }} --cascade=orphan
+     helm upgrade {{ .Release.Name }} ... (the same values)
+
+   The orphaned pod and its volume keep running; the upgrade makes the StatefulSet again
+   with {{ $wanted }} and it adopts them.
+{{- end -}}
+{{- end -}}
+
 {{/* The Redis URL; the password comes from APEXMESH_REDIS_PASSWORD (dependent variable). */}}
 {{- define "apex-mesh.redis.url" -}}
 {{- if .Values.redis.enabled -}}
