@@ -46,6 +46,7 @@ from tests.charts.kube_api import ChartAPI, kubeconfig
 from tests.support.redis_server import RedisServer
 from tests.support.secure import secure_relay
 from tools import helm as tool
+from tools.helm import notes
 
 pytestmark = pytest.mark.chart
 
@@ -166,6 +167,17 @@ def test_with_full_values_no_pod_needs_a_ca_key_the_acme_secret_lacks() -> None:
     # the helm test checks a name the certificate carries
     names = named(docs, "Certificate", RELAY)["spec"]["dnsNames"]
     assert option(command, "--server-name") in names
+
+
+@pytest.mark.unit
+def test_notes_tell_endpoints_what_to_trust() -> None:
+    acme = notes(CHART, values_of(FULL))
+    assert "base64 -d > ca.pem" not in acme
+    assert f"--ca {SYSTEM_ROOTS} --server-name relay.example.com" in acme
+    generated = notes(CHART)
+    assert "get secret apex-mesh-relay-tls -o jsonpath='{.data.ca\\.crt}'" in generated
+    assert "--ca ca.pem --server-name apex-mesh-relay" in generated
+    assert "renews the certificate on helm upgrade within 90 days" in generated
 
 
 @pytest.mark.unit
