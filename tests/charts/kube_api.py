@@ -13,9 +13,11 @@ REST mapper does not match).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
+import pytest
 import yaml
 from kmock._internal import rendering
 
@@ -48,6 +50,9 @@ RESOURCES: Final = (
     ("monitoring.coreos.com/v1", "prometheusrules", "PrometheusRule", True),
 )
 
+#: The helm majors the chart is checked with (tools/helm.py's binaries).
+MAJORS: Final = (3, 4)
+
 _VERBS: Final = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
 
 
@@ -73,6 +78,17 @@ class ChartAPI(KubernetesAPI):  # type: ignore[misc]
         return {**answer, "major": major, "minor": minor, "gitVersion": version}
 
 
+Test = TypeVar("Test", bound=Callable[..., Any])
+
+
+def against_both_helms(test: Test) -> Test:
+    """Mark an async test taking ``major`` and ``kmock``: run once per helm major, against
+    a fresh emulated API server (an integration test: real processes, real HTTP)."""
+    marked = pytest.mark.parametrize("major", MAJORS)(test)
+    marked = pytest.mark.kmock(cls=ChartAPI)(marked)
+    return pytest.mark.integration(marked)  # type: ignore[no-any-return]
+
+
 def kubeconfig(api: Any, path: Path, namespace: str) -> Path:
     """A kubeconfig at ``path`` whose one context is the emulated server ``api``."""
     config = {
@@ -92,4 +108,4 @@ def kubeconfig(api: Any, path: Path, namespace: str) -> Path:
     return path
 
 
-__all__ = ["RESOURCES", "SERVER_VERSION", "ChartAPI", "kubeconfig"]
+__all__ = ["MAJORS", "RESOURCES", "SERVER_VERSION", "ChartAPI", "against_both_helms", "kubeconfig"]

@@ -29,13 +29,12 @@ from tests.charts.conftest import (
     validate_kubernetes,
     values_of,
 )
-from tests.charts.kube_api import ChartAPI, kubeconfig
+from tests.charts.kube_api import MAJORS, ChartAPI, kubeconfig
 from tests.charts.test_chart_validate import CUSTOM_KINDS, KUBE_VERSIONS
 from tools import helm as tool
 
 pytestmark = [pytest.mark.chart, pytest.mark.integration]
 
-MAJORS: Final = (3, 4)
 MATRIX: Final = [*CI_VALUES, *sorted((VALUES_DIR / "good").glob("*.yaml"))]
 RELEASE: Final = tool.RELEASE
 NAMESPACE: Final = tool.NAMESPACE

@@ -27,7 +27,7 @@ import pytest
 import redis as redis_py
 
 from tests.charts.conftest import CHART, CI_VALUES, Doc, containers, named, render, values_of
-from tests.charts.kube_api import ChartAPI, kubeconfig
+from tests.charts.kube_api import ChartAPI, against_both_helms, kubeconfig
 from tests.support.redis_server import redis_binary
 from tools import helm as tool
 
@@ -153,9 +153,7 @@ def _claim_size(release: dict[str, Any]) -> str:
     return claim["spec"]["resources"]["requests"]["storage"]  # type: ignore[no-any-return]
 
 
-@pytest.mark.integration
-@pytest.mark.kmock(cls=ChartAPI)
-@pytest.mark.parametrize("major", [3, 4])
+@against_both_helms
 async def test_a_new_size_keeps_the_claim_template_and_says_how_to_grow(
     major: int, kmock: Any, tmp_path: Path
 ) -> None:

@@ -42,7 +42,7 @@ from tests.charts.conftest import (
     render,
     values_of,
 )
-from tests.charts.kube_api import ChartAPI, kubeconfig
+from tests.charts.kube_api import against_both_helms, kubeconfig
 from tests.support.redis_server import RedisServer
 from tests.support.secure import secure_relay
 from tools import helm as tool
@@ -289,12 +289,7 @@ async def _installed(api: Any, major: int, tmp_path: Path) -> tuple[Doc, Doc]:
     return tls, ca
 
 
-MAJORS: Final = (3, 4)
-
-
-@pytest.mark.integration
-@pytest.mark.kmock(cls=ChartAPI)
-@pytest.mark.parametrize("major", MAJORS)
+@against_both_helms
 async def test_an_upgrade_keeps_a_certificate_far_from_expiry(
     major: int, kmock: Any, tmp_path: Path
 ) -> None:
@@ -310,9 +305,7 @@ async def test_an_upgrade_keeps_a_certificate_far_from_expiry(
     assert named(again, "Secret", CA_SECRET)["data"] == ca["data"]
 
 
-@pytest.mark.integration
-@pytest.mark.kmock(cls=ChartAPI)
-@pytest.mark.parametrize("major", MAJORS)
+@against_both_helms
 async def test_an_upgrade_renews_a_certificate_near_expiry_with_the_same_ca(
     major: int, kmock: Any, tmp_path: Path
 ) -> None:
@@ -331,9 +324,7 @@ async def test_an_upgrade_renews_a_certificate_near_expiry_with_the_same_ca(
     assert names_of(fresh) == names_of(certificate_of(tls))
 
 
-@pytest.mark.integration
-@pytest.mark.kmock(cls=ChartAPI)
-@pytest.mark.parametrize("major", MAJORS)
+@against_both_helms
 async def test_new_names_renew_the_certificate(major: int, kmock: Any, tmp_path: Path) -> None:
     tls, _ = await _installed(kmock, major, tmp_path)
     docs = await _template(kmock, major, tmp_path, "relay.tls.dnsNames={relay.example.com}")
@@ -342,9 +333,7 @@ async def test_new_names_renew_the_certificate(major: int, kmock: Any, tmp_path:
     assert renewed.serial_number != certificate_of(tls).serial_number
 
 
-@pytest.mark.integration
-@pytest.mark.kmock(cls=ChartAPI)
-@pytest.mark.parametrize("major", MAJORS)
+@against_both_helms
 async def test_a_certificate_from_before_the_annotations_counts_825_days_from_its_secret(
     major: int, kmock: Any, tmp_path: Path
 ) -> None:
