@@ -2,7 +2,8 @@
 Helm's engine in helm-python-sdk: ``helm lint --strict``, ``helm template`` and
 ``helm install --dry-run=client`` across the values matrix (ci/*-values.yaml and
 tests/charts/values/good/), every manifest they print valid Kubernetes
-(kubernetes-validate --strict) and the same set of objects the SDK renders.
+(kubernetes-validate --strict) and the same set of objects the SDK renders; every file of
+tests/charts/values/bad/ refused.
 
 The binaries are helm v3.17.2 and v4.1.4 from AWS CDK's kubectl layer wheels, put in the
 virtualenv by scripts/install-helm. helm 3 asks an API server for its version even in a
@@ -36,6 +37,7 @@ from tools import helm as tool
 pytestmark = [pytest.mark.chart, pytest.mark.integration]
 
 MATRIX: Final = [*CI_VALUES, *sorted((VALUES_DIR / "good").glob("*.yaml"))]
+BAD: Final = sorted((VALUES_DIR / "bad").glob("*.yaml"))
 RELEASE: Final = tool.RELEASE
 NAMESPACE: Final = tool.NAMESPACE
 
@@ -103,6 +105,17 @@ def test_helm_lint_strict_can_fail(major: int, tmp_path: Path) -> None:
     done = tool.run_binary(helm_of(major), ["lint", "--strict", str(CHART), "-f", str(bad)])
     assert done.returncode != 0
     assert "replicaCount" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("values", BAD, ids=matrix_id)
+@pytest.mark.parametrize("major", MAJORS)
+def test_helm_template_refuses_every_bad_values_file(major: int, values: Path) -> None:
+    """tests/charts/values/bad/: each file breaks values.schema.json in one place (its
+    first line says which); the real helm refuses to render it, naming a value."""
+    args = ["template", RELEASE, str(CHART), "-n", NAMESPACE, "-f", str(values)]
+    done = tool.run_binary(helm_of(major), args)
+    assert done.returncode != 0, f"helm{major} rendered {values.name}"
+    assert "values don't meet the specifications of the schema" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("values", MATRIX, ids=matrix_id)
