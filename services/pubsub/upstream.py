@@ -57,6 +57,9 @@ _log = logging.getLogger(__name__)
 #: ``run(domain, topic, decide, subscribers=...)``: read, decide, commit (the service's
 #: optimistic loop), returning the outcome committed.
 RunDecision = Callable[..., Awaitable[Outcome]]
+#: ``robust_answer(domain, topic, upstream, body)``: True when ``body`` answered a robust
+#: topic's upstream link (services/pubsub/robust_upstream.py), which took it.
+RobustAnswer = Callable[[str, str, Endpoint, bytes], Awaitable[bool]]
 
 
 class Redistribution:
@@ -86,13 +89,21 @@ class Redistribution:
         self._upstreams = tuple(upstreams)
         self._duration = duration_seconds
         self._grant = grant_data
+        #: The upstream server's answers to a robust topic's link (set by the app).
+        self.robust_answer: RobustAnswer | None = None
 
     async def from_upstream(
         self, domain: str, topic: str, originator: Endpoint, content: bytes
     ) -> int:
         """Data to ``apex=pubsub/TOPIC@domain`` from another domain's ``apex=pubsub``: a
         subscribe or cancel it forwarded (4.5 step 4, 4.6 step 3), the cancel of our own
-        upstream subscription, or its reply to it."""
+        upstream subscription, or its reply to it; or an answer to the link of a robust
+        topic redistributed here (gapreply, sourceinfo, a refusal), which the robust
+        side takes."""
+        if self.robust_answer is not None and await self.robust_answer(
+            domain, topic, originator, content
+        ):
+            return 250
         root = _dtd.parse_root(content)
         if _dtd.tag_of(root) == "reply":
             reply = reply_from(root, require_trans_id=False)
