@@ -55,6 +55,11 @@ from apexmesh.store.robust_reads import (
     StreamEntry,
 )
 
+#: Answers from an upstream server waiting for the redistributing topic's owner pod,
+#: at most, and how long they wait.
+UPSTREAM_ANSWERS: Final = 1_000
+UPSTREAM_ANSWERS_TTL_MS: Final = 60_000
+
 
 @dataclass(frozen=True, slots=True)
 class LinkSeq:
@@ -103,11 +108,11 @@ local function link_next(link, epochs, subscriber, max_seq, ttl, window, value)
 end
 """
 
-# KEYS: owner, stream, sources, epochs, images, done, link keys...
+# KEYS: owner, stream, sources, epochs, images, done, upstream, link keys...
 # ARGV: pod ("" = no check), source, type, item, permtoken, contributor, content type,
 #       payload, at_ms, retain count, min id ms, max seq, ttl, window, image ("" keep,
-#       "-" delete, else JSON), done ttl ms ("0": no delivery key), subscribers... (one per
-#       link key), permitted flags...
+#       "-" delete, else JSON), done ttl ms ("0": no delivery key), upstream link state
+#       ("" keep, else JSON), subscribers... (one per link key), permitted flags...
 # A delivery key already committed returns {-2, "source_seq stream_id"}.
 _COMMIT: Final = (
     _LINK_NEXT
@@ -137,11 +142,12 @@ if ARGV[4] ~= '' then
         redis.call('HSET', KEYS[5], ARGV[4], ARGV[15])
     end
 end
-local n = #KEYS - 6
+if ARGV[17] ~= '' then redis.call('SET', KEYS[7], ARGV[17]) end
+local n = #KEYS - 7
 local out = {source_seq, id}
 for i = 1, n do
-    if ARGV[16 + n + i] == '1' then
-        local r = link_next(KEYS[6 + i], KEYS[4], ARGV[16 + i], tonumber(ARGV[12]),
+    if ARGV[17 + n + i] == '1' then
+        local r = link_next(KEYS[7 + i], KEYS[4], ARGV[17 + i], tonumber(ARGV[12]),
             tonumber(ARGV[13]), tonumber(ARGV[14]), id)
         out[#out + 1] = r[1]
         out[#out + 1] = r[2]
@@ -318,11 +324,14 @@ class RobustStore:
         check_owner: bool = True,
         delivery: str = "",
         delivery_ttl_ms: int = 0,
+        upstream: str = "",
     ) -> Committed:
         """Make one publication durable and number it for every recipient
         (``subscribers``: (endpoint, permitted)); raise :class:`NotOwner`. ``delivery``
         (kept ``delivery_ttl_ms``): the relay's delivery key, answered ``repeated`` when
-        it was committed already."""
+        it was committed already. ``upstream``: the state of a redistributed topic's
+        upstream link after this publication (services/pubsub/robust_upstream.py),
+        written with it, so a pod taking the topic over goes on from exactly there."""
         k = self.keys
         image_arg = "-" if drop else ("" if image is None else image_json(image))
         link_keys = [k.link(domain, topic, name) for name, _ in subscribers]
@@ -343,6 +352,7 @@ class RobustStore:
             retention.window,
             image_arg,
             delivery_ttl_ms if delivery else 0,
+            upstream,
             *[name for name, _ in subscribers],
             *["1" if ok else "0" for _, ok in subscribers],
         ]
@@ -353,6 +363,7 @@ class RobustStore:
             k.epochs(domain, topic),
             k.images(domain, topic),
             k.done(domain, topic, delivery),
+            k.upstream(domain, topic),
             *link_keys,
         ]
         values = list(await _owned(self._commit, keys, args, topic))
@@ -452,6 +463,29 @@ class RobustStore:
     async def image(self, domain: str, topic: str, item: str) -> Image | None:
         raw = await self._redis.hget(self.keys.images(domain, topic), item)
         return None if raw is None else image_from_json(raw)
+
+    async def upstream_state(self, domain: str, topic: str) -> str | None:
+        """The stored state of a redistributed topic's upstream link (JSON), if any."""
+        raw = await self._redis.get(self.keys.upstream(domain, topic))
+        return None if raw is None else _text(raw)
+
+    async def set_upstream_state(self, domain: str, topic: str, state: str) -> None:
+        await self._redis.set(self.keys.upstream(domain, topic), state)
+
+    async def push_upstream_answer(self, domain: str, topic: str, body: bytes) -> None:
+        """An answer from the upstream server to the redistributor's stub, for the
+        topic's owner pod to take (it may have reached another pod)."""
+        key = self.keys.upstream_answers(domain, topic)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.rpush(key, body)
+        pipe.ltrim(key, -UPSTREAM_ANSWERS, -1)
+        pipe.pexpire(key, UPSTREAM_ANSWERS_TTL_MS)
+        await pipe.execute()
+
+    async def take_upstream_answers(self, domain: str, topic: str) -> list[bytes]:
+        raw = await self._redis.lpop(self.keys.upstream_answers(domain, topic), UPSTREAM_ANSWERS)
+        values: list[object] = list(raw) if isinstance(raw, list) else []
+        return [v if isinstance(v, bytes) else str(v).encode() for v in values]
 
     async def source_seq(self, domain: str, topic: str, source: str) -> int:
         """The last source seq given to ``source`` (0: none yet)."""

@@ -49,6 +49,17 @@ class RobustKeys:
         older one still running (on any pod) stops when it sees another."""
         return self._base(domain, topic) + ":repair:" + subscriber
 
+    def upstream(self, domain: str, topic: str) -> str:
+        """STRING: a redistributed topic's upstream link (the upstream topic's settings
+        and the position of the redistributor's stub), JSON, written with each
+        publication it brings (services/pubsub/robust_upstream.py)."""
+        return self._base(domain, topic) + ":upstream"
+
+    def upstream_answers(self, domain: str, topic: str) -> str:
+        """LIST with PX: the upstream server's answers to the redistributor's stub, for
+        the topic's owner pod (any pod may receive them)."""
+        return self._base(domain, topic) + ":upstream:answers"
+
     def owner(self, domain: str, topic: str) -> str:
         """STRING with PX: the pod sequencing the topic."""
         return self._base(domain, topic) + ":owner"

@@ -116,6 +116,8 @@ class RobustTopics:
             k.images(domain, topic),
             k.owner(domain, topic),
             k.table(domain, topic),
+            k.upstream(domain, topic),
+            k.upstream_answers(domain, topic),
             *(k.link(domain, topic, _text(s)) for s in subscribers),
         )
         await pipe.execute()

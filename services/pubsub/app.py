@@ -187,6 +187,10 @@ class PubsubApp:
             selection=selection,
         )
         self.service = service
+        # A redistributed robust topic is taken from its upstream by a stub of this
+        # server's (services/pubsub/robust_upstream.py), answers included.
+        service.robust.redistribute(settings.upstreams)
+        service.redistribution.robust_answer = service.robust.upstream_answer
         Gauge(
             "apexmesh_pubsub_leader",
             "1 while this pod ends leases and redoes orphaned work.",

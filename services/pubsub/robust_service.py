@@ -46,6 +46,7 @@ from services.pubsub.robust_serving import (
     RobustSequencing,
     RobustSettingsReader,
 )
+from services.pubsub.settings import Upstream
 
 _log = logging.getLogger(__name__)
 
@@ -160,6 +161,19 @@ class RobustService:
     async def operation(self, domain: str, originator: Endpoint, request: Request) -> Served:
         return await self.operations.handle(domain, originator, request)
 
+    def redistribute(self, upstreams: Iterable[Upstream]) -> None:
+        """The topics this pod's domains redistribute (``APEXMESH_PUBSUB_UPSTREAMS``):
+        a robust one is taken from its upstream by a stub of this server's
+        (services/pubsub/robust_upstream.py)."""
+        self.sequencing.upstream.configure((u.topic, u.domain, u.upstream) for u in upstreams)
+
+    async def upstream_answer(
+        self, domain: str, topic: str, originator: Endpoint, body: bytes
+    ) -> bool:
+        """An upstream server's answer to a redistributed topic's stub (any pod gets
+        it; the owner takes it): True when it was one."""
+        return await self.sequencing.upstream.answer(domain, topic, originator, body)
+
     async def created(self, domain: str, topic: str) -> None:
         """A robust topic was created: registered for the pods' task."""
         await self.topics.register(domain, topic)
@@ -188,10 +202,11 @@ class RobustService:
 
     def delay(self, now: int) -> float:
         """Seconds until the next heartbeat or lease round is due."""
-        due = [self._next_round]
-        deadline = self.sequencing.schedule.next_deadline()
-        if deadline is not None:
-            due.append(deadline)
+        deadlines = (
+            self.sequencing.schedule.next_deadline(),
+            self.sequencing.upstream.next_deadline(),
+        )
+        due = [self._next_round, *(d for d in deadlines if d is not None)]
         return min(MAX_SLEEP_SECONDS, max(0.0, (min(due) - now) / 1000))
 
     async def step(self, now: int) -> None:
@@ -199,6 +214,7 @@ class RobustService:
         if now >= self._next_round:
             self._next_round = now + max(1, self.sequencers.lease_ms // 3)
             await self._leases(now)
+        await self.sequencing.upstream.tick(self.sequencers.owned.values(), now)
         due = self.sequencing.schedule.due(now)
         by_topic: dict[tuple[str, str], list[str]] = {}
         for domain, topic, subscriber in due:

@@ -37,14 +37,14 @@ from redis.exceptions import RedisError
 
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.content import MimePart
-from apexmesh.apex.data import Data, DataContent, Originator, Recipient
+from apexmesh.apex.data import Data
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option
 from apexmesh.common.cache import BoundedCache
 from apexmesh.pubsub import core
-from apexmesh.pubsub.elements import CONTENT_NAME, service_endpoint, topic_endpoint
-from apexmesh.pubsub.robust._wire import NS, OPTION_NAME
+from apexmesh.pubsub.elements import service_endpoint, topic_endpoint
+from apexmesh.pubsub.robust._wire import OPTION_NAME
 from apexmesh.pubsub.robust.contribution import CONTRIBUTE_TOKEN
 from apexmesh.pubsub.robust.elements import (
     LinkOptions,
@@ -56,7 +56,7 @@ from apexmesh.pubsub.robust.heartbeat import HeartbeatSchedule
 from apexmesh.pubsub.robust.operations import Permissions, Published, parse_permissions
 from apexmesh.pubsub.robust.publish_types import Image, PublishType, fields_of_payload, fold
 from apexmesh.pubsub.robust.settings import RobustSettings
-from apexmesh.pubsub.topic_description import TopicSettings
+from apexmesh.pubsub.robust.stub_events import Publication
 from apexmesh.pubsub.wire import element_payload
 from apexmesh.rpc.relay import RelaySubmitter, SubmitSource
 from apexmesh.store.pubsub import PubsubStore
@@ -64,7 +64,14 @@ from apexmesh.store.pubsub_cache import SubscriberCache, TopicState
 from apexmesh.store.pubsub_journal import JournalEntry, JournalKind
 from apexmesh.store.robust import NotOwner
 from services.pubsub.publishing import Publisher, delivery_key
+from services.pubsub.robust_content import (
+    RobustSettingsReader,
+    content_type_of,
+    delivery_data,
+    is_permissions,
+)
 from services.pubsub.robust_owner import OwnedTopic, Sequencers
+from services.pubsub.robust_upstream import UpstreamLinks
 
 _log = logging.getLogger(__name__)
 
@@ -94,76 +101,6 @@ class Sequenced(enum.Enum):
     REPEATED = "repeated"
     #: Handed to the owner pod.
     FORWARDED = "forwarded"
-
-
-#: Distinct settings texts a pod keeps parsed (one per robust topic's current settings).
-SETTINGS_REMEMBERED: Final = 10_000
-
-
-class RobustSettingsReader:
-    """The robust settings of cached topics: each settings text parsed once (the JSON
-    of a topic is the same for every publication until the topic changes)."""
-
-    def __init__(self, limit: int = SETTINGS_REMEMBERED) -> None:
-        self._parsed: BoundedCache[str, RobustSettings | None] = BoundedCache(
-            "pubsub.robust_settings", limit
-        )
-
-    def __call__(self, state: TopicState) -> RobustSettings | None:
-        """The topic's robust settings (None: best effort)."""
-        text = state.settings
-        if not state.exists or '"robust"' not in text:
-            return None
-        return self._parsed.get_or_build(text, lambda: _parse_settings(text))
-
-
-def _parse_settings(text: str) -> RobustSettings | None:
-    try:
-        return TopicSettings.from_json(text).robust
-    except ValueError as exc:
-        # Written by another version? Refused (451), never served best effort.
-        _log.warning("unreadable robust settings %.80r: %s", text, exc)
-        raise ApexError(ApexReplyCode.ACTION_ABORTED, "topic settings unreadable") from None
-
-
-def is_permissions(body: bytes) -> bool:
-    """Whether a body sent to a robust topic is a ``permissions`` change (XEP 5.1) rather
-    than a publication: its root element, in the robust namespace or none."""
-    head = body.lstrip()[:256]
-    if not head.startswith(b"<permissions"):
-        return False
-    return NS.encode() in head or b"xmlns" not in head
-
-
-def content_type_of(data: Data, parts: Sequence[MimePart]) -> str:
-    """How a publication's content travelled: "" inline (XML), else its part's type."""
-    if not data.content.startswith("cid:"):
-        return ""
-    cid = data.content[4:]
-    for part in parts:
-        if part.content_id == cid:
-            return part.content_type
-    return "application/octet-stream"
-
-
-def delivery_data(
-    origin: Endpoint, content: bytes, content_type: str
-) -> tuple[Data, list[MimePart]]:
-    """Data (and parts) carrying ``content`` as a publication did: inline when it was
-    XML ("" type), else one MIME part of ``content_type``."""
-    recipients = (Recipient(identity=origin),)
-    if not content_type:
-        return Data(
-            content="#" + CONTENT_NAME,
-            originator=Originator(identity=origin),
-            recipients=recipients,
-            data_content=DataContent(name=CONTENT_NAME, content=content),
-        ), []
-    part = MimePart(content_id="robust-content", content_type=content_type, body=content)
-    data = Data(
-        content="cid:robust-content", originator=Originator(identity=origin), recipients=recipients
-    )
-    return data, [part]
 
 
 class RobustSequencing:
@@ -196,6 +133,14 @@ class RobustSequencing:
         )
         #: Wakes the robust task when the schedule got an earlier deadline.
         self.wake = asyncio.Event()
+        #: Redistributed topics' upstream links (XEP-0040's server stub).
+        self.upstream = UpstreamLinks(
+            store=sequencers.store,
+            submitter=submitter,
+            sequence=self._upstream_publication,
+            clock=clock,
+            wake=self.wake,
+        )
 
     # ------------------------------------------------------------------ publications
 
@@ -221,6 +166,10 @@ class RobustSequencing:
             )
         if not allowed:
             return ApexReplyCode.NOT_AUTHORIZED, "action not authorized"
+        if self.upstream.carried(domain, topic, originator, data) is not None:
+            return await self._from_upstream(
+                domain, topic, originator, payload, delivery_id, settings, delivered, forwarded
+            )
         header, option = self._header(data, settings)
         source = originator
         contributor: Endpoint | None = None
@@ -256,6 +205,62 @@ class RobustSequencing:
             return ApexReplyCode.SUCCESS, ""
         raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic sequencer moved")
 
+    async def _from_upstream(
+        self,
+        domain: str,
+        topic: str,
+        originator: Endpoint,
+        payload: bytes,
+        delivery_id: str,
+        settings: RobustSettings,
+        delivered: tuple[Data, bytes, tuple[MimePart, ...]],
+        forwarded: bool,
+    ) -> tuple[int, str]:
+        """A delivery of the upstream link of a redistributed topic: into its stub, on
+        the topic's owner pod (services/pubsub/robust_upstream.py)."""
+        data, body, parts = delivered
+        found = await self.sequencers.owned_or_forwarded(
+            domain, topic, settings, originator, payload, delivery_id, forwarded
+        )
+        if not isinstance(found, OwnedTopic):
+            return found
+        option = self.upstream.carried(domain, topic, originator, data)
+        assert option is not None  # noqa: S101 - the caller found it
+        await self.upstream.delivery(found, option, body, content_type_of(data, parts))
+        return ApexReplyCode.SUCCESS, ""
+
+    async def _upstream_publication(
+        self, owned: OwnedTopic, publication: Publication, content_type: str, upstream: str
+    ) -> None:
+        """What the upstream link's stub delivered, sequenced here as a publication of
+        its source, with the link's state written in the same commit."""
+        state = await self._cache.topic(owned.domain, owned.topic)
+        data, parts = delivery_data(
+            topic_endpoint(owned.topic, owned.domain), publication.payload, content_type
+        )
+        header = PublishHeader(
+            type=publication.type, item=publication.item, permtoken=publication.permtoken
+        )
+        key = f"upstream:{publication.source}:{publication.source_seq}"
+        try:
+            await self._sequence(
+                owned,
+                state,
+                topic_endpoint(owned.topic, owned.domain),
+                publication.source,
+                publication.contributor,
+                header,
+                (data, publication.payload, tuple(parts)),
+                "",
+                key,
+                upstream=upstream,
+            )
+        except NotOwner:  # the next owner resumes the link from the marks kept
+            self.sequencers.lost(owned.domain, owned.topic)
+            raise ApexError(
+                ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic sequencer moved"
+            ) from None
+
     async def _contribution(
         self, topic: str, source: Endpoint, contributor: Endpoint, settings: RobustSettings
     ) -> None:
@@ -289,6 +294,8 @@ class RobustSequencing:
         delivered: tuple[Data, bytes, tuple[MimePart, ...]],
         delivery: str,
         key: str,
+        *,
+        upstream: str = "",
     ) -> tuple[Sequenced, int]:
         """Commit (under the topic's lock), then fan out after the previous fan-out.
         ``delivery``: the relay's delivery key ("" when it gave no delivery id)."""
@@ -336,6 +343,7 @@ class RobustSequencing:
                     drop=drop,
                     delivery=delivery,
                     delivery_ttl_ms=DELIVERY_TTL_MS,
+                    upstream=upstream,
                 )
         except BaseException as exc:
             self._done.pop(key)  # nothing was committed: a retry sequences it
