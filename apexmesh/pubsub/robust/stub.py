@@ -19,17 +19,13 @@ Rules (docs/robust.md, "The subscriber stub"):
    positions in between (:class:`SendGap` with ``linkfrom``/``linkto``/``linkepoch``,
    at most :data:`~apexmesh.pubsub.robust.elements.MAX_GAP` at a time): at once, or,
    with a reorder tolerance (``reorder_ms``, as TIBCO RV and Ultra Messaging have one),
-   for those still missing once it has passed. The service hands a topic's fan-outs to
-   the relay pods without waiting for each other (docs/robust.md "Fan-outs in flight"),
-   so deliveries may arrive a little out of order: buffering them for a moment costs
-   less than asking the service for what is already on its way.
+   for those still missing once it has passed (a topic's fan-outs travel side by side,
+   docs/robust.md "Fan-outs in flight": a delivery may be overtaken on its way).
 4. **Then by source.** A refused link repair asks by source: the last delivered source
    seq of each source (the service resumes after the latest of them, in the topic's
-   order, for every source), or everything retained when nothing was delivered yet. While
-   a source repair runs, the link buffer waits: its redeliveries (``gap``, ``gapseq``)
-   come first, in their order, and then the buffer, deduplicated. When it completes,
-   positions up to the highest one known when it was asked are settled (what they lacked
-   came in the repair).
+   order, for every source), or everything retained when nothing was delivered yet. Its
+   redeliveries (``gap``, ``gapseq``) come first, in their order, then the buffer,
+   deduplicated; positions up to the highest one known when it was asked are settled.
 5. **Refused.** A source repair refused with a permanent code (5xx) is
    :class:`RepairRefused`; the stub then delivers on from the next position it has (what
    was lost stays lost, and is said once). A transient code (4xx: the service could not
@@ -47,12 +43,10 @@ Rules (docs/robust.md, "The subscriber stub"):
 8. **Timeouts.** A repair that made no progress for ``repair_timeout_ms`` is asked again
    (link: the holes still open; source: from the current high-water marks). Progress
    counts, not age: each redelivery of a repair pushes its deadline back, so a repair
-   of any length is not asked again while it is arriving (asking again would start a
-   second one beside it at the service, and so on, each slower than the last).
+   of any length is not asked again while it is arriving.
 
-Requests are bounded by ``max_gap`` (:data:`MAX_GAP`, the service's bound on a link
-range): a hole longer than that is asked for in pieces, the next one once the previous
-one is filled. A source repair has no bound but the topic's retention.
+A link range asks for ``max_gap`` (:data:`MAX_GAP`) link seqs at most: a longer hole is
+asked in pieces, the next once the previous is filled.
 """
 
 from __future__ import annotations
