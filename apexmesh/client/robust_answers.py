@@ -18,6 +18,7 @@ from typing import Any
 
 from apexmesh.pubsub.robust.elements import RobustInfo
 from apexmesh.pubsub.robust.stub import Publication
+from apexmesh.pubsub.robust.stub_events import publication_of
 
 
 class Snapshot:
@@ -32,16 +33,7 @@ class Snapshot:
     def image(self, info: RobustInfo, payload: bytes) -> None:
         if info.gap_seq is None or info.source_seq is None or info.gap_seq in self._images:
             return
-        self._images[info.gap_seq] = Publication(
-            topic=self.topic,
-            source=info.source,
-            source_seq=info.source_seq,
-            type=info.type,
-            item=info.item,
-            permtoken=info.permtoken,
-            contributor=info.contributor,
-            payload=payload,
-        )
+        self._images[info.gap_seq] = publication_of(self.topic, info, payload)
         self._check()
 
     def counted(self, count: int) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from abc import abstractmethod
+from typing import TypeVar
 
 from apexmesh.aio.tasks import stop_tasks
 from apexmesh.apex.elements import Reply
@@ -38,6 +39,17 @@ from apexmesh.pubsub.subscription_elements import ContentSubscribe, SelectorSpec
 #: The block of this client's own pubsub operations (subscribe, cancel, queries): above
 #: every stub's block of gap transIDs.
 OPERATIONS_BLOCK = 2_000_000_001
+
+
+_T = TypeVar("_T")
+
+
+def _expected(answer: object, kind: type[_T], topic: str) -> _T:
+    """``answer`` when it is a ``kind``; PubsubError 550 otherwise (an answer of another
+    shape to the transID: nothing this client can use)."""
+    if not isinstance(answer, kind):
+        raise PubsubError(550, f"unexpected answer {answer!r:.80}", topic=topic)
+    return answer
 
 
 class RobustRequests:
@@ -133,9 +145,7 @@ class RobustRequests:
         endpoint's link carried. PubsubError 553 (not robust), 537, 550 (position gone)."""
         query = SourceQuery(topic=topic, trans_id=next(self._operation_ids), link_seq=link_seq)
         answer = await self._ask(self.service, query.to_xml(), query.trans_id, topic, timeout)
-        if not isinstance(answer, SourceInfo):
-            raise PubsubError(550, f"unexpected answer {answer!r:.80}", topic=topic)
-        return answer
+        return _expected(answer, SourceInfo, topic)
 
     async def snapshot(
         self,
@@ -158,9 +168,7 @@ class RobustRequests:
             )
         finally:
             self._answers.forget(request.trans_id)
-        if not isinstance(answer, list):
-            raise PubsubError(550, f"unexpected answer {answer!r:.80}", topic=topic)
-        return answer
+        return _expected(answer, list, topic)
 
     async def permissions(
         self,
@@ -179,9 +187,7 @@ class RobustRequests:
         answer = await self._ask(
             topic_endpoint(topic, self.domain), change.to_xml(), change.trans_id, topic, timeout
         )
-        if not isinstance(answer, Reply):
-            raise PubsubError(550, f"unexpected answer {answer!r:.80}", topic=topic)
-        return answer
+        return _expected(answer, Reply, topic)
 
     async def permission_table(
         self,
@@ -194,24 +200,20 @@ class RobustRequests:
         for anyone else, 553 for a topic that is not robust."""
         query = PermissionsQuery(topic=topic, trans_id=next(self._operation_ids))
         answer = await self._ask(self.service, query.to_xml(), query.trans_id, topic, timeout)
-        if not isinstance(answer, PermissionTableAnswer):
-            raise PubsubError(550, f"unexpected answer {answer!r:.80}", topic=topic)
-        return answer.table
+        return _expected(answer, PermissionTableAnswer, topic).table
 
     async def _operation(
         self, op: Subscribe | Cancel | Resume | ContentSubscribe, topic: str, within: float
     ) -> Reply | SubscriptionReply:
         answer = await self._ask(self.service, op.to_xml(), op.trans_id, topic, within)
         if not isinstance(answer, Reply | SubscriptionReply):
-            raise PubsubError(550, f"unexpected answer {answer!r:.80}", topic=topic)
+            return _expected(answer, Reply, topic)  # raises: neither kind of reply
         return answer
 
     async def _confirmed(self, op: Subscribe | Cancel | Resume, topic: str, within: float) -> Reply:
         """:meth:`_operation` answered with a plain ``reply`` (250)."""
         answer = await self._operation(op, topic, within)
-        if not isinstance(answer, Reply):
-            raise PubsubError(550, f"unexpected answer {answer!r:.80}", topic=topic)
-        return answer
+        return _expected(answer, Reply, topic)
 
     async def _ask(
         self,

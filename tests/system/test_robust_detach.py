@@ -60,11 +60,11 @@ from apexmesh.client import PubsubClient
 from apexmesh.client.robust import RobustClient
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.settings import RobustSettings
-from apexmesh.pubsub.robust.stub import Publication, Resynchronised, StubEvent
+from apexmesh.pubsub.robust.stub import Resynchronised, StubEvent
 from apexmesh.store.keys import Keys
 from apexmesh.store.robust_keys import RobustKeys
 from tests.support.deployment import DOMAIN, Deployment, deployment
-from tests.support.robust_clients import warm_up
+from tests.support.robust_clients import publish_at_full_speed, receive_all, warm_up
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
 
@@ -80,22 +80,6 @@ BEFORE = AFTER = 50
 AWAY_AT_LEAST = 1_500
 #: Publications in flight while she is away.
 IN_FLIGHT = 50
-
-
-async def receive(wilma: RobustClient, payloads: list[bytes], within: float) -> list[Publication]:
-    """Wilma's application's publications until every one of ``payloads`` arrived,
-    then whatever else comes within half a second (a duplicate would come then)."""
-    got: list[Publication] = []
-    seen: set[bytes] = set()
-    async with asyncio.timeout(within):
-        while not set(payloads) <= seen:
-            publication = await wilma.next()
-            got.append(publication)
-            seen.add(publication.payload)
-    with contextlib.suppress(TimeoutError):
-        while True:
-            got.append(await asyncio.wait_for(wilma.next(), timeout=0.5))
-    return got
 
 
 @contextlib.asynccontextmanager
@@ -139,28 +123,6 @@ async def publish(fred: RobustClient, payloads: list[bytes], label: str, n: int)
     return n + 1
 
 
-async def publish_until(fred: RobustClient, label: str, until: float) -> list[bytes]:
-    """Publish ``label n`` at full speed (IN_FLIGHT outstanding) until ``until``
-    (monotonic) and at least AWAY_AT_LEAST; the payloads in source-seq order."""
-    done: dict[int, bytes] = {}
-    window = asyncio.Semaphore(IN_FLIGHT)
-
-    async def one(payload: bytes) -> None:
-        try:
-            done[await fred.publish(TOPIC, payload, timeout=10.0)] = payload
-        finally:
-            window.release()
-
-    sends: list[asyncio.Task[None]] = []
-    n = 0
-    while n < AWAY_AT_LEAST or time.monotonic() < until:
-        await window.acquire()
-        sends.append(asyncio.create_task(one(f"{label} {n}".encode())))
-        n += 1
-    await asyncio.gather(*sends)
-    return [done[seq] for seq in sorted(done)]
-
-
 async def test_a_subscriber_detached_30_s_repairs_by_source_after_its_link_context_expired(
     tmp_path: Path,
 ) -> None:
@@ -193,7 +155,7 @@ async def test_a_subscriber_detached_30_s_repairs_by_source_after_its_link_conte
         ok: list[bytes] = []
         for n in range(BEFORE):
             await publish(fred, ok, "before", n)
-        before = await receive(wilma, ok, within=30)
+        before = await receive_all(wilma, ok, within=30)
 
         # She detaches; nothing sequences the topic until her link record has expired.
         async with link_expiry(running, f"wilma@{DOMAIN}") as expired:
@@ -210,7 +172,15 @@ async def test_a_subscriber_detached_30_s_repairs_by_source_after_its_link_conte
         restarted = time.monotonic() - detached
 
         # Publications go on while she is away, at full speed.
-        away = await publish_until(fred, "away", detached + DETACH_SECONDS)
+        away = await publish_at_full_speed(
+            fred,
+            TOPIC,
+            "away",
+            in_flight=IN_FLIGHT,
+            at_least=AWAY_AT_LEAST,
+            until=detached + DETACH_SECONDS,
+            timeout=10.0,
+        )
         away_for = time.monotonic() - detached
 
         returned = time.monotonic()
@@ -218,7 +188,7 @@ async def test_a_subscriber_detached_30_s_repairs_by_source_after_its_link_conte
         back: list[bytes] = []
         for n in range(AFTER):
             await publish(fred, back, "after", n)
-        after = await receive(wilma, away + back, within=60)
+        after = await receive_all(wilma, away + back, within=60)
         repaired_in = time.monotonic() - returned
 
         got = [p for p in before + after if not p.payload.startswith(b"warm")]

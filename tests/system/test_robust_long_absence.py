@@ -19,7 +19,6 @@ than the first two together delivered nothing: the SDK's reader waited for the r
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import time
@@ -32,11 +31,10 @@ from apexmesh.client.attachment import DEFAULT_QUEUE_LIMIT
 from apexmesh.client.robust import RobustClient
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.settings import RobustSettings
-from apexmesh.pubsub.robust.stub import Publication
 from apexmesh.store.robust_reads import PAGE
 from services.pubsub.robust_repairs import WINDOW
 from tests.support.deployment import DOMAIN, deployment
-from tests.support.robust_clients import warm_up
+from tests.support.robust_clients import publish_at_full_speed, receive_all, warm_up
 
 pytestmark = [pytest.mark.system, pytest.mark.load, pytest.mark.timeout(600)]
 
@@ -47,42 +45,6 @@ HEARTBEAT_MS = 1_000
 RES = Resolution.BITS32
 #: The relay's bounds for one endpoint and one pod stream (docs/relay.md).
 RELAY_BOUNDS = (256, 4_096, 8_192)
-
-
-async def publish_all(fred: RobustClient, count: int) -> list[bytes]:
-    """``count`` publications, ``IN_FLIGHT`` outstanding; the payloads in source-seq
-    order (every one must get its ``published``)."""
-    done: dict[int, bytes] = {}
-    window = asyncio.Semaphore(IN_FLIGHT)
-
-    async def one(payload: bytes) -> None:
-        try:
-            done[await fred.publish(TOPIC, payload, timeout=30.0)] = payload
-        finally:
-            window.release()
-
-    sends: list[asyncio.Task[None]] = []
-    for n in range(count):
-        await window.acquire()
-        sends.append(asyncio.create_task(one(f"away {n}".encode())))
-    await asyncio.gather(*sends)
-    return [done[seq] for seq in sorted(done)]
-
-
-async def receive(wilma: RobustClient, payloads: list[bytes], within: float) -> list[Publication]:
-    """Wilma's publications until every one of ``payloads`` came, then whatever else
-    comes within half a second (a duplicate would)."""
-    got: list[Publication] = []
-    wanted = set(payloads)
-    async with asyncio.timeout(within):
-        while wanted:
-            publication = await wilma.next()
-            got.append(publication)
-            wanted.discard(publication.payload)
-    with contextlib.suppress(TimeoutError):
-        while True:
-            got.append(await asyncio.wait_for(wilma.next(), timeout=0.5))
-    return got
 
 
 async def test_a_subscriber_away_for_20000_publications_gets_them_all_in_order_once(
@@ -110,12 +72,12 @@ async def test_a_subscriber_away_for_20000_publications_gets_them_all_in_order_o
 
         await wilma_session.close()
         left = time.monotonic()
-        away = await publish_all(fred, AWAY)
+        away = await publish_at_full_speed(fred, TOPIC, "away", in_flight=IN_FLIGHT, at_least=AWAY)
         published_in = time.monotonic() - left
 
         returned = time.monotonic()
         await wilma.reattach(await (await connect("b")).attach(f"wilma@{DOMAIN}"))
-        got = await receive(wilma, away, within=300)
+        got = await receive_all(wilma, away, within=300)
         repaired_in = time.monotonic() - returned
 
         payloads = [p.payload for p in got if not p.payload.startswith(b"warm")]

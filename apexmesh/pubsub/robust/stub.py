@@ -77,6 +77,7 @@ from apexmesh.pubsub.robust.stub_events import (
     SendGap,
     StubEvent,
     StubStats,
+    publication_of,
 )
 
 #: Link ranges one reorder check asks for at most: holes beyond are asked as one range
@@ -535,20 +536,7 @@ class SubscriberStub:
         self._hwm[info.source] = info.source_seq
         self._last_source = info.source
         self.stats.delivered += 1
-        out.append(
-            Deliver(
-                Publication(
-                    topic=self.topic,
-                    source=info.source,
-                    source_seq=info.source_seq,
-                    type=info.type,
-                    item=info.item,
-                    permtoken=info.permtoken,
-                    contributor=info.contributor,
-                    payload=payload,
-                )
-            )
-        )
+        out.append(Deliver(publication_of(self.topic, info, payload)))
 
     def _settle(self, source: _SourceRepair, out: list[StubEvent]) -> None:
         """A source repair ended: positions it covered are no longer waited for. What

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apexmesh.apex.endpoint import Endpoint
+from apexmesh.pubsub.robust.elements import RobustInfo
 from apexmesh.pubsub.robust.operations import GapRequest
 from apexmesh.pubsub.robust.publish_types import PublishType
 
@@ -23,6 +24,20 @@ class Publication:
     permtoken: str | None
     contributor: Endpoint | None
     payload: bytes
+
+
+def publication_of(topic: str, info: RobustInfo, payload: bytes) -> Publication:
+    """The publication a delivery (or a snapshot's image) of ``topic`` carries."""
+    return Publication(
+        topic=topic,
+        source=info.source,
+        source_seq=info.source_seq or 0,
+        type=info.type,
+        item=info.item,
+        permtoken=info.permtoken,
+        contributor=info.contributor,
+        payload=payload,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +98,7 @@ __all__ = [
     "Delayed",
     "Deliver",
     "Publication",
+    "publication_of",
     "RepairRefused",
     "Resynchronised",
     "SendGap",
