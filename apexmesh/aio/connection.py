@@ -83,8 +83,13 @@ class Incoming:
     payload: bytes
 
     def reply(self, payload: bytes) -> None:
-        """Send the positive reply."""
-        self.channel.conn.call(lambda s: s.send_rpy(self.channel.number, self.msgno, payload))
+        """Send the positive reply (what :meth:`BeepConnection.call` does, without a
+        closure: an endpoint or a relay answers every data it receives)."""
+        channel = self.channel
+        conn = channel.conn
+        conn.raise_if_closed()
+        conn.session.send_rpy(channel.number, self.msgno, payload)
+        conn._acted()
 
     def error(self, payload: bytes) -> None:
         """Send the negative reply."""
@@ -147,6 +152,24 @@ class Channel:
         item = self._incoming.popleft()
         self.conn.message_consumed()
         return item
+
+    async def receive_batch(self) -> list[Incoming]:
+        """Wait for the next MSG from the peer and take it with every MSG queued behind
+        it, in order (those of one read from the socket, mostly): a reader that handles
+        them in a loop pays one await per batch, not per MSG. Raises as :meth:`receive`.
+
+        Reading from the socket resumes once the batch is taken, so while its reader
+        works through one batch at most about :data:`HIGH_WATER_MESSAGES` more queue."""
+        while not self._incoming:
+            self.conn.raise_if_closed()
+            if self.ended:
+                raise ConnectionClosedError(f"channel {self.number} closed")
+            self._incoming_ready.clear()
+            await self._incoming_ready.wait()
+        items = list(self._incoming)
+        self._incoming.clear()
+        self.conn.message_consumed(len(items))
+        return items
 
     async def close(self, code: int = ReplyCode.SUCCESS) -> None:
         """Close the channel (RFC 3080 section 2.3.1.3)."""
@@ -273,13 +296,19 @@ class BeepConnection(asyncio.Protocol):
         """Run a session action, then dispatch its events and send its output."""
         self.raise_if_closed()
         result = action(self.session)
-        self._dispatch(self.session.pending_events())
+        self._acted()
+        return result
+
+    def _acted(self) -> None:
+        """After a session action: dispatch its events and schedule the write."""
+        events = self.session.pending_events()
+        if events:
+            self._dispatch(events)
         if not self._transmit_scheduled:
             # Coalesce the output of every action taken in this loop iteration into one
             # write: pipelined sends and replies then cost one syscall, not one each.
             self._transmit_scheduled = True
             self.loop.call_soon(self._transmit)
-        return result
 
     def raise_if_closed(self) -> None:
         """Raise :class:`ConnectionClosedError` once the session has ended."""
@@ -344,9 +373,9 @@ class BeepConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def message_consumed(self) -> None:
-        """A queued message was taken by the application (read back-pressure)."""
-        self._queued_messages -= 1
+    def message_consumed(self, count: int = 1) -> None:
+        """Queued messages were taken by the application (read back-pressure)."""
+        self._queued_messages -= count
         if self._reading_paused and self._queued_messages <= LOW_WATER_MESSAGES:
             self._reading_paused = False
             if self.transport is not None and self._held is None:

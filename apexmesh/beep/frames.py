@@ -31,6 +31,7 @@ _DATA_HEADER: Final = re.compile(
 _SEQ_HEADER: Final = re.compile(rb"SEQ ([0-9]{1,10}) ([0-9]{1,10}) ([0-9]{1,10})\r\n")
 _KEYWORDS: Final = (b"MSG ", b"RPY ", b"ERR ", b"ANS ", b"NUL ", b"SEQ ")
 _KEYWORD_NAMES: Final = {b"MSG": MSG, b"RPY": RPY, b"ERR": ERR, b"ANS": ANS, b"NUL": NUL}
+_KEYWORD_OCTETS: Final = {name: octets for octets, name in _KEYWORD_NAMES.items()}
 
 
 class Frame(NamedTuple):
@@ -73,12 +74,29 @@ def encode_frame(
     ansno: int | None = None,
 ) -> bytes:
     """Return the octets of one data frame (header, payload, trailer)."""
-    flag = "*" if more else "."
+    # Formatted as octets, not text then encoded: every reply an endpoint or a relay
+    # sends is framed here.
+    flag = b"*" if more else b"."
     if ansno is None:
-        header = f"{keyword} {channel} {msgno} {flag} {seqno} {len(payload)}\r\n"
+        header = b"%b %d %d %b %d %d\r\n" % (
+            _KEYWORD_OCTETS[keyword],
+            channel,
+            msgno,
+            flag,
+            seqno,
+            len(payload),
+        )
     else:
-        header = f"{keyword} {channel} {msgno} {flag} {seqno} {len(payload)} {ansno}\r\n"
-    return b"".join((header.encode("ascii"), payload, TRAILER))
+        header = b"%b %d %d %b %d %d %d\r\n" % (
+            _KEYWORD_OCTETS[keyword],
+            channel,
+            msgno,
+            flag,
+            seqno,
+            len(payload),
+            ansno,
+        )
+    return b"".join((header, payload, TRAILER))
 
 
 def encode_seq(channel: int, ackno: int, window: int) -> bytes:

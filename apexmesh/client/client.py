@@ -423,17 +423,20 @@ class ApexClient:
     async def _read(self, channel: Channel) -> None:
         try:
             while True:
-                incoming = await channel.receive()
-                try:
-                    waiting = self._handle(incoming)
-                    if waiting is not None:
-                        await waiting
-                except (ConnectionClosedError, SessionClosedError):
-                    raise
-                except Exception:  # one bad message must not stop the reader
-                    logger.exception("handling an APEX message failed")
-                    with contextlib.suppress(BeepError):
-                        incoming.error(_error_payload(ApexReplyCode.ACTION_ABORTED, "local error"))
+                # Every MSG of a read at once: one await per batch, not per delivery.
+                for incoming in await channel.receive_batch():
+                    try:
+                        waiting = self._handle(incoming)
+                        if waiting is not None:
+                            await waiting
+                    except (ConnectionClosedError, SessionClosedError):
+                        raise
+                    except Exception:  # one bad message must not stop the reader
+                        logger.exception("handling an APEX message failed")
+                        with contextlib.suppress(BeepError):
+                            incoming.error(
+                                _error_payload(ApexReplyCode.ACTION_ABORTED, "local error")
+                            )
         except (ConnectionClosedError, SessionClosedError):
             pass
         finally:
