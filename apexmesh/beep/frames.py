@@ -64,6 +64,11 @@ class SeqFrame(NamedTuple):
     window: int
 
 
+#: Builds a NamedTuple from a tuple of its fields without its Python-level ``__new__``
+#: (a frame is made for every frame received).
+_new_tuple = tuple.__new__
+
+
 def encode_frame(
     keyword: str,
     channel: int,
@@ -204,7 +209,7 @@ class FrameReader:
         payload = buf[start:end]
         if type(payload) is not bytes:
             payload = bytes(payload)
-        return Frame(keyword, channel, msgno, more_b == b"*", seqno, payload, ansno)
+        return _new_tuple(Frame, (keyword, channel, msgno, more_b == b"*", seqno, payload, ansno))
 
     def _next_other(self, buf: bytes | bytearray, pos: int, avail: int) -> SeqFrame | None:
         match = _SEQ_HEADER.match(buf, pos)
