@@ -416,3 +416,42 @@ async def test_the_auth_failure_hook_sees_server_side_failures_and_can_hold_the_
     assert asyncio.get_running_loop().time() - started >= 0.25
     assert (await channel.request(build_entity(b"after the hold"))).kind == "RPY"
     await conn.close()
+
+
+async def test_receive_batch_takes_every_queued_msg_in_order_then_raises_at_the_close() -> None:
+    batches: list[list[bytes]] = []
+    ended: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+    async def serve(channel: Channel) -> None:
+        try:
+            while True:
+                batch = await channel.receive_batch()
+                batches.append([split_entity(item.payload).body for item in batch])
+                for item in batch:
+                    item.reply(item.payload)
+        except ConnectionClosedError as exc:
+            ended.set_result(exc)
+
+    async def accept(
+        conn: BeepConnection, request: ev.ChannelStartRequested
+    ) -> AcceptChannel | RejectChannel:
+        return AcceptChannel(profile=ECHO, serve=serve)
+
+    srv = await listen("127.0.0.1", 0, lambda: SessionConfig(profiles=(ECHO,)), on_start=accept)
+    conn = await connect("127.0.0.1", srv.sockets[0].getsockname()[1])
+    try:
+        channel = await conn.open_channel(ECHO)
+        got: list[Reply | ConnectionClosedError] = []
+        for i in range(100):  # written at once: they arrive together, not one per read
+            channel.send_then(build_entity(str(i).encode()), got.append)
+        await channel.request(build_entity(b"last"))
+        sent = [str(i).encode() for i in range(100)] + [b"last"]
+        assert [body for batch in batches for body in batch] == sent
+        assert max(len(batch) for batch in batches) > 1
+        assert len(got) == 100 and all(isinstance(r, Reply) and r.ok for r in got)
+        await channel.close()
+        assert isinstance(await asyncio.wait_for(ended, 5), ConnectionClosedError)
+    finally:
+        await conn.close()
+        srv.close()
+        await srv.wait_closed()
