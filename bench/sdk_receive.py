@@ -251,8 +251,7 @@ class RedisFeeder(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        while (command := self._command()) is not None:
-            assert self.transport is not None  # noqa: S101
+        while (command := self._command()) is not None and self.transport is not None:
             name = command[0].upper()
             if name == b"SUBSCRIBE":
                 self.channel = command[1]
@@ -295,7 +294,8 @@ class RedisFeeder(asyncio.Protocol):
         self.writable.set()
 
     async def stream(self) -> None:
-        assert self.transport is not None and self.channel is not None  # noqa: S101
+        if self.transport is None or self.channel is None:
+            raise ConnectionError("no subscriber")
         frames = [resp_message(self.channel, body(i)) for i in range(POOL)]
         sent = 0
         while sent < self.count:
@@ -316,6 +316,7 @@ async def feed(kind: str, shape: str, count: int) -> None:
     print what was counted (JSON), exit when the client is gone."""
     loop = asyncio.get_running_loop()
     protocols: list[Any] = []
+    connected = asyncio.Event()
     payloads = beep_payloads(shape) if kind == "beep" else []
 
     def factory() -> asyncio.Protocol:
@@ -323,13 +324,13 @@ async def feed(kind: str, shape: str, count: int) -> None:
             BeepFeeder(payloads, count) if kind == "beep" else RedisFeeder(count)
         )
         protocols.append(made)
+        connected.set()
         return made
 
     server = await loop.create_server(factory, "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)
     go = loop.run_in_executor(None, sys.stdin.readline)
-    while not protocols:
-        await asyncio.sleep(0.01)
+    await connected.wait()
     protocol = protocols[0]
     if isinstance(protocol, BeepFeeder):
         await protocol.started
@@ -384,22 +385,28 @@ class Feeder:
         )
         return self
 
+    def _running(self) -> asyncio.subprocess.Process:
+        if self.process is None or self.process.stdin is None or self.process.stdout is None:
+            raise RuntimeError("the feeder is not running")
+        return self.process
+
     async def port(self) -> int:
-        assert self.process is not None and self.process.stdout is not None  # noqa: S101
-        return int(await self.process.stdout.readline())
+        stdout = self._running().stdout
+        return int(await stdout.readline()) if stdout is not None else 0
 
     def go(self) -> None:
-        assert self.process is not None and self.process.stdin is not None  # noqa: S101
-        self.process.stdin.write(b"go\n")
+        stdin = self._running().stdin
+        if stdin is not None:
+            stdin.write(b"go\n")
 
     async def report(self) -> dict[str, Any]:
-        assert self.process is not None and self.process.stdout is not None  # noqa: S101
-        line = await self.process.stdout.readline()
+        stdout = self._running().stdout
+        line = await stdout.readline() if stdout is not None else b""
         return json.loads(line) if line else {}
 
     def cpu_seconds(self) -> float:
-        assert self.process is not None  # noqa: S101
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rpartition(")")[2].split()
+        stat = Path(f"/proc/{self._running().pid}/stat").read_text()
+        fields = stat.rpartition(")")[2].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     async def __aexit__(self, *exc: object) -> None:

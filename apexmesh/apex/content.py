@@ -134,7 +134,9 @@ _CANONICAL_ID_OCTETS: Final = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijkl
 #: What :func:`build_payload` writes between the boundary parameter's closing quote and
 #: the first delimiter's boundary, and after that boundary up to the control document.
 _CANONICAL_PARAMS: Final = f'"; start="<{CONTROL_ID}>"; type="{BEEP_XML}"\r\n\r\n--'.encode()
-_CANONICAL_CONTROL: Final = f"\r\nContent-Type: {BEEP_XML}\r\nContent-ID: <{CONTROL_ID}>\r\n\r\n".encode()
+_CANONICAL_CONTROL: Final = (
+    f"\r\nContent-Type: {BEEP_XML}\r\nContent-ID: <{CONTROL_ID}>\r\n\r\n".encode()
+)
 #: The octets of a boundary :func:`build_payload` writes (deleted by ``bytes.translate``:
 #: what remains is not one).
 _CANONICAL_BOUNDARY_OCTETS: Final = (

@@ -448,7 +448,8 @@ async def test_receive_batch_takes_every_queued_msg_in_order_then_raises_at_the_
         sent = [str(i).encode() for i in range(100)] + [b"last"]
         assert [body for batch in batches for body in batch] == sent
         assert max(len(batch) for batch in batches) > 1
-        assert len(got) == 100 and all(isinstance(r, Reply) and r.ok for r in got)
+        assert len(got) == 100
+        assert all(isinstance(r, Reply) and r.ok for r in got)
         await channel.close()
         assert isinstance(await asyncio.wait_for(ended, 5), ConnectionClosedError)
     finally:
