@@ -367,6 +367,28 @@ class Run:
     feeder: dict[str, Any]
     feeder_cpu_us: float
 
+    @classmethod
+    def of(
+        cls,
+        delivered: int,
+        count: int,
+        cpu: tuple[float, float],
+        wall: float,
+        feeder: dict[str, Any],
+        feeder_cpu: float,
+    ) -> Run:
+        """The figures of ``count`` deliveries from seconds spent (user, system)."""
+        user, system = cpu
+        return cls(
+            delivered,
+            count,
+            1e6 * (user + system) / count,
+            1e6 * system / count,
+            count / wall,
+            feeder,
+            1e6 * feeder_cpu / count,
+        )
+
 
 class Feeder:
     """A feeder process of this file."""
@@ -446,15 +468,7 @@ async def apex_subscriber(shape: str, count: int, profile: cProfile.Profile | No
                 raise SystemExit(f"apex-mesh {shape}: {octets} content octets, not 256 each")
         finally:
             await client.close(timeout=5)
-    return Run(
-        delivered,
-        count,
-        1e6 * (user + system) / count,
-        1e6 * system / count,
-        count / wall,
-        report,
-        1e6 * feeder_cpu / count,
-    )
+    return Run.of(delivered, count, (user, system), wall, report, feeder_cpu)
 
 
 def _spent(since: os.times_result) -> tuple[float, float]:
@@ -491,15 +505,7 @@ async def redis_subscriber(count: int) -> Run:
         finally:
             await pubsub.aclose()
             await connection.aclose()
-    return Run(
-        delivered,
-        count,
-        1e6 * (user + system) / count,
-        1e6 * system / count,
-        count / wall,
-        report,
-        1e6 * feeder_cpu / count,
-    )
+    return Run.of(delivered, count, (user, system), wall, report, feeder_cpu)
 
 
 def load() -> str:

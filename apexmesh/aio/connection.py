@@ -143,15 +143,20 @@ class Channel:
 
     async def receive(self) -> Incoming:
         """Wait for the next MSG from the peer; raise once the channel or session ended."""
+        if not self._incoming:
+            await self._incoming_queued()
+        item = self._incoming.popleft()
+        self.conn.message_consumed()
+        return item
+
+    async def _incoming_queued(self) -> None:
+        """Wait until a MSG is queued; raise once the channel or session ended."""
         while not self._incoming:
             self.conn.raise_if_closed()
             if self.ended:
                 raise ConnectionClosedError(f"channel {self.number} closed")
             self._incoming_ready.clear()
             await self._incoming_ready.wait()
-        item = self._incoming.popleft()
-        self.conn.message_consumed()
-        return item
 
     async def receive_batch(self) -> list[Incoming]:
         """Wait for the next MSG from the peer and take it with every MSG queued behind
@@ -160,12 +165,8 @@ class Channel:
 
         Reading from the socket resumes once the batch is taken, so while its reader
         works through one batch at most about :data:`HIGH_WATER_MESSAGES` more queue."""
-        while not self._incoming:
-            self.conn.raise_if_closed()
-            if self.ended:
-                raise ConnectionClosedError(f"channel {self.number} closed")
-            self._incoming_ready.clear()
-            await self._incoming_ready.wait()
+        if not self._incoming:
+            await self._incoming_queued()
         items = list(self._incoming)
         self._incoming.clear()
         self.conn.message_consumed(len(items))

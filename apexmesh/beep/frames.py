@@ -81,27 +81,16 @@ def encode_frame(
     """Return the octets of one data frame (header, payload, trailer)."""
     # Formatted as octets, not text then encoded: every reply an endpoint or a relay
     # sends is framed here.
-    flag = b"*" if more else b"."
-    if ansno is None:
-        header = b"%b %d %d %b %d %d\r\n" % (
-            _KEYWORD_OCTETS[keyword],
-            channel,
-            msgno,
-            flag,
-            seqno,
-            len(payload),
-        )
-    else:
-        header = b"%b %d %d %b %d %d %d\r\n" % (
-            _KEYWORD_OCTETS[keyword],
-            channel,
-            msgno,
-            flag,
-            seqno,
-            len(payload),
-            ansno,
-        )
-    return b"".join((header, payload, TRAILER))
+    header = b"%b %d %d %b %d %d" % (
+        _KEYWORD_OCTETS[keyword],
+        channel,
+        msgno,
+        b"*" if more else b".",
+        seqno,
+        len(payload),
+    )
+    end = b"\r\n" if ansno is None else b" %d\r\n" % ansno
+    return b"".join((header, end, payload, TRAILER))
 
 
 def encode_seq(channel: int, ackno: int, window: int) -> bytes:
