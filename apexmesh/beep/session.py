@@ -952,6 +952,7 @@ class Session:
                     code=exchange.failure_code or ReplyCode.AUTH_FAILURE,
                     server_side=True,
                     text=exchange.failure_text,
+                    identity=exchange.claimed_identity,
                 )
             )
 
