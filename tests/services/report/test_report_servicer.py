@@ -167,17 +167,21 @@ class Service:
         return self.registry.get_sample_value(name, labels or {}) or 0.0
 
 
-ServiceFactory = Callable[[Sequence[str]], AbstractAsyncContextManager[Service]]
+ServiceFactory = Callable[..., AbstractAsyncContextManager[Service]]
 
 
 @pytest.fixture
 def report_service() -> ServiceFactory:
+    """``start(relay_addresses, retry=None)``: a report service over real gRPC."""
+
     @asynccontextmanager
-    async def start(relay_addresses: Sequence[str]) -> AsyncIterator[Service]:
+    async def start(
+        relay_addresses: Sequence[str], retry: RetryPolicy | None = None
+    ) -> AsyncIterator[Service]:
         registry = CollectorRegistry()
         metrics = ReportMetrics.create(registry)
         relays = RelayPool(relay_addresses, timeout=5.0, metrics=metrics)
-        report = ReportServicer(["example.com"], relays, metrics)
+        report = ReportServicer(["example.com"], relays, metrics, retry=retry)
         endpoint = ReportEndpointServicer(metrics)
         server, port = await create_server(
             [
@@ -458,35 +462,13 @@ QUICK: Final = RetryPolicy(
 )
 
 
-@asynccontextmanager
-async def retrying_service(
-    addresses: Sequence[str], policy: RetryPolicy = QUICK
-) -> AsyncIterator[Service]:
-    registry = CollectorRegistry()
-    metrics = ReportMetrics.create(registry)
-    relays = RelayPool(addresses, timeout=5.0, metrics=metrics)
-    report = ReportServicer(["example.com"], relays, metrics, retry=policy)
-    server, port = await create_server(
-        [lambda s: report_pb2_grpc.add_ReportServiceServicer_to_server(report, s)]
-    )
-    try:
-        async with ready_channel(port) as channel:
-            yield Service(
-                report_pb2_grpc.ReportServiceStub(channel),
-                endpoint_pb2_grpc.WellKnownEndpointStub(channel),
-                registry,
-                relays,
-            )
-    finally:
-        await graceful_stop(server, 0.5)
-        await relays.aclose()
-
-
-async def test_an_owed_report_refused_for_now_is_submitted_again_under_a_new_id() -> None:
+async def test_an_owed_report_refused_for_now_is_submitted_again_under_a_new_id(
+    report_service: ServiceFactory,
+) -> None:
     """Issue #34: a relay that cannot check the sender's access (the access service is
     down) refuses the report with 421; it is submitted again until delivered."""
     relay = ScriptedRelay([421, 421, 250])
-    async with running_relay(relay) as address, retrying_service([address]) as service:
+    async with running_relay(relay) as address, report_service([address], QUICK) as service:
         assert await service.call(request()) == (250, "c250")
         ids = [call.submission_id for call in relay.calls]
         assert len(ids) == 3
@@ -496,9 +478,11 @@ async def test_an_owed_report_refused_for_now_is_submitted_again_under_a_new_id(
         assert service.sample("apexmesh_report_responses_total", {"result": "submitted"}) == 1
 
 
-async def test_a_cut_off_call_is_sent_again_under_the_same_id() -> None:
+async def test_a_cut_off_call_is_sent_again_under_the_same_id(
+    report_service: ServiceFactory,
+) -> None:
     relay = ScriptedRelay([0, 250])
-    async with running_relay(relay) as address, retrying_service([address]) as service:
+    async with running_relay(relay) as address, report_service([address], QUICK) as service:
         assert await service.call(request()) == (250, "c250")
         ids = [call.submission_id for call in relay.calls]
         assert len(ids) == 2
@@ -506,10 +490,12 @@ async def test_a_cut_off_call_is_sent_again_under_the_same_id() -> None:
         assert ids[0] == ids[1]
 
 
-async def test_an_owed_report_is_reported_undeliverable_when_the_bound_runs_out() -> None:
+async def test_an_owed_report_is_reported_undeliverable_when_the_bound_runs_out(
+    report_service: ServiceFactory,
+) -> None:
     relay = ScriptedRelay([421])
     policy = dataclasses.replace(QUICK, bound_seconds=0.3)
-    async with running_relay(relay) as address, retrying_service([address], policy) as service:
+    async with running_relay(relay) as address, report_service([address], policy) as service:
         code, text = await service.call(request())
         assert code == 421
         assert text.startswith(f"statusResponse undeliverable after {len(relay.calls)} attempts")
@@ -517,18 +503,20 @@ async def test_an_owed_report_is_reported_undeliverable_when_the_bound_runs_out(
         assert service.sample("apexmesh_report_responses_total", {"result": "undeliverable"}) == 1
 
 
-async def test_a_permanent_refusal_is_answered_at_once() -> None:
+async def test_a_permanent_refusal_is_answered_at_once(report_service: ServiceFactory) -> None:
     relay = ScriptedRelay([537])
-    async with running_relay(relay) as address, retrying_service([address]) as service:
+    async with running_relay(relay) as address, report_service([address], QUICK) as service:
         assert await service.call(request()) == (537, "c537")
         assert len(relay.calls) == 1
         assert service.sample("apexmesh_report_retries_total") == 0
 
 
-async def test_no_relay_reachable_is_tried_again_then_reported_undeliverable() -> None:
+async def test_no_relay_reachable_is_tried_again_then_reported_undeliverable(
+    report_service: ServiceFactory,
+) -> None:
     # each submission itself tries the dead relay a few times (about 0.35 s of backoff)
     policy = dataclasses.replace(QUICK, bound_seconds=1.0)
-    async with retrying_service([dead_address()], policy) as service:
+    async with report_service([dead_address()], policy) as service:
         code, text = await service.call(request())
         assert code == 421
         assert "undeliverable" in text

@@ -16,7 +16,7 @@ from typing import Final
 
 import pytest
 
-from apexmesh.aio import AuthenticationError, connect
+from apexmesh.aio import AuthenticationError, BeepConnection, connect
 from apexmesh.beep.sasl import SaslClientExchange
 from apexmesh.beep.tuning import sasl_profile
 from apexmesh.client import connect_endpoint
@@ -30,6 +30,22 @@ CRAM_ON: Final = {"APEXMESH_RELAY_SASL_CRAM_MD5": "1"}
 #: A loopback address of its own for the relay's apex-edge listener: not in the
 #: certificate (relay1.example.com, example.com, localhost, 127.0.0.1), not configured.
 EDGE_ADDRESS: Final = "127.0.0.7"
+
+
+async def refused_with(
+    conn: BeepConnection, mechanism: str, identity: str, password: str, host: str = HOST
+) -> int:
+    """The code a SASL exchange on ``conn`` fails with (250 when it succeeds); closes
+    ``conn``."""
+    try:
+        exchange = SaslClientExchange(mechanism, authcid=identity, password=password, host=host)
+        try:
+            await conn.authenticate(mechanism, exchange)
+        except AuthenticationError as failed:
+            return int(failed.code or 0)
+        return 250
+    finally:
+        await conn.close()
 
 
 async def offered(pod: SecureRelay) -> tuple[str, ...]:
@@ -47,15 +63,8 @@ async def test_cram_md5_is_off_unless_configured(
         assert sasl_profile("CRAM-MD5") not in await offered(pod)
         assert pod.relay.settings.sasl_mechanisms == ("SCRAM-SHA-256", "DIGEST-MD5", "PLAIN")
         conn = await pod.session()
-        try:
-            exchange = SaslClientExchange(
-                "CRAM-MD5", authcid="fred@example.com", password="flintstone", host=HOST
-            )
-            with pytest.raises(AuthenticationError) as refused:
-                await conn.authenticate("CRAM-MD5", exchange)
-            assert refused.value.code == 550  # mechanism not available
-        finally:
-            await conn.close()
+        # mechanism not available
+        assert await refused_with(conn, "CRAM-MD5", "fred@example.com", "flintstone") == 550
 
 
 async def test_cram_md5_authenticates_an_endpoint_over_tcp_and_tls(
@@ -81,15 +90,7 @@ async def test_cram_md5_authenticates_an_endpoint_over_tcp_and_tls(
                 assert (await barney.receive()).content == b"after CRAM-MD5"
         # a wrong password is the usual generic 535
         conn = await pod.session()
-        try:
-            exchange = SaslClientExchange(
-                "CRAM-MD5", authcid="wilma@example.com", password="wrong", host=HOST
-            )
-            with pytest.raises(AuthenticationError) as failed:
-                await conn.authenticate("CRAM-MD5", exchange)
-            assert failed.value.code == 535
-        finally:
-            await conn.close()
+        assert await refused_with(conn, "CRAM-MD5", "wilma@example.com", "wrong") == 535
 
 
 async def test_cram_md5_is_refused_before_tls(
@@ -97,15 +98,7 @@ async def test_cram_md5_is_refused_before_tls(
 ) -> None:
     async with secure_relay(locked_redis, keys, tmp_path, CRAM_ON) as pod:
         conn = await connect("127.0.0.1", pod.port)
-        try:
-            exchange = SaslClientExchange(
-                "CRAM-MD5", authcid="fred@example.com", password="flintstone", host=HOST
-            )
-            with pytest.raises(AuthenticationError) as refused:
-                await conn.authenticate("CRAM-MD5", exchange)
-            assert refused.value.code == 538
-        finally:
-            await conn.close()
+        assert await refused_with(conn, "CRAM-MD5", "fred@example.com", "flintstone") == 538
 
 
 async def test_digest_md5_accepts_the_address_the_relay_listens_on(
@@ -120,21 +113,12 @@ async def test_digest_md5_accepts_the_address_the_relay_listens_on(
             conn = await connect(
                 EDGE_ADDRESS, pod.port, ssl_context=pod.client_context(), server_hostname=HOST
             )
-            try:
-                await conn.start_tls()
-                exchange = SaslClientExchange(
-                    "DIGEST-MD5",
-                    authcid="wilma@example.com",
-                    password=PASSWORDS["wilma@example.com"],
-                    host=digest_host,  # digest-uri beep/<digest_host>
-                )
-                try:
-                    await conn.authenticate("DIGEST-MD5", exchange)
-                    results[digest_host] = 250
-                except AuthenticationError as failed:
-                    results[digest_host] = int(failed.code or 0)
-            finally:
-                await conn.close()
+            await conn.start_tls()
+            wilma = "wilma@example.com"
+            # digest-uri beep/<digest_host>
+            results[digest_host] = await refused_with(
+                conn, "DIGEST-MD5", wilma, PASSWORDS[wilma], host=digest_host
+            )
         # the address dialled is accepted; another address of the host is not
         assert results == {EDGE_ADDRESS: 250, "127.0.0.8": 535}
         # and the SDK's client, dialling the address, attaches
