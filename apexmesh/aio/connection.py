@@ -10,12 +10,21 @@ core.
 Back-pressure: writes honour ``pause_writing``/``resume_writing`` (``await drain()``);
 reading pauses while more than :data:`HIGH_WATER_MESSAGES` received messages wait for the
 application and resumes below :data:`LOW_WATER_MESSAGES` (uvicorn's flow control).
+
+SASL as a listener: the exchange for each SASL start comes from
+:attr:`BeepConnection.sasl_servers` when set (a factory that sees this connection: its
+peer, which a guessing throttle may refuse, and its local address, which DIGEST-MD5's
+digest-uri may name), else from the session config's factory. :meth:`BeepConnection.hold`
+holds a failed exchange's answer (RFC 4422 section 6.2), so that the delay is paid
+before the verdict, not after it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 import ssl
 from collections import deque
@@ -28,7 +37,7 @@ from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.errors import BeepError
 from apexmesh.beep.management import ProfileOffer
 from apexmesh.beep.session import Role, Session, SessionConfig, State
-from apexmesh.beep.tuning import SaslClient
+from apexmesh.beep.tuning import SaslClient, SaslServer, SaslServerFactory
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +216,10 @@ StartHandler = Callable[
     ["BeepConnection", ev.ChannelStartRequested], Awaitable[AcceptChannel | RejectChannel]
 ]
 
+#: Builds the server side of one SASL exchange the peer starts on this connection:
+#: (connection, mechanism, tls_active) -> exchange, or None when it is not offered.
+ConnectionSaslFactory = Callable[["BeepConnection", str, bool], SaslServer | None]
+
 
 class BeepConnection(asyncio.Protocol):
     """One BEEP session over one TCP connection. See the module docstring."""
@@ -220,6 +233,11 @@ class BeepConnection(asyncio.Protocol):
         server_hostname: str | None = None,
         on_start: StartHandler | None = None,
     ) -> None:
+        config = config or SessionConfig()
+        if config.sasl_server is not None:
+            config = dataclasses.replace(
+                config, sasl_server=functools.partial(self._sasl_server, config.sasl_server)
+            )
         self.session = Session(role, config)
         self.loop = asyncio.get_running_loop()
         self.ssl_context = ssl_context
@@ -227,6 +245,11 @@ class BeepConnection(asyncio.Protocol):
         self.on_start = on_start
         self.transport: asyncio.Transport | None = None
         self.peer_address: object = None
+        #: This side's address of the connection (``sockname``): what the peer dialled.
+        self.local_address: object = None
+        #: Builds the exchanges of SASL starts on this connection when set (module
+        #: docstring); the session config's factory otherwise.
+        self.sasl_servers: ConnectionSaslFactory | None = None
         #: Told of every SASL exchange this peer refused as the server (audit).
         self.on_auth_failed: Callable[[BeepConnection, ev.AuthenticationFailed], None] | None = None
         self.greeting: asyncio.Future[ev.GreetingReceived] = self.loop.create_future()
@@ -245,6 +268,8 @@ class BeepConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self._end: ConnectionClosedError | None = None
         self._held: asyncio.TimerHandle | None = None
+        #: True while a :meth:`hold` keeps what the session queued from the socket.
+        self._output_held = False
 
     # ------------------------------------------------------------- asyncio.Protocol
 
@@ -252,6 +277,7 @@ class BeepConnection(asyncio.Protocol):
         # A stream transport (TCP or TLS); uvloop's are not asyncio.Transport subclasses.
         self.transport = cast("asyncio.Transport", transport)
         self.peer_address = transport.get_extra_info("peername")
+        self.local_address = transport.get_extra_info("sockname")
         self.session.touch(self.loop.time())
         self._dispatch(self.session.pending_events())
         self._transmit()
@@ -275,6 +301,7 @@ class BeepConnection(asyncio.Protocol):
         if self._held is not None:
             self._held.cancel()
             self._held = None
+        self._output_held = False
         self.transport = None
 
     def pause_writing(self) -> None:
@@ -355,7 +382,11 @@ class BeepConnection(asyncio.Protocol):
 
         Bounded: a peer that does not answer the release within ``timeout`` seconds, or
         channel tasks that do not finish within it, do not keep the connection open.
+        Output held by :meth:`hold` goes out first (a held answer precedes the close).
         """
+        if self._output_held and self._held is not None:
+            self._held.cancel()
+            self._end_hold()
         try:
             if self._end is None and self.session.state is State.OPEN:
                 self._release = self.loop.create_future()
@@ -392,18 +423,41 @@ class BeepConnection(asyncio.Protocol):
         self.transport.pause_reading()
         self._held = self.loop.call_later(seconds, self._end_hold)
 
+    def hold(self, seconds: float) -> None:
+        """Send and read nothing for ``seconds``, then send what the session queued
+        meanwhile; a later hold extends it. The listener's delay after a failed SASL
+        exchange (RFC 4422 section 6.2): called while the failure is dispatched, it
+        holds the failure's own answer, so a peer that opens a new session for every
+        guess still waits for each verdict."""
+        if self.transport is None or seconds <= 0:
+            return
+        self._output_held = True
+        self.hold_reading(seconds)
+
     def _end_hold(self) -> None:
         self._held = None
         if self.transport is not None and not self._reading_paused:
             self.transport.resume_reading()
+        if self._output_held:
+            self._output_held = False
+            self._transmit()
+
+    def _sasl_server(
+        self, configured: SaslServerFactory, mechanism: str, tls_active: bool
+    ) -> SaslServer | None:
+        """The session's SASL factory: :attr:`sasl_servers` when set, else the config's."""
+        if self.sasl_servers is not None:
+            return self.sasl_servers(self, mechanism, tls_active)
+        return configured(mechanism, tls_active)
 
     # ------------------------------------------------------------- internals
 
     def _transmit(self) -> None:
         self._transmit_scheduled = False
-        data = self.session.data_to_send()
-        if data and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+        if not self._output_held:
+            data = self.session.data_to_send()
+            if data and self.transport is not None and not self.transport.is_closing():
+                self.transport.write(data)
         when = self.session.get_timer()
         timer = self._timer
         if timer is not None:

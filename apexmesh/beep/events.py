@@ -217,6 +217,9 @@ class AuthenticationFailed(Event):
     #: The diagnostic: the server's error text on the client side, the reason the
     #: exchange failed on the server side (for its log; the client is told less).
     text: str = ""
+    #: Server side: the authentication identity the client claimed, when the exchange
+    #: read one (known to the server or not); None otherwise.
+    identity: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1007,6 +1007,7 @@ class Session:
                     code=exchange.failure_code or ReplyCode.AUTH_FAILURE,
                     server_side=True,
                     text=exchange.failure_text,
+                    identity=exchange.claimed_identity,
                 )
             )
 
