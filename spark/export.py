@@ -21,7 +21,7 @@ Exactly once, whatever dies when:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -124,28 +124,46 @@ def write_range(storage: Storage, entries: Sequence[tuple[int, dict[str, str]]])
     return name
 
 
-async def export(redis: Redis, keys: Keys, storage: Storage, batch: int) -> ExportResult:
-    """Export every closed range after the export position, ``batch`` events a file."""
-    remove_temporaries(storage)
+async def read_log(
+    redis: Redis, keys: Keys, after: int
+) -> AsyncIterator[list[tuple[int, dict[str, str]]]]:
+    """The event log's entries after the packed id ``after``, up to the last id the log
+    had when this began (so every batch is of a closed range), in id order, in batches
+    of at most :data:`READ_COUNT`: (packed id, fields).
+
+    The one place the export reads the log: a log split into partitions (issue #30)
+    changes this, not its callers."""
     key = keys.pubsub_events()
-    position = export_position(storage)
     newest = await redis.xrevrange(key, count=1)
     end = pack_id(_text(newest[0][0])) if newest else 0
-    files: list[str] = []
-    total = 0
-    pending: list[tuple[int, dict[str, str]]] = []
-    cursor = position
+    cursor = after
     while cursor < end:
         found: Any = await redis.xrange(
             key, min=f"({unpack_id(cursor)}", max=unpack_id(end), count=READ_COUNT
         )
         if not found:
-            break
-        for entry_id, fields in found:
-            pending.append(
-                (pack_id(_text(entry_id)), {_text(k): _text(v) for k, v in fields.items()})
-            )
-        cursor = pending[-1][0]
+            return
+        batch = [
+            (pack_id(_text(entry_id)), {_text(k): _text(v) for k, v in fields.items()})
+            for entry_id, fields in found
+        ]
+        cursor = batch[-1][0]
+        yield batch
+
+
+async def export(
+    redis: Redis, keys: Keys, storage: Storage, batch: int, *, start: int | None = None
+) -> ExportResult:
+    """Export every closed range after the export position (or after ``start``, a
+    packed id at or after it: where a full rebuild restarts after a trimmed log gap,
+    spark/plan.py), ``batch`` events a file."""
+    remove_temporaries(storage)
+    position = max(export_position(storage), start or 0)
+    files: list[str] = []
+    total = 0
+    pending: list[tuple[int, dict[str, str]]] = []
+    async for entries in read_log(redis, keys, position):
+        pending += entries
         while len(pending) >= batch:
             files.append(write_range(storage, pending[:batch]))
             total += batch
@@ -153,7 +171,7 @@ async def export(redis: Redis, keys: Keys, storage: Storage, batch: int) -> Expo
     if pending:
         files.append(write_range(storage, pending))
         total += len(pending)
-    return ExportResult(tuple(files), total, export_position(storage))
+    return ExportResult(tuple(files), total, max(position, export_position(storage)))
 
 
 __all__ = [
@@ -165,6 +183,7 @@ __all__ = [
     "export_position",
     "exported",
     "file_name",
+    "read_log",
     "remove_temporaries",
     "rows_after",
     "write_range",

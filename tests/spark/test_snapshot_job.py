@@ -19,7 +19,8 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_snapshot import SnapshotStore
 from spark.export import EVENTS_DIR, exported
 from spark.settings import SnapshotSettings
-from spark.snapshot import MANIFEST, SUCCESS, JobStopped, SnapshotJob, snapshots
+from spark.layers import MANIFEST, SUCCESS, snapshots
+from spark.snapshot import JobStopped, SnapshotJob
 from spark.storage import Storage
 from tests.support.pubsub_events import BASE_MS, Entry, append, random_log
 

@@ -36,7 +36,8 @@ from apexmesh.store.pubsub_snapshot import SnapshotStore
 from spark.conf import CONF_FILE_ENV
 from spark.export import EVENTS_DIR, exported
 from spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
-from spark.snapshot import JobStopped, SnapshotJob, snapshots
+from spark.layers import snapshots
+from spark.snapshot import JobStopped, SnapshotJob
 from spark.storage import Storage
 from tests.spark.test_snapshot_job import exported_ids, redis_catalogue, settings_for
 from tests.support.pubsub_events import BASE_MS, append, random_log, shifted
