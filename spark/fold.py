@@ -125,6 +125,8 @@ SUBSCRIPTION_CHANGE_SCHEMA: Final = StructType(
 class Folded:
     topics: DataFrame
     subscriptions: DataFrame
+    #: The cached winning ids ``subscriptions`` is built on: unpersist once done.
+    ids: DataFrame | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,8 +392,8 @@ def fold(
             history.subscriptions.unionByName(_subscription_creations(subscriptions)),
         )
     topic_rows = live_topics(history)
-    subs, _ = live_subscriptions_and_ids(history, at_ms, topic_rows)
-    return Folded(topic_rows, subs)
+    subs, ids = live_subscriptions_and_ids(history, at_ms, topic_rows)
+    return Folded(topic_rows, subs, ids)
 
 
 __all__ = [

@@ -172,12 +172,12 @@ def history(spark: SparkSession, storage: Storage, info: SnapshotInfo) -> Histor
 
 def read_view(spark: SparkSession, storage: Storage, info: SnapshotInfo) -> Folded:
     """The catalogue of snapshot ``info`` at its time, whatever its layers: what an
-    operator reads to see "what it looked like at 03:00". The subscriptions' winning ids
-    stay cached until the session ends (a reader's few queries)."""
+    operator reads to see "what it looked like at 03:00" (unpersist its ``ids`` once
+    done with it)."""
     found = history(spark, storage, info)
     topics = live_topics(found)
-    subscriptions, _ = live_subscriptions_and_ids(found, info.snapshot_ms, topics)
-    return Folded(topics, subscriptions)
+    subscriptions, ids = live_subscriptions_and_ids(found, info.snapshot_ms, topics)
+    return Folded(topics, subscriptions, ids)
 
 
 __all__ = [

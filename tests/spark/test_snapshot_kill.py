@@ -35,8 +35,8 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_snapshot import SnapshotStore
 from spark.conf import CONF_FILE_ENV
 from spark.export import EVENTS_DIR, exported
-from spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from spark.layers import snapshots
+from spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from spark.snapshot import JobStopped, SnapshotJob
 from spark.storage import Storage
 from tests.spark.test_snapshot_job import exported_ids, redis_catalogue, settings_for
