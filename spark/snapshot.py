@@ -317,6 +317,7 @@ class SnapshotJob:
         if not isinstance(self._spark, SparkSession):
             self._session(rows_after(storage, after) + base_rows)
             result.seconds["session"] = round(timer() - started, 3)
+        pause.reached("spark")  # a test's point (spark/pause.py): the session is up
         if self.settings.storage.startswith("s3a://"):
             require_s3a(self.spark)
         started = timer()
