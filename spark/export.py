@@ -20,6 +20,7 @@ Exactly once, whatever dies when:
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 from redis.asyncio import Redis
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from apexmesh.pubsub.catalogue import EVENT_FIELDS_V2, pack_id, unpack_id
 from apexmesh.store.keys import Keys
@@ -36,14 +38,19 @@ from spark.storage import Storage
 
 #: The directory of exported event files under the storage root.
 EVENTS_DIR: Final = "events"
-#: Entries read per XRANGE.
-READ_COUNT: Final = 10_000
+#: Entries read per XRANGE: a reply of a few hundred kilobytes, well inside a socket
+#: timeout on a loaded machine.
+READ_COUNT: Final = 2_000
+#: Attempts per XRANGE that times out (a read: asking again is safe).
+READ_ATTEMPTS: Final = 3
 
 #: The exported files' schema: the packed stream id, then every v2 field as text.
 EVENT_SCHEMA: Final = pa.schema(
     [pa.field("id", pa.int64(), nullable=False)]
     + [pa.field(name, pa.string(), nullable=False) for name in EVENT_FIELDS_V2]
 )
+
+_log = logging.getLogger(__name__)
 
 _NAME: Final = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
 
@@ -138,9 +145,19 @@ async def read_log(
     end = pack_id(_text(newest[0][0])) if newest else 0
     cursor = after
     while cursor < end:
-        found: Any = await redis.xrange(
-            key, min=f"({unpack_id(cursor)}", max=unpack_id(end), count=READ_COUNT
-        )
+        found: Any = None
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            try:
+                found = await redis.xrange(
+                    key, min=f"({unpack_id(cursor)}", max=unpack_id(end), count=READ_COUNT
+                )
+                break
+            except RedisTimeoutError:
+                if attempt == READ_ATTEMPTS:
+                    raise
+                _log.warning(
+                    "XRANGE after %s timed out (attempt %d): again", unpack_id(cursor), attempt
+                )
         if not found:
             return
         batch = [

@@ -80,6 +80,7 @@ def job_env(
         "spark.eventLog.enabled true\n"
         f"spark.eventLog.dir file://{events}\n"
         "spark.eventLog.compress false\n"
+        "spark.eventLog.rolling.enabled false\n"
     )
     return {
         **os.environ,
@@ -177,6 +178,8 @@ def run_on_cluster(
             out, _ = job.communicate(timeout=TIMEOUT)
         finally:
             stop_group(job)
+            if job.stdout:
+                job.stdout.close()
         stderr = (root / "job.log").read_text(errors="replace")[-6000:]
         assert job.returncode == 0, stderr
     # the master had the worker that lost its executor start another
