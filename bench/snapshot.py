@@ -414,6 +414,12 @@ async def series(
             storage / EVENTS_DIR, 0, count, identities=count // 3, topics=max(100, count // 1000)
         )
         print(f"{count:>10} events generated in {time.perf_counter() - started:.1f} s", flush=True)
+        if args.incremental and count == largest:
+            # the same files for the full rebuild beside the incremental run (the job's
+            # retention drops the ones its snapshots cover)
+            (root / "whole" / EVENTS_DIR).mkdir(parents=True)
+            for path in (storage / EVENTS_DIR).iterdir():
+                os.link(path, root / "whole" / EVENTS_DIR / path.name)
         duck, duck_topics, duck_subs = duckdb_fold(storage / EVENTS_DIR, root / f"duck-{count}")
         run = await run_job(spark, redis, storage, f"full-{count}", AT_MS)
         per_million[count] = run.total / (count / 1e6)
