@@ -10,12 +10,22 @@ shared/ECOSYSTEM.md section 1), so CI and people type the same commands offline:
 ``template`` prints what ``helm template`` prints: every manifest (the ``helm test`` hooks
 too) as one multi-document YAML stream, NOTES.txt left out. ``lint`` prints each finding and
 exits 1 on an error, or with ``--strict`` on a warning, as ``helm lint --strict`` does.
+
+The real helm binaries are here too (issue #31): scripts/install-helm puts helm v3 and v4
+beside the virtualenv's python as ``helm3`` and ``helm4``; :func:`binary` finds them and
+:func:`run_binary` runs one with its own, empty, configuration and cache (never the
+user's ~/.config/helm or ~/.kube/config), so the chart tests run ``helm lint``,
+``helm template`` and ``helm install --dry-run`` of both majors as an operator would.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -29,6 +39,9 @@ NAMESPACE: Final = "apex-mesh"
 
 #: Kubernetes version lint checks the chart's kubeVersion against.
 KUBE_VERSION: Final = "1.32.0"
+
+#: libyaml's loader when PyYAML has it (a chart's render is thousands of lines).
+_LOADER: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 #: helm lint severities (helm_python.lint's numbers).
 SEVERITY: Final = {0: "UNKNOWN", 1: "INFO", 2: "WARNING", 3: "ERROR"}
@@ -96,13 +109,19 @@ def manifest(rendered: Mapping[str, str]) -> str:
         f"---\n# Source: {path}\n{document.strip()}\n"
         for path, text in rendered.items()
         for document in text.split("\n---")
-        if document.strip() and yaml.safe_load(document) is not None
+        if document.strip() and yaml.load(document, Loader=_LOADER) is not None  # noqa: S506
     )
 
 
 def documents(rendered: Mapping[str, str]) -> list[dict[str, Any]]:
     """Every rendered manifest as parsed YAML."""
-    return [doc for doc in yaml.safe_load_all(manifest(rendered)) if doc]
+    return parse(manifest(rendered))
+
+
+def parse(stream: str) -> list[dict[str, Any]]:
+    """The documents of a multi-document YAML stream (``helm template``'s output), empty
+    ones left out."""
+    return [doc for doc in yaml.load_all(stream, Loader=_LOADER) if doc]
 
 
 def lint(
@@ -133,6 +152,52 @@ def failing(findings: Sequence[tuple[str, str, str]], *, strict: bool) -> bool:
     """Whether ``helm lint`` would exit non-zero: errors, or warnings too when strict."""
     bad = {"ERROR", "WARNING"} if strict else {"ERROR"}
     return any(severity in bad for severity, _, _ in findings)
+
+
+#: The helm releases scripts/install-helm installs, by major version.
+HELM_VERSIONS: Final = {3: "v3.17.2", 4: "v4.1.4"}
+
+
+def binary(major: int) -> Path | None:
+    """The real helm of ``major`` (3 or 4): ``helmN`` beside this Python (the virtualenv's
+    bin, where scripts/install-helm puts it), else ``helmN`` on PATH; None when neither."""
+    name = f"helm{major}"
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which(name)
+    return None if found is None else Path(found)
+
+
+def run_binary(
+    helm: Path,
+    args: Sequence[str],
+    *,
+    kubeconfig: Path | None = None,
+    timeout: float = 120.0,
+) -> subprocess.CompletedProcess[str]:
+    """Run a real helm with ``args``: its config, cache and data in a fresh temporary
+    directory, the cluster ``kubeconfig`` (none: an empty one, so nothing of the user's
+    is read or written). The caller checks the return code."""
+    with tempfile.TemporaryDirectory(prefix="helm-home-") as home:
+        empty = Path(home) / "kubeconfig"
+        empty.write_text("apiVersion: v1\nkind: Config\n", encoding="utf-8")
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": home,
+            "HELM_CONFIG_HOME": f"{home}/config",
+            "HELM_CACHE_HOME": f"{home}/cache",
+            "HELM_DATA_HOME": f"{home}/data",
+            "KUBECONFIG": str(kubeconfig or empty),
+        }
+        return subprocess.run(  # noqa: S603  (a fixed binary, arguments as a list)
+            [str(helm), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

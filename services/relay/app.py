@@ -199,6 +199,7 @@ class RelayApp:
             return None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key)
+        self.metrics.serving(self.settings.tls_cert)
         return context
 
     def _client_context(self) -> ssl.SSLContext | None:

@@ -9,7 +9,9 @@ data moves (data operations, deliveries, outcomes) are loop counters
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from cryptography import x509
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from apexmesh.ops.counters import CounterChild, LoopCounter
@@ -28,6 +30,7 @@ class RelayMetrics:
     held_count: Gauge
     held_bytes: Gauge
     held_oldest_age: Gauge
+    tls_expiry: Gauge
     _children: dict[tuple[int, str], Counter | CounterChild] = field(default_factory=dict)
 
     @classmethod
@@ -97,7 +100,18 @@ class RelayMetrics:
                 ["domain"],
                 registry=registry,
             ),
+            tls_expiry=Gauge(
+                "apexmesh_relay_tls_certificate_expiry_timestamp_seconds",
+                "notAfter of the TLS certificate the relay serves, as a Unix time (the "
+                "chart alerts before it).",
+                registry=registry,
+            ),
         )
+
+    def serving(self, certificate: Path) -> None:
+        """Record the expiry of the certificate now served (the first of the PEM file)."""
+        served = x509.load_pem_x509_certificate(certificate.read_bytes())
+        self.tls_expiry.set(served.not_valid_after_utc.timestamp())
 
     def count(self, counter: Counter | LoopCounter, label: str, amount: int = 1) -> None:
         """Increment ``counter``'s child for ``label`` (its only label)."""

@@ -4,13 +4,18 @@ chart tests; renders are cached per values, each takes a tenth of a second."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
+import jsonschema
+import kubernetes_validate
 import pytest
+import referencing
 import yaml
+from kubernetes_validate import utils as kv
 
 from tools import helm
 
@@ -104,6 +109,34 @@ def spark_executor_pods(docs: list[Doc]) -> list[Doc]:
             one.setdefault("ports", []).append(port)
         pods.append(pod)
     return pods
+
+
+@cache
+def _validator(kind: str, api_version: str, version: str) -> jsonschema.Draft202012Validator:
+    """kubernetes_validate.validate's strict validator for one kind and version, built once
+    (the library reads its 4 MB _definitions.json again for every document)."""
+    directory = f"kubernetes-json-schema/v{version}-local-strict"
+    group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    try:
+        schema = kv.schema_contents(f"{directory}/{kind.lower()}-{group}.json", version)
+    except FileNotFoundError:
+        raise kubernetes_validate.SchemaNotFoundError(
+            version=version, kind=kind, api_version=api_version
+        ) from None
+    definitions = kv.schema_contents(f"{directory}/_definitions.json", version)
+    registry: referencing.Registry[Any] = referencing.Registry()
+    registry = referencing.Resource.from_contents(schema) @ registry
+    registry = referencing.Resource.from_contents(definitions) @ registry
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def validate_kubernetes(doc: Doc, version: str) -> None:
+    """``kubernetes_validate.validate(doc, version, strict=True)`` for a version it ships
+    (``X.Y.Z``), with the validators kept: raises kubernetes_validate.ValidationError."""
+    try:
+        _validator(doc["kind"], doc["apiVersion"], version).validate(doc)
+    except jsonschema.ValidationError as exc:
+        raise kubernetes_validate.ValidationError(exc, version=version) from exc
 
 
 @pytest.fixture(params=CI_VALUES, ids=lambda path: path.stem)

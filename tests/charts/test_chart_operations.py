@@ -137,7 +137,9 @@ def test_components_switched_off_leave_the_context_and_the_policy(rendered: Rend
     reached = {
         rule["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
         for rule in policy["spec"]["egress"]
-        if "podSelector" in rule["to"][0] and "namespaceSelector" not in rule["to"][0]
+        if rule.get("to")  # not DNS: port 53 anywhere (networkPolicy.dns)
+        and "podSelector" in rule["to"][0]
+        and "namespaceSelector" not in rule["to"][0]
     }
     assert reached == {"relay", "access", "pubsub"}
 
@@ -205,10 +207,11 @@ def test_only_the_dashboard_and_prometheus_reach_the_admin_ports(rendered: Rende
             rule["ports"][0]["port"],
         )
         for rule in policy["spec"]["egress"]
-        if "namespaceSelector" not in rule["to"][0]
+        if rule.get("to")
     }
     assert egress == {(c, http_port(services[s])) for c, s in READ.items()}
-    dns = [r for r in policy["spec"]["egress"] if "namespaceSelector" in r["to"][0]]
+    # DNS: port 53 to any address (networkPolicy.dns, issue #31)
+    dns = [r for r in policy["spec"]["egress"] if not r.get("to")]
     assert {p["port"] for r in dns for p in r["ports"]} == {53}
     for component, service in READ.items():
         ingress = named(docs, "NetworkPolicy", f"apex-mesh-{component}")["spec"]["ingress"]

@@ -67,9 +67,12 @@ def test_local_mode_by_default(tmp_path: Path) -> None:
     docs = render(None)
     pod = pod_spec(named(docs, "CronJob", NAME))
     assert pod["automountServiceAccountToken"] is False
-    assert "serviceAccountName" not in pod
+    # its own ServiceAccount (snapshot.serviceAccount, issue #31), with no token and no
+    # Role: local mode calls no API
+    assert pod["serviceAccountName"] == NAME
+    assert named(docs, "ServiceAccount", NAME)["automountServiceAccountToken"] is False
     assert not [
-        d for d in docs if d["kind"] in ("Role", "ServiceAccount") and d["metadata"]["name"] == NAME
+        d for d in docs if d["kind"] in ("Role", "RoleBinding") and d["metadata"]["name"] == NAME
     ]
     assert "executor-pod.yaml" not in spark_files(docs)
     assert not [k for k in properties(docs) if k.startswith("spark.kubernetes.")]
