@@ -148,18 +148,16 @@ class History:
         )
 
 
-TOPIC_EVENT_COLUMNS: Final = ("domain", "topic", "type", "settings", "creator", "created_ms", "id")
+#: A history's columns: a row's key, the event type, then the rest of the row.
+TOPIC_EVENT_COLUMNS: Final = (
+    *_TOPIC_KEY,
+    "type",
+    *[f.name for f in TOPIC_SCHEMA.fields if f.name not in _TOPIC_KEY],
+)
 SUBSCRIPTION_EVENT_COLUMNS: Final = (
     *_SUB_KEY,
     "type",
-    "selector_class",
-    "selector",
-    "cached",
-    "originator",
-    "trans_id",
-    "expires_ms",
-    "at_ms",
-    "id",
+    *[f.name for f in SUBSCRIPTION_SCHEMA.fields if f.name not in _SUB_KEY],
 )
 
 
@@ -363,7 +361,7 @@ def fold_subscriptions(
     is :func:`fold_topics` of the same input (or what it wrote, read back).
 
     Not all lazy: the winning ids are computed and cached when this is called (module
-    docstring); :func:`spark.snapshot.write_folded` releases them after the write."""
+    docstring); :func:`spark.snapshot.write_full` releases them after the write."""
     folded, _ = fold_subscriptions_and_ids(
         events, at_ms, live_topics, after=after, subscriptions=subscriptions
     )

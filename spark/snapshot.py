@@ -186,31 +186,6 @@ def write_changes(found: History, url: str) -> None:
     subscriptions.write.mode("overwrite").parquet(f"{url}/{CHANGED_SUBSCRIPTIONS}")
 
 
-def write_folded(
-    spark: SparkSession,
-    events: DataFrame,
-    at_ms: int,
-    topics_url: str,
-    subscriptions_url: str,
-    *,
-    after: int = 0,
-    previous: tuple[DataFrame, DataFrame] | None = None,
-) -> None:
-    """Fold ``events`` after ``after`` (on top of a previous full layer's topics and
-    subscriptions) at ``at_ms`` and write both as Parquet at the URLs given, as
-    :func:`write_full` does (bench/snapshot.py folds through here)."""
-    found = history_of_events(events, after=after)
-    if previous is not None:
-        found = found.union(history_of_rows(*previous))
-    live_topics(found).write.mode("overwrite").parquet(topics_url)
-    written = spark.read.schema(TOPIC_SCHEMA).parquet(topics_url)
-    subscriptions, ids = live_subscriptions_and_ids(found, at_ms, written)
-    try:
-        subscriptions.write.mode("overwrite").parquet(subscriptions_url)
-    finally:
-        ids.unpersist()
-
-
 class SnapshotJob:
     """One deployment's snapshot job: settings, a SparkSession, a Redis client.
 
