@@ -2,8 +2,9 @@
 describes it, and how a snapshot's catalogue is read back (docs/snapshot.md
 "Incremental runs").
 
-A snapshot is ``snapshots/<snapshot_ms>/`` with ``manifest.json`` and ``_SUCCESS``, and
-one *layer*:
+This module writes the layers (Spark) and reads them back (Spark, or the driver for the
+Redis snapshot). A snapshot is ``snapshots/<snapshot_ms>/`` with ``manifest.json`` and
+``_SUCCESS``, and one *layer*:
 
 - a **full** layer (a full rebuild, or a compaction): ``topics/`` and ``subscriptions/``,
   the catalogue alive at the snapshot's time, as format 1 had it;
@@ -29,12 +30,14 @@ snapshot. A job never builds on a snapshot of another format: it rebuilds in ful
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import pyarrow.dataset as pads
 from pyspark.sql import SparkSession
 
+from apexmesh.pubsub.catalogue import SubscriptionRow, TopicRow
 from spark.fold import (
     SUBSCRIPTION_CHANGE_SCHEMA,
     SUBSCRIPTION_SCHEMA,
@@ -42,6 +45,7 @@ from spark.fold import (
     TOPIC_SCHEMA,
     Folded,
     History,
+    changes,
     history_of_changes,
     history_of_rows,
     live_subscriptions_and_ids,
@@ -180,6 +184,63 @@ def read_view(spark: SparkSession, storage: Storage, info: SnapshotInfo) -> Fold
     return Folded(topics, subscriptions, ids)
 
 
+def _rows(storage: Storage, relative: str) -> Iterator[dict[str, Any]]:
+    dataset = pads.dataset(storage.path(relative), format="parquet", filesystem=storage.filesystem)
+    for batch in dataset.to_batches():
+        yield from batch.to_pylist()
+
+
+def read_topics(storage: Storage, directory: str) -> Iterator[TopicRow]:
+    """A full layer's topics, read by the driver."""
+    for row in _rows(storage, f"{directory}/{FULL_TOPICS}"):
+        yield TopicRow(**row)
+
+
+def read_subscriptions(storage: Storage, directory: str) -> Iterator[SubscriptionRow]:
+    """A full layer's subscriptions, read by the driver."""
+    for row in _rows(storage, f"{directory}/{FULL_SUBSCRIPTIONS}"):
+        yield SubscriptionRow(**row)
+
+
+def read_topic_changes(storage: Storage, directory: str) -> Iterator[tuple[TopicRow, bool]]:
+    """A change layer's topics, each with whether it exists."""
+    for row in _rows(storage, f"{directory}/{CHANGED_TOPICS}"):
+        exists = bool(row.pop("exists"))
+        yield TopicRow(**row), exists
+
+
+def read_subscription_changes(
+    storage: Storage, directory: str
+) -> Iterator[tuple[SubscriptionRow, bool]]:
+    """A change layer's subscriptions, each with whether it is open."""
+    for row in _rows(storage, f"{directory}/{CHANGED_SUBSCRIPTIONS}"):
+        is_open = bool(row.pop("open"))
+        yield SubscriptionRow(**row), is_open
+
+
+def write_full(spark: SparkSession, found: History, at_ms: int, url: str) -> None:
+    """Fold ``found`` at ``at_ms`` into a full layer under ``url``: the topics first, then
+    the subscriptions joined with the topics just written, read back (spark/fold.py: the
+    history is scanned for topics once, and the small topics join by broadcast). The
+    subscriptions' winning ids stay cached during their write and are released after
+    it."""
+    live_topics(found).write.mode("overwrite").parquet(f"{url}/{FULL_TOPICS}")
+    written = spark.read.schema(TOPIC_SCHEMA).parquet(f"{url}/{FULL_TOPICS}")
+    subscriptions, ids = live_subscriptions_and_ids(found, at_ms, written)
+    try:
+        subscriptions.write.mode("overwrite").parquet(f"{url}/{FULL_SUBSCRIPTIONS}")
+    finally:
+        ids.unpersist()
+
+
+def write_changes(found: History, url: str) -> None:
+    """The change layer of ``found`` (the events after the previous snapshot) under
+    ``url``: per key, its last event and whether the key is still there."""
+    topics, subscriptions = changes(found)
+    topics.write.mode("overwrite").parquet(f"{url}/{CHANGED_TOPICS}")
+    subscriptions.write.mode("overwrite").parquet(f"{url}/{CHANGED_SUBSCRIPTIONS}")
+
+
 __all__ = [
     "CHANGED_SUBSCRIPTIONS",
     "CHANGED_TOPICS",
@@ -194,7 +255,13 @@ __all__ = [
     "chain_rows",
     "history",
     "needed",
+    "read_subscription_changes",
+    "read_subscriptions",
+    "read_topic_changes",
+    "read_topics",
     "read_view",
     "readable",
     "snapshots",
+    "write_changes",
+    "write_full",
 ]

@@ -34,16 +34,15 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final
+from typing import Final
 
-import pyarrow.dataset as pads
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 from redis.asyncio import Redis
 
-from apexmesh.pubsub.catalogue import SNAPSHOT_SCHEMA, SubscriptionRow, TopicRow, unpack_id
+from apexmesh.pubsub.catalogue import SNAPSHOT_SCHEMA, unpack_id
 from apexmesh.store.connection import connect_redis
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_snapshot import SnapshotMeta, SnapshotStore
@@ -52,16 +51,10 @@ from spark.export import EVENT_SCHEMA, EVENTS_DIR, export, export_position, expo
 from spark.fold import (
     SUBSCRIPTION_SCHEMA,
     TOPIC_SCHEMA,
-    History,
-    changes,
     history_of_events,
     history_of_rows,
-    live_subscriptions_and_ids,
-    live_topics,
 )
 from spark.layers import (
-    CHANGED_SUBSCRIPTIONS,
-    CHANGED_TOPICS,
     FORMAT,
     FULL_SUBSCRIPTIONS,
     FULL_TOPICS,
@@ -73,8 +66,14 @@ from spark.layers import (
     chain_rows,
     history,
     needed,
+    read_subscription_changes,
+    read_subscriptions,
+    read_topic_changes,
+    read_topics,
     readable,
     snapshots,
+    write_changes,
+    write_full,
 )
 from spark.plan import Plan, plan_run
 from spark.seed import SEED_DIR, Seed, write_seed
@@ -127,63 +126,6 @@ class JobResult:
     removed_snapshots: list[str] = field(default_factory=list)
     removed_exports: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
-
-
-def _rows(storage: Storage, relative: str) -> Iterator[dict[str, Any]]:
-    dataset = pads.dataset(storage.path(relative), format="parquet", filesystem=storage.filesystem)
-    for batch in dataset.to_batches():
-        yield from batch.to_pylist()
-
-
-def read_topics(storage: Storage, directory: str) -> Iterator[TopicRow]:
-    """A full layer's topics, read by the driver."""
-    for row in _rows(storage, f"{directory}/{FULL_TOPICS}"):
-        yield TopicRow(**row)
-
-
-def read_subscriptions(storage: Storage, directory: str) -> Iterator[SubscriptionRow]:
-    """A full layer's subscriptions, read by the driver."""
-    for row in _rows(storage, f"{directory}/{FULL_SUBSCRIPTIONS}"):
-        yield SubscriptionRow(**row)
-
-
-def read_topic_changes(storage: Storage, directory: str) -> Iterator[tuple[TopicRow, bool]]:
-    """A change layer's topics, each with whether it exists."""
-    for row in _rows(storage, f"{directory}/{CHANGED_TOPICS}"):
-        exists = bool(row.pop("exists"))
-        yield TopicRow(**row), exists
-
-
-def read_subscription_changes(
-    storage: Storage, directory: str
-) -> Iterator[tuple[SubscriptionRow, bool]]:
-    """A change layer's subscriptions, each with whether it is open."""
-    for row in _rows(storage, f"{directory}/{CHANGED_SUBSCRIPTIONS}"):
-        is_open = bool(row.pop("open"))
-        yield SubscriptionRow(**row), is_open
-
-
-def write_full(spark: SparkSession, found: History, at_ms: int, url: str) -> None:
-    """Fold ``found`` at ``at_ms`` into a full layer under ``url``: the topics first, then
-    the subscriptions joined with the topics just written, read back (spark/fold.py: the
-    history is scanned for topics once, and the small topics join by broadcast). The
-    subscriptions' winning ids stay cached during their write and are released after
-    it."""
-    live_topics(found).write.mode("overwrite").parquet(f"{url}/{FULL_TOPICS}")
-    written = spark.read.schema(TOPIC_SCHEMA).parquet(f"{url}/{FULL_TOPICS}")
-    subscriptions, ids = live_subscriptions_and_ids(found, at_ms, written)
-    try:
-        subscriptions.write.mode("overwrite").parquet(f"{url}/{FULL_SUBSCRIPTIONS}")
-    finally:
-        ids.unpersist()
-
-
-def write_changes(found: History, url: str) -> None:
-    """The change layer of ``found`` (the events after the previous snapshot) under
-    ``url``: per key, its last event and whether the key is still there."""
-    topics, subscriptions = changes(found)
-    topics.write.mode("overwrite").parquet(f"{url}/{CHANGED_TOPICS}")
-    subscriptions.write.mode("overwrite").parquet(f"{url}/{CHANGED_SUBSCRIPTIONS}")
 
 
 class SnapshotJob:
