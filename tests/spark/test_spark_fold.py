@@ -203,7 +203,8 @@ def across_the_boundary() -> tuple[list[Entry], list[Entry]]:
             topic_created("b", BASE_MS + 101, settings='{"v":2}'),
             subscribed("b", "w2@example.com", LATER),
             subscribed("a", "y@example.com", LATER, at=BASE_MS + 103),
-            ended("a", "v@example.com"),
+            # an end that names the lease it ended (still running): gone all the same
+            ended("a", "v@example.com", expires_ms=str(LATER)),
             subscribed("a", "u@example.com", LATER + 5, kind="subscription.renewed"),
             ended("c", "x@example.com", sid="1"),
             subscribed("c", "x@example.com", LATER, sid="1", selector="p > 9"),
