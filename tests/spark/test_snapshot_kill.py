@@ -43,6 +43,7 @@ from tests.spark.test_snapshot_job import exported_ids, redis_catalogue, setting
 from tests.support.pubsub_events import BASE_MS, append, random_log, shifted
 from tests.support.redis_server import RedisServer
 from tests.support.spark import properties
+from tests.support.spark_standalone import group_alive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,18 +79,6 @@ def job_env(
         PAUSE_AT_ENV: point,
         PAUSE_FILE_ENV: str(ready),
     }
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs (a zombie does not)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 def run_and_kill(env: dict[str, str]) -> None:
