@@ -10,12 +10,21 @@ core.
 Back-pressure: writes honour ``pause_writing``/``resume_writing`` (``await drain()``);
 reading pauses while more than :data:`HIGH_WATER_MESSAGES` received messages wait for the
 application and resumes below :data:`LOW_WATER_MESSAGES` (uvicorn's flow control).
+
+SASL as a listener: the exchange for each SASL start comes from
+:attr:`BeepConnection.sasl_servers` when set (a factory that sees this connection: its
+peer, which a guessing throttle may refuse, and its local address, which DIGEST-MD5's
+digest-uri may name), else from the session config's factory. :meth:`BeepConnection.hold`
+holds a failed exchange's answer (RFC 4422 section 6.2), so that the delay is paid
+before the verdict, not after it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 import ssl
 from collections import deque
@@ -28,7 +37,7 @@ from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.errors import BeepError
 from apexmesh.beep.management import ProfileOffer
 from apexmesh.beep.session import Role, Session, SessionConfig, State
-from apexmesh.beep.tuning import SaslClient
+from apexmesh.beep.tuning import SaslClient, SaslServer, SaslServerFactory
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +92,13 @@ class Incoming:
     payload: bytes
 
     def reply(self, payload: bytes) -> None:
-        """Send the positive reply."""
-        self.channel.conn.call(lambda s: s.send_rpy(self.channel.number, self.msgno, payload))
+        """Send the positive reply (what :meth:`BeepConnection.call` does, without a
+        closure: an endpoint or a relay answers every data it receives)."""
+        channel = self.channel
+        conn = channel.conn
+        conn.raise_if_closed()
+        conn.session.send_rpy(channel.number, self.msgno, payload)
+        conn._acted()
 
     def error(self, payload: bytes) -> None:
         """Send the negative reply."""
@@ -138,15 +152,34 @@ class Channel:
 
     async def receive(self) -> Incoming:
         """Wait for the next MSG from the peer; raise once the channel or session ended."""
+        if not self._incoming:
+            await self._incoming_queued()
+        item = self._incoming.popleft()
+        self.conn.message_consumed()
+        return item
+
+    async def _incoming_queued(self) -> None:
+        """Wait until a MSG is queued; raise once the channel or session ended."""
         while not self._incoming:
             self.conn.raise_if_closed()
             if self.ended:
                 raise ConnectionClosedError(f"channel {self.number} closed")
             self._incoming_ready.clear()
             await self._incoming_ready.wait()
-        item = self._incoming.popleft()
-        self.conn.message_consumed()
-        return item
+
+    async def receive_batch(self) -> list[Incoming]:
+        """Wait for the next MSG from the peer and take it with every MSG queued behind
+        it, in order (those of one read from the socket, mostly): a reader that handles
+        them in a loop pays one await per batch, not per MSG. Raises as :meth:`receive`.
+
+        Reading from the socket resumes once the batch is taken, so while its reader
+        works through one batch at most about :data:`HIGH_WATER_MESSAGES` more queue."""
+        if not self._incoming:
+            await self._incoming_queued()
+        items = list(self._incoming)
+        self._incoming.clear()
+        self.conn.message_consumed(len(items))
+        return items
 
     async def close(self, code: int = ReplyCode.SUCCESS) -> None:
         """Close the channel (RFC 3080 section 2.3.1.3)."""
@@ -183,6 +216,10 @@ StartHandler = Callable[
     ["BeepConnection", ev.ChannelStartRequested], Awaitable[AcceptChannel | RejectChannel]
 ]
 
+#: Builds the server side of one SASL exchange the peer starts on this connection:
+#: (connection, mechanism, tls_active) -> exchange, or None when it is not offered.
+ConnectionSaslFactory = Callable[["BeepConnection", str, bool], SaslServer | None]
+
 
 class BeepConnection(asyncio.Protocol):
     """One BEEP session over one TCP connection. See the module docstring."""
@@ -196,6 +233,11 @@ class BeepConnection(asyncio.Protocol):
         server_hostname: str | None = None,
         on_start: StartHandler | None = None,
     ) -> None:
+        config = config or SessionConfig()
+        if config.sasl_server is not None:
+            config = dataclasses.replace(
+                config, sasl_server=functools.partial(self._sasl_server, config.sasl_server)
+            )
         self.session = Session(role, config)
         self.loop = asyncio.get_running_loop()
         self.ssl_context = ssl_context
@@ -203,6 +245,11 @@ class BeepConnection(asyncio.Protocol):
         self.on_start = on_start
         self.transport: asyncio.Transport | None = None
         self.peer_address: object = None
+        #: This side's address of the connection (``sockname``): what the peer dialled.
+        self.local_address: object = None
+        #: Builds the exchanges of SASL starts on this connection when set (module
+        #: docstring); the session config's factory otherwise.
+        self.sasl_servers: ConnectionSaslFactory | None = None
         #: Told of every SASL exchange this peer refused as the server (audit).
         self.on_auth_failed: Callable[[BeepConnection, ev.AuthenticationFailed], None] | None = None
         self.greeting: asyncio.Future[ev.GreetingReceived] = self.loop.create_future()
@@ -221,6 +268,8 @@ class BeepConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self._end: ConnectionClosedError | None = None
         self._held: asyncio.TimerHandle | None = None
+        #: True while a :meth:`hold` keeps what the session queued from the socket.
+        self._output_held = False
 
     # ------------------------------------------------------------- asyncio.Protocol
 
@@ -228,6 +277,7 @@ class BeepConnection(asyncio.Protocol):
         # A stream transport (TCP or TLS); uvloop's are not asyncio.Transport subclasses.
         self.transport = cast("asyncio.Transport", transport)
         self.peer_address = transport.get_extra_info("peername")
+        self.local_address = transport.get_extra_info("sockname")
         self.session.touch(self.loop.time())
         self._dispatch(self.session.pending_events())
         self._transmit()
@@ -251,6 +301,7 @@ class BeepConnection(asyncio.Protocol):
         if self._held is not None:
             self._held.cancel()
             self._held = None
+        self._output_held = False
         self.transport = None
 
     def pause_writing(self) -> None:
@@ -273,13 +324,19 @@ class BeepConnection(asyncio.Protocol):
         """Run a session action, then dispatch its events and send its output."""
         self.raise_if_closed()
         result = action(self.session)
-        self._dispatch(self.session.pending_events())
+        self._acted()
+        return result
+
+    def _acted(self) -> None:
+        """After a session action: dispatch its events and schedule the write."""
+        events = self.session.pending_events()
+        if events:
+            self._dispatch(events)
         if not self._transmit_scheduled:
             # Coalesce the output of every action taken in this loop iteration into one
             # write: pipelined sends and replies then cost one syscall, not one each.
             self._transmit_scheduled = True
             self.loop.call_soon(self._transmit)
-        return result
 
     def raise_if_closed(self) -> None:
         """Raise :class:`ConnectionClosedError` once the session has ended."""
@@ -325,7 +382,11 @@ class BeepConnection(asyncio.Protocol):
 
         Bounded: a peer that does not answer the release within ``timeout`` seconds, or
         channel tasks that do not finish within it, do not keep the connection open.
+        Output held by :meth:`hold` goes out first (a held answer precedes the close).
         """
+        if self._output_held and self._held is not None:
+            self._held.cancel()
+            self._end_hold()
         try:
             if self._end is None and self.session.state is State.OPEN:
                 self._release = self.loop.create_future()
@@ -344,9 +405,9 @@ class BeepConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def message_consumed(self) -> None:
-        """A queued message was taken by the application (read back-pressure)."""
-        self._queued_messages -= 1
+    def message_consumed(self, count: int = 1) -> None:
+        """Queued messages were taken by the application (read back-pressure)."""
+        self._queued_messages -= count
         if self._reading_paused and self._queued_messages <= LOW_WATER_MESSAGES:
             self._reading_paused = False
             if self.transport is not None and self._held is None:
@@ -362,18 +423,41 @@ class BeepConnection(asyncio.Protocol):
         self.transport.pause_reading()
         self._held = self.loop.call_later(seconds, self._end_hold)
 
+    def hold(self, seconds: float) -> None:
+        """Send and read nothing for ``seconds``, then send what the session queued
+        meanwhile; a later hold extends it. The listener's delay after a failed SASL
+        exchange (RFC 4422 section 6.2): called while the failure is dispatched, it
+        holds the failure's own answer, so a peer that opens a new session for every
+        guess still waits for each verdict."""
+        if self.transport is None or seconds <= 0:
+            return
+        self._output_held = True
+        self.hold_reading(seconds)
+
     def _end_hold(self) -> None:
         self._held = None
         if self.transport is not None and not self._reading_paused:
             self.transport.resume_reading()
+        if self._output_held:
+            self._output_held = False
+            self._transmit()
+
+    def _sasl_server(
+        self, configured: SaslServerFactory, mechanism: str, tls_active: bool
+    ) -> SaslServer | None:
+        """The session's SASL factory: :attr:`sasl_servers` when set, else the config's."""
+        if self.sasl_servers is not None:
+            return self.sasl_servers(self, mechanism, tls_active)
+        return configured(mechanism, tls_active)
 
     # ------------------------------------------------------------- internals
 
     def _transmit(self) -> None:
         self._transmit_scheduled = False
-        data = self.session.data_to_send()
-        if data and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+        if not self._output_held:
+            data = self.session.data_to_send()
+            if data and self.transport is not None and not self.transport.is_closing():
+                self.transport.write(data)
         when = self.session.get_timer()
         timer = self._timer
         if timer is not None:

@@ -30,11 +30,13 @@ async def connect(
     server_hostname: str | None = None,
     on_start: StartHandler | None = None,
     timeout: float = 10.0,  # noqa: ASYNC109  (covers connect and greeting together)
+    local_host: str | None = None,
 ) -> BeepConnection:
     """Connect to a BEEP listener and wait for its greeting.
 
     ``ssl_context`` is used for TLS tuning (``await conn.start_tls()``), not for the
     initial connection: BEEP starts in plaintext and tunes (RFC 3080 section 3).
+    ``local_host`` picks the source address (a host with several), any port.
     """
     loop = asyncio.get_running_loop()
 
@@ -47,7 +49,10 @@ async def connect(
             on_start=on_start,
         )
 
-    _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port), timeout)
+    local = None if local_host is None else (local_host, 0)
+    _, conn = await asyncio.wait_for(
+        loop.create_connection(factory, host, port, local_addr=local), timeout
+    )
     await asyncio.wait_for(conn.wait_ready(), timeout)
     return conn
 

@@ -116,8 +116,6 @@ def _parse_general(payload: bytes) -> Payload:
 CONTROL_ID: Final = "apex-control"
 
 _CANONICAL_START: Final = b'Content-Type: multipart/related; boundary="'
-#: A boundary :func:`build_payload` writes: 1 to 70 plain characters, quoted.
-_CANONICAL_BOUNDARY: Final = re.compile(rb"[0-9A-Za-z_.\-]{1,70}")
 
 
 #: A content part's header block as :func:`build_payload` writes it: these, around its
@@ -133,26 +131,19 @@ _CANONICAL_MEDIA: Final = re.compile(rb"[a-z0-9][a-z0-9!#$&^_.+\-]*/[a-z0-9][a-z
 _CANONICAL_ID_OCTETS: Final = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_.@-"
 
 
-class _Shape(NamedTuple):
-    """What :func:`build_payload` writes around the parts for one boundary."""
-
-    #: Entity header, the first delimiter and the control part's headers.
-    head: bytes
-    #: The delimiter before a content part and the start of its Content-Type header.
-    part: bytes
-    #: The close delimiter ending the payload.
-    close: bytes
-
-
-@functools.lru_cache(maxsize=64)
-def _canonical_shape(boundary: bytes) -> _Shape | None:
-    """The layout around the parts for ``boundary`` (a sender keeps its boundary, so
-    this is made once per sender), from :func:`_layout` as the builder writes it; None
-    when it is not a plain-character boundary."""
-    if _CANONICAL_BOUNDARY.fullmatch(boundary) is None:
-        return None
-    head, delimiter, close = _layout(boundary.decode("ascii"))
-    return _Shape(head, b"\r\n" + delimiter + _PART_TYPE, close)
+#: What :func:`build_payload` writes between the boundary parameter's closing quote and
+#: the first delimiter's boundary, and after that boundary up to the control document.
+_CANONICAL_PARAMS: Final = f'"; start="<{CONTROL_ID}>"; type="{BEEP_XML}"\r\n\r\n--'.encode()
+_CANONICAL_CONTROL: Final = (
+    f"\r\nContent-Type: {BEEP_XML}\r\nContent-ID: <{CONTROL_ID}>\r\n\r\n".encode()
+)
+#: The octets of a boundary :func:`build_payload` writes (deleted by ``bytes.translate``:
+#: what remains is not one).
+_CANONICAL_BOUNDARY_OCTETS: Final = (
+    b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_.-"
+)
+#: The close delimiter after its dash-boundary.
+_CLOSE_END: Final = b"--\r\n"
 
 
 @functools.lru_cache(maxsize=256)
@@ -180,22 +171,36 @@ def _canonical(payload: bytes) -> Payload | None:
     in a body, padding, a preamble or epilogue, other headers) takes the general path.
 
     Every data a relay or an endpoint receives comes through here, so it compares
-    octets rather than run patterns: the layout around the parts is made once per
-    boundary, a media type checked once per type, and the tuples built without
-    Python-level constructors."""
+    octets in place rather than run patterns or build the expected layout: relays
+    derive the boundary from the content, a new one for every publication, so nothing
+    is made per boundary; a media type is checked once per type, and the tuples are
+    built without Python-level constructors."""
     quote = payload.find(b'"', _BOUNDARY_START, _BOUNDARY_START + 71)
-    shape = _canonical_shape(payload[_BOUNDARY_START:quote]) if quote > 0 else None
-    if shape is None or not payload.startswith(shape.head):
+    if quote <= _BOUNDARY_START:
         return None
-    control_start = len(shape.head)
+    boundary = payload[_BOUNDARY_START:quote]
+    if boundary.translate(None, _CANONICAL_BOUNDARY_OCTETS):
+        return None
+    at = quote + len(_CANONICAL_PARAMS)
+    if not payload.startswith(_CANONICAL_PARAMS, quote) or not payload.startswith(boundary, at):
+        return None
+    at += len(boundary)
+    if not payload.startswith(_CANONICAL_CONTROL, at):
+        return None
+    control_start = at + len(_CANONICAL_CONTROL)
     # Any CRLF "--" in a part sends the payload to the general splitter, which decides
     # whether it is a delimiter; short needles keep these searches cheap. They start at
     # the CRLF ending a header block: a part beginning with the dash-boundary makes that
     # CRLF part of a delimiter.
     control_end = payload.find(b"\r\n--", control_start - 2)
-    if control_end < control_start or not payload.startswith(shape.part, control_end):
+    at = control_end + 4 + len(boundary)
+    if (
+        control_end < control_start
+        or not payload.startswith(boundary, control_end + 4)
+        or not payload.startswith(_PART_TYPE, at)
+    ):
         return None
-    media_start = control_end + len(shape.part)
+    media_start = at + len(_PART_TYPE)
     media_end = payload.find(b"\r\n", media_start, media_start + _CANONICAL_FIELD_MAX)
     known_media = _canonical_media(payload[media_start:media_end]) if media_end > 0 else None
     if known_media is None or not payload.startswith(_PART_MIDDLE, media_end):
@@ -208,12 +213,12 @@ def _canonical(payload: bytes) -> Payload | None:
     if raw_id.translate(None, _CANONICAL_ID_OCTETS) or raw_id == _CONTROL_ID_OCTETS:
         return None  # the general path reads it (or gives the control's Content-ID its error)
     body_start = id_end + len(_PART_END)
-    close = shape.close
-    body_end = len(payload) - len(close)
+    body_end = len(payload) - len(boundary) - 8  # CRLF "--" boundary "--" CRLF
     if (
         body_end < body_start
         or payload.find(b"\r\n--", body_start - 2) != body_end
-        or not payload.endswith(close)
+        or not payload.startswith(boundary, body_end + 4)
+        or not payload.endswith(_CLOSE_END)
     ):
         return None
     content_type, headers = known_media

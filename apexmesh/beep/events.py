@@ -80,6 +80,23 @@ class MessageReceived(Event):
     payload: bytes
 
 
+_new_event = object.__new__
+_SET_MESSAGE_CHANNEL = MessageReceived.__dict__["channel"].__set__
+_SET_MESSAGE_MSGNO = MessageReceived.__dict__["msgno"].__set__
+_SET_MESSAGE_PAYLOAD = MessageReceived.__dict__["payload"].__set__
+
+
+def message_received(channel: int, msgno: int, payload: bytes) -> MessageReceived:
+    """``MessageReceived(channel=..., msgno=..., payload=...)``, made by setting its slots:
+    the session makes one for every MSG an endpoint or a relay receives, and the frozen
+    dataclass's keyword constructor costs twice as much (its fields need no check)."""
+    event = _new_event(MessageReceived)
+    _SET_MESSAGE_CHANNEL(event, channel)
+    _SET_MESSAGE_MSGNO(event, msgno)
+    _SET_MESSAGE_PAYLOAD(event, payload)
+    return event
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplyReceived(Event):
     """A complete positive reply (RPY) to one of this peer's messages arrived."""
@@ -200,6 +217,9 @@ class AuthenticationFailed(Event):
     #: The diagnostic: the server's error text on the client side, the reason the
     #: exchange failed on the server side (for its log; the client is told less).
     text: str = ""
+    #: Server side: the authentication identity the client claimed, when the exchange
+    #: read one (known to the server or not); None otherwise.
+    identity: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

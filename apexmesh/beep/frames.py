@@ -31,6 +31,7 @@ _DATA_HEADER: Final = re.compile(
 _SEQ_HEADER: Final = re.compile(rb"SEQ ([0-9]{1,10}) ([0-9]{1,10}) ([0-9]{1,10})\r\n")
 _KEYWORDS: Final = (b"MSG ", b"RPY ", b"ERR ", b"ANS ", b"NUL ", b"SEQ ")
 _KEYWORD_NAMES: Final = {b"MSG": MSG, b"RPY": RPY, b"ERR": ERR, b"ANS": ANS, b"NUL": NUL}
+_KEYWORD_OCTETS: Final = {name: octets for octets, name in _KEYWORD_NAMES.items()}
 
 
 class Frame(NamedTuple):
@@ -63,6 +64,11 @@ class SeqFrame(NamedTuple):
     window: int
 
 
+#: Builds a NamedTuple from a tuple of its fields without its Python-level ``__new__``
+#: (a frame is made for every frame received).
+_new_tuple = tuple.__new__
+
+
 def encode_frame(
     keyword: str,
     channel: int,
@@ -73,12 +79,18 @@ def encode_frame(
     ansno: int | None = None,
 ) -> bytes:
     """Return the octets of one data frame (header, payload, trailer)."""
-    flag = "*" if more else "."
-    if ansno is None:
-        header = f"{keyword} {channel} {msgno} {flag} {seqno} {len(payload)}\r\n"
-    else:
-        header = f"{keyword} {channel} {msgno} {flag} {seqno} {len(payload)} {ansno}\r\n"
-    return b"".join((header.encode("ascii"), payload, TRAILER))
+    # Formatted as octets, not text then encoded: every reply an endpoint or a relay
+    # sends is framed here.
+    header = b"%b %d %d %b %d %d" % (
+        _KEYWORD_OCTETS[keyword],
+        channel,
+        msgno,
+        b"*" if more else b".",
+        seqno,
+        len(payload),
+    )
+    end = b"\r\n" if ansno is None else b" %d\r\n" % ansno
+    return b"".join((header, end, payload, TRAILER))
 
 
 def encode_seq(channel: int, ackno: int, window: int) -> bytes:
@@ -186,7 +198,7 @@ class FrameReader:
         payload = buf[start:end]
         if type(payload) is not bytes:
             payload = bytes(payload)
-        return Frame(keyword, channel, msgno, more_b == b"*", seqno, payload, ansno)
+        return _new_tuple(Frame, (keyword, channel, msgno, more_b == b"*", seqno, payload, ansno))
 
     def _next_other(self, buf: bytes | bytearray, pos: int, avail: int) -> SeqFrame | None:
         match = _SEQ_HEADER.match(buf, pos)

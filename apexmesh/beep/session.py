@@ -305,9 +305,12 @@ class Session:
             return self._take_events()
         self._reader.feed(data)
         seq_due: dict[int, Channel] = {}
+        next_frame = self._reader.next_frame
         try:
-            while self._receiving():
-                frame = self._reader.next_frame()
+            # Every frame of the chunk in one pass (the state is read inline: a frame can
+            # end the session or start tuning, and nothing is read after that).
+            while self.state is not State.TUNING and self.state is not State.CLOSED:
+                frame = next_frame()
                 if frame is None:
                     break
                 if type(frame) is SeqFrame:
@@ -405,7 +408,40 @@ class Session:
         return self._queue_msg(ch, payload)
 
     def send_rpy(self, channel: int, msgno: int, payload: bytes) -> None:
-        """Queue the positive reply to the peer's MSG ``msgno``."""
+        """Queue the positive reply to the peer's MSG ``msgno``.
+
+        The reply to the oldest MSG awaiting one (the usual case: replies in the order
+        the MSGs came, section 2.6.1), when nothing else waits to be sent and it fits the
+        peer's window in one frame, is framed at once: the octets are those the general
+        path (queue, then :meth:`_flush`) writes, without its bookkeeping."""
+        ch = self._channels.get(channel)
+        if (
+            ch is not None
+            and channel
+            and not ch.held
+            and ch.peer_msgs
+            and ch.peer_msgs[0] == msgno
+            and not self._active
+            and ch.gate_open
+            and len(payload) <= ch.send_credit
+            and len(payload) <= self.config.max_frame_octets
+            and self.state is State.OPEN
+            and not self._send_blocked
+            and not self._ended
+        ):
+            ch.peer_msgs.popleft()
+            ch.peer_msg_set.discard(msgno)
+            answered = ch.unanswered.pop(msgno, 0)
+            if answered:
+                # The application took responsibility for the MSG: its octets leave
+                # the window (RFC 3081 section 3.1.3), which may now slide.
+                ch.unanswered_octets -= answered
+                self._maybe_send_seq(ch)
+            size = len(payload)
+            self._out.append(encode_frame(RPY, channel, msgno, False, ch.send_seqno, payload))
+            ch.send_seqno = (ch.send_seqno + size) % SEQNO_MODULUS
+            ch.send_credit -= size
+            return
         self._queue_reply(self._data_channel(channel), msgno, RPY, payload, final=True)
 
     def send_err(self, channel: int, msgno: int, payload: bytes) -> None:
@@ -621,6 +657,25 @@ class Session:
 
     def _on_msg_frame(self, ch: Channel, frame: Frame) -> None:
         msgno = frame.msgno
+        if not frame.more and ch.in_msgno is None and ch.number and ch.sasl_server is None:
+            # A whole MSG in one frame on a data channel (nearly every message a relay or
+            # an endpoint receives): the general path below without reassembly state,
+            # every check kept; anything over a limit takes the general path.
+            if msgno in ch.peer_msg_set:
+                raise FramingError(f"MSG {msgno} reused while its reply is pending")
+            payload = frame.payload
+            size = len(payload)
+            if (
+                size <= self.config.max_message_octets
+                and len(ch.peer_msgs) < MAX_OUTSTANDING_MSGS
+                and self._buffered + size <= MAX_SESSION_BUFFERED_OCTETS
+            ):
+                ch.peer_msgs.append(msgno)
+                ch.peer_msg_set.add(msgno)
+                ch.unanswered[msgno] = size
+                ch.unanswered_octets += size
+                self._events.append(ev.message_received(ch.number, msgno, payload))
+                return
         if ch.in_msgno is None:
             if msgno in ch.peer_msg_set:
                 raise FramingError(f"MSG {msgno} reused while its reply is pending")
@@ -952,6 +1007,7 @@ class Session:
                     code=exchange.failure_code or ReplyCode.AUTH_FAILURE,
                     server_side=True,
                     text=exchange.failure_text,
+                    identity=exchange.claimed_identity,
                 )
             )
 

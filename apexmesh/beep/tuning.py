@@ -89,6 +89,11 @@ class SaslServer(Protocol):
         """Why the exchange failed (for the log), "" when it did not."""
         ...
 
+    @property
+    def claimed_identity(self) -> str | None:
+        """The identity the client claimed, when the exchange read one (even on failure)."""
+        ...
+
     def handle_start(self, piggyback: str | None) -> str:
         """Content for the positive reply's profile element (blob or error)."""
         ...

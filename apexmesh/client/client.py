@@ -24,7 +24,7 @@ import contextlib
 import functools
 import logging
 import ssl
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Final
 
@@ -126,7 +126,7 @@ def _texts(recipients: tuple[Recipient, ...]) -> tuple[str, ...]:
     return tuple(str(r.identity) for r in recipients)
 
 
-async def _put_all(attachments: list[Attachment], received: ReceivedData) -> None:
+async def _put_all(attachments: Sequence[Attachment], received: ReceivedData) -> None:
     """Queue ``received`` for each attachment, waiting for room where a queue is full."""
     for attachment in attachments:
         if not attachment._offer(received):
@@ -423,17 +423,20 @@ class ApexClient:
     async def _read(self, channel: Channel) -> None:
         try:
             while True:
-                incoming = await channel.receive()
-                try:
-                    waiting = self._handle(incoming)
-                    if waiting is not None:
-                        await waiting
-                except (ConnectionClosedError, SessionClosedError):
-                    raise
-                except Exception:  # one bad message must not stop the reader
-                    logger.exception("handling an APEX message failed")
-                    with contextlib.suppress(BeepError):
-                        incoming.error(_error_payload(ApexReplyCode.ACTION_ABORTED, "local error"))
+                # Every MSG of a read at once: one await per batch, not per delivery.
+                for incoming in await channel.receive_batch():
+                    try:
+                        waiting = self._handle(incoming)
+                        if waiting is not None:
+                            await waiting
+                    except (ConnectionClosedError, SessionClosedError):
+                        raise
+                    except Exception:  # one bad message must not stop the reader
+                        logger.exception("handling an APEX message failed")
+                        with contextlib.suppress(BeepError):
+                            incoming.error(
+                                _error_payload(ApexReplyCode.ACTION_ABORTED, "local error")
+                            )
         except (ConnectionClosedError, SessionClosedError):
             pass
         finally:
@@ -465,8 +468,14 @@ class ApexClient:
         self, incoming: Incoming, data: Data, parts: Mapping[str, MimePart]
     ) -> Awaitable[None] | None:
         """RFC 3340 section 4.4.4.2: ok when some recipient is attached here, else 550."""
+        recipients = data.recipients
+        if len(recipients) == 1:
+            # One recipient (every delivery of a fan-out, most data): no list to build.
+            attachment = self._by_endpoint.get(recipients[0].identity)
+            if attachment is not None and attachment.state is AttachmentState.ATTACHED:
+                return self._deliver(incoming, data, parts, (attachment,))
         targets: list[Attachment] = []
-        for recipient in data.recipients:
+        for recipient in recipients:
             attachment = self._by_endpoint.get(recipient.identity)
             if attachment is None:
                 continue
@@ -482,6 +491,17 @@ class ApexClient:
                 _error_payload(ApexReplyCode.ACTION_NOT_TAKEN, "no recipient is attached here")
             )
             return None
+        return self._deliver(incoming, data, parts, targets)
+
+    def _deliver(
+        self,
+        incoming: Incoming,
+        data: Data,
+        parts: Mapping[str, MimePart],
+        targets: Sequence[Attachment],
+    ) -> Awaitable[None] | None:
+        """Answer ``data`` ok and queue it for ``targets`` (attached here), or answer the
+        error its content reference gets (section 4.1)."""
         response = (
             None
             if data.originator.identity.address != _REPORT_ADDRESS

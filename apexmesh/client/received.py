@@ -70,17 +70,25 @@ def decode_data(
     else:
         content, content_type = resolved.content, BEEP_XML
     recipients = data.recipients
-    return ReceivedData(
-        data.originator.identity,
-        (recipients[0].identity,)
-        if len(recipients) == 1
-        else tuple(r.identity for r in recipients),
-        content,
-        content_type,
-        data.options,
-        data,
-        status_response,
+    return _new_tuple(
+        ReceivedData,
+        (
+            data.originator.identity,
+            (recipients[0].identity,)
+            if len(recipients) == 1
+            else tuple(r.identity for r in recipients),
+            content,
+            content_type,
+            data.options,
+            data,
+            status_response,
+        ),
     )
+
+
+#: Builds a NamedTuple from a tuple of its fields without its Python-level ``__new__``
+#: (one for every data an endpoint receives).
+_new_tuple = tuple.__new__
 
 
 __all__ = ["ReceivedData", "decode_data"]

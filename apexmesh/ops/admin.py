@@ -21,11 +21,19 @@ configured the admin API refuses every call.
 A service adds its own routes as :class:`fastapi.APIRouter` objects built with the
 :class:`Guard` dependencies (``services/<name>/admin.py``); :func:`create_admin_app`
 adds ``GET /v1/info``, which every service answers the same way.
+
+A route that needs Redis while Redis cannot answer (down, restarting, loading its data,
+a cluster without a master for a slot) answers **503** with the reason and a
+``Retry-After``, the way ``/readyz`` reports the same condition, instead of the 500 of an
+unhandled exception: the operator learns that the service is fine and its store is not,
+and retries. It is done here once, as an exception handler of every service's admin
+app (:data:`REDIS_UNAVAILABLE`), not route by route; any other error stays a 500.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -33,17 +41,37 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, Security
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
+from redis import exceptions as redis_errors
 
 from apexmesh import __version__
 from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.settings import AdminTokens
 
+_log = logging.getLogger(__name__)
+
 #: Where the admin app is mounted on a service's HTTP port.
 ADMIN_PREFIX: Final = "/admin"
 #: The version prefix of every admin route (``/admin/v1/...``).
 API_VERSION: Final = "/v1"
+
+#: Redis failures that mean "Redis cannot answer now", not "this request is wrong":
+#: no connection (refused, reset, the pool's wait for a free one ran out, redis-py's
+#: ``ConnectionError`` and its ``BusyLoadingError`` while a restarted server loads its
+#: AOF), a command that timed out, and a cluster that is down, failing over
+#: (``TRYAGAIN``) or whose node was just demoted to a read-only replica.
+REDIS_UNAVAILABLE: Final = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.ClusterDownError,
+    redis_errors.TryAgainError,
+    redis_errors.ReadOnlyError,
+)
+#: Seconds an operator is asked to wait before trying again (``Retry-After``): about a
+#: restarted Redis's time to load a small AOF.
+RETRY_AFTER_SECONDS: Final = 5
 
 
 class Role(enum.IntEnum):
@@ -64,6 +92,7 @@ GUARDED: Final[dict[int | str, dict[str, Any]]] = {
     400: {"model": Problem, "description": "a value the schema allows but the service cannot use"},
     401: {"model": Problem, "description": "no or an unknown bearer token"},
     403: {"model": Problem, "description": "the token's role may not do this"},
+    503: {"model": Problem, "description": "the service's Redis cannot answer now; retry"},
 }
 #: The documented answers of a guarded route about one named thing.
 GUARDED_ONE: Final[dict[int | str, dict[str, Any]]] = {
@@ -208,12 +237,29 @@ def create_admin_app(service: str, spec: AdminSpec, ready: ReadinessProbe) -> Fa
     app.include_router(info, prefix=API_VERSION, tags=["service"])
     for router in spec.routers:
         app.include_router(router, prefix=API_VERSION)
+    for error in REDIS_UNAVAILABLE:
+        app.add_exception_handler(error, _redis_unavailable)
     return app
+
+
+async def _redis_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """503 for a route that needed Redis while it could not answer (module docstring).
+    The reason is redis-py's own text (the address and the failure), as ``/readyz``
+    gives it; the operator who may read the admin API may read that."""
+    reason = f"redis unreachable: {type(exc).__name__}: {exc}"[:500]
+    _log.warning("admin %s %s: %s", request.method, request.url.path, reason)
+    return JSONResponse(
+        status_code=503,
+        content={"detail": reason},
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 __all__ = [
     "ADMIN_PREFIX",
     "API_VERSION",
+    "REDIS_UNAVAILABLE",
+    "RETRY_AFTER_SECONDS",
     "AdminSpec",
     "GUARDED",
     "GUARDED_ONE",

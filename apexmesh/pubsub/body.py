@@ -12,9 +12,13 @@ types" (7.2, 7.3). What identifiers mean then follows from the draft's own rules
   root element";
 - so a ``text/*`` body is the text of one element, ``message-content``
   (:data:`~apexmesh.pubsub.selection.types.DEFAULT_ROOT`): ``(message-content=*XMPL*)``
-  or ``message-content LIKE '%XMPL%'`` search it, ``=`` compares the whole text (outer
-  white space removed, as for every element). Markup in it (``text/html``) is text too:
-  "text processing", not an HTML parser guessing at elements;
+  or ``message-content LIKE '%XMPL%'`` search it, ``=`` compares the whole text. The
+  white space around a text body (indentation, the final newline of a text file) is
+  not part of the text searched: "text processing" reads the document, not its layout.
+  Inside an XML body, by contrast, an element's text is compared exactly as its type
+  keeps it (:func:`~apexmesh.pubsub.selection.types.convert`). Markup in a text body
+  (``text/html``) is text too: "text processing", not an HTML parser guessing at
+  elements;
 - XML is what the draft's messages are (5.2): inline ``data-content``
   (application/beep+xml) and the XML media types (``*/xml``, ``*/*+xml``) are read as
   elements, one root as it is (the ``message-content`` envelope, or a bare body), XML
@@ -46,7 +50,7 @@ from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import Element
 from apexmesh.pubsub._fields import pubsub_tag
 from apexmesh.pubsub.message import ParsedMessage, message_from
-from apexmesh.pubsub.selection.types import DEFAULT_ROOT, MessageView
+from apexmesh.pubsub.selection.types import DEFAULT_ROOT, XML_WHITESPACE, MessageView
 
 #: The media type of inline content (RFC 3340 section 4.1).
 INLINE_TYPE: Final = "application/beep+xml"
@@ -106,7 +110,7 @@ class Body:
     def view(self) -> MessageView | None:
         """The identifiers selectors read; None for a body not processed."""
         if self.kind is BodyKind.TEXT:
-            return MessageView.of_text(self.text)
+            return MessageView.of_text(self.text.strip(XML_WHITESPACE))  # module docstring
         if isinstance(self.message, ParsedMessage):
             return MessageView.of(self.message.root)
         if self.message is not None:

@@ -26,10 +26,9 @@ from apexmesh.apex.associations import Binding
 from apexmesh.apex.holding import HOLD_FOR_ENDPOINT, TIMING_OPTIONS
 from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
 from apexmesh.apex.party import PARTY_OPTIONS
-from apexmesh.beep.sasl import SaslServerExchange, StaticCredentials
+from apexmesh.beep.sasl import SaslServers, StaticCredentials
 from apexmesh.beep.sasl.throttle import FailureThrottle
 from apexmesh.beep.session import SessionConfig
-from apexmesh.beep.tuning import SaslServer
 from apexmesh.contracts.relay.v1 import relay_pb2_grpc
 from apexmesh.ops.admin import AdminSpec, Guard
 from apexmesh.ops.audit import AuthFailures
@@ -61,8 +60,6 @@ from services.relay.wellknown import WellKnownServices
 
 _log = logging.getLogger(__name__)
 
-SASL_MECHANISMS = ("SCRAM-SHA-256", "DIGEST-MD5", "PLAIN")
-
 #: Channels to well-known services spread calls over every address a target resolves
 #: to: in a cluster ``pubsub=dns:///<release>-pubsub-headless:7414`` names every pubsub
 #: pod, and the pods the autoscaler adds are found when the channel re-resolves (the
@@ -78,10 +75,18 @@ class RelayApp:
         self.registry = service_registry("relay")
         self.metrics = RelayMetrics.create(self.registry)
         self.failures = AuthFailures("relay", self.registry)
+        self.sasl = SaslServers(
+            StaticCredentials(settings.credentials),
+            mechanisms=settings.sasl_mechanisms if settings.credentials else (),
+            realm=settings.domains[0],
+            hosts=settings.host_names or settings.domains,
+            allow_plaintext_without_tls=settings.dev,
+        )
         self.sessions = Sessions(
             self.failures,
             self.metrics.sessions.inc,
             throttle=FailureThrottle(settings.sasl_throttle),
+            sasl=self.sasl,
         )
         self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
         self.keys = Keys(settings.redis_prefix)
@@ -159,7 +164,6 @@ class RelayApp:
         self.hops = HopLog(self.redis, self.keys)
         self.tracer = HopTracer(self.hops, self.router, settings.pod_id) if settings.trace else None
         self.router.tracer = self.tracer
-        self._credentials = StaticCredentials(settings.credentials)
         guard = Guard(settings.admin, self.failures)
         view = RelayView(
             pod_id=settings.pod_id,
@@ -207,24 +211,12 @@ class RelayApp:
             return ssl.create_default_context(cafile=str(self.settings.tls_ca))
         return None
 
-    def _sasl_server(self, mechanism: str, tls_active: bool) -> SaslServer | None:
-        if mechanism not in SASL_MECHANISMS or not self.settings.credentials:
-            return None
-        return SaslServerExchange(
-            mechanism,
-            self._credentials,
-            tls_active=tls_active,
-            allow_plaintext_without_tls=self.settings.dev,
-            realm=self.settings.domains[0],
-            host=self.settings.host_names or self.settings.domains,
-        )
-
     def _session_config(self) -> SessionConfig:
         return SessionConfig(
             profiles=(APEX_PROFILE,),
             tls_available=self.server_ssl is not None,
-            sasl_mechanisms=SASL_MECHANISMS if self.settings.credentials else (),
-            sasl_server=self._sasl_server if self.settings.credentials else None,
+            sasl_mechanisms=self.sasl.mechanisms,
+            sasl_server=self.sasl if self.sasl.mechanisms else None,
             max_message_octets=self.settings.max_message,
             receive_window_octets=64 * 1024,
             idle_seconds=300.0,

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.codes import ApexReplyCode, for_code
 from apexmesh.apex.content import MimePart
 from apexmesh.apex.data import Data, DataContent, Originator
 from apexmesh.apex.endpoint import Endpoint
@@ -56,16 +56,32 @@ def all_shed() -> ApexError:
 
 class Custody:
     """Counts the copies of one data not yet in custody; answers once none is left (see
-    the module docstring). A data whose every copy was shed is refused (421)."""
+    the module docstring). A data whose every copy was shed is refused (421).
 
-    __slots__ = ("_pending", "_sealed", "_shed", "_taken", "future")
+    With ``refuse_transient`` (data a service submits, which owes no report: nobody
+    would learn of a failure) a copy that failed for a transient reason (4xx: the
+    access service unreachable, the next hop down) is not in custody either: when no
+    copy was taken the data is refused with that failure's code, so that the service
+    retries it (a status report survives an access-service outage, issue #34)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    __slots__ = (
+        "_pending",
+        "_refuse_transient",
+        "_sealed",
+        "_shed",
+        "_taken",
+        "_transient",
+        "future",
+    )
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, refuse_transient: bool = False) -> None:
         self.future: asyncio.Future[Answer] = loop.create_future()
         self._pending = 0
         self._taken = False
         self._shed = False
         self._sealed = False
+        self._refuse_transient = refuse_transient
+        self._transient: Outcome | None = None
 
     def hold(self) -> None:
         """One more copy on its way to custody."""
@@ -108,15 +124,25 @@ class Custody:
     def _record(self, outcome: Outcome | None) -> None:
         if outcome is not None and outcome.reason is Reason.SHED:
             self._shed = True
+        elif self._refuse_transient and outcome is not None and _transient(outcome):
+            self._transient = self._transient or outcome
         else:
             self._taken = True
 
     def _finish(self) -> None:
         if self._sealed and self._pending == 0 and not self.future.done():
-            if self._shed and not self._taken:
+            code = None if self._transient is None else for_code(self._transient.code)
+            if code is not None and self._transient is not None and not self._taken:
+                self.future.set_exception(ApexError(code, self._transient.text or "not taken"))
+            elif self._shed and not self._taken:
                 self.future.set_exception(all_shed())
             else:
                 self.future.set_result(None)
+
+
+def _transient(outcome: Outcome) -> bool:
+    code = for_code(outcome.code)
+    return code is not None and code.transient
 
 
 class CustodyOfCopy:

@@ -25,6 +25,7 @@ The module map of the relay's data path:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -50,7 +51,7 @@ from services.relay.flow import DEFAULT_LIMITS, FlowLimits
 from services.relay.holder import Holder, payload_for, timing_state
 from services.relay.jobs import Answer, Custody, Dispatcher, Job
 from services.relay.locations import Locations
-from services.relay.reports import Reporter
+from services.relay.reports import Reporter, may_owe_reports
 from services.relay.routing import party_steps
 from services.relay.timekeeper import Timekeeper, wall_ms
 
@@ -349,9 +350,10 @@ class Router:
         if any(p.process for p in plan.recipients):
             self._check_party_options(data, plan, received_at)
         self.metrics.count(self.metrics.data, "accepted")
-        custody = Custody(asyncio.get_running_loop())
-        parts = tuple(payload.parts.values())
-        self._service_dispatcher.submit(Job(data, plan, parts, raw, received_at, custody=custody))
+        job = Job(data, plan, tuple(payload.parts.values()), raw, received_at)
+        # A failure nobody would learn of is not custody: refused, so the service retries.
+        custody = Custody(asyncio.get_running_loop(), refuse_transient=not may_owe_reports(job))
+        self._service_dispatcher.submit(dataclasses.replace(job, custody=custody))
         return custody.future
 
     def forget(self, channel: ApexChannel) -> None:

@@ -6,10 +6,13 @@ lists them with their peer, TLS, authenticated identity, channels and the attach
 made over them, and closes one on request.
 
 Failed SASL authentications (RFC 4422 section 6.2) are counted and logged
-(:class:`~apexmesh.ops.audit.AuthFailures`) and slowed down: the session reads nothing for
-the throttle's delay, which grows with each failure of the session or of its peer
-address, and at the throttle's maximum the session is released with 421
-(:mod:`apexmesh.beep.sasl.throttle`).
+(:class:`~apexmesh.ops.audit.AuthFailures`) and slowed down by the throttle's policy
+(:mod:`apexmesh.beep.sasl.throttle`): the failure's answer is held (and the session reads
+nothing) for a delay that grows with the failures of its peer address and of the claimed
+identity; at the throttle's maximum the session is released with 421; and a SASL start
+from an address past the throttle's limit is refused with 421 before any credential is
+checked. Each exchange comes from the relay's :class:`~apexmesh.beep.sasl.SaslServers`
+for its connection (DIGEST-MD5 then also accepts the address the session was made to).
 
 Drain (``POST /admin/v1/drain``, the chart's preStop hook): the listeners stop
 accepting, readiness turns false (the Service stops sending new sessions here), and
@@ -28,7 +31,9 @@ from dataclasses import dataclass, field
 from apexmesh.aio import BeepConnection
 from apexmesh.beep import events as ev
 from apexmesh.beep.codes import ReplyCode
+from apexmesh.beep.sasl import RefusedServerExchange, SaslServers
 from apexmesh.beep.sasl.throttle import FailureThrottle
+from apexmesh.beep.tuning import SaslServer
 from apexmesh.ops.audit import AuthFailures
 from services.relay.edge import Mode
 
@@ -44,6 +49,8 @@ class SessionRecord:
     opened_at: float = field(default_factory=time.time)
     #: SASL exchanges this session failed.
     auth_failures: int = 0
+    #: Its last SASL start was refused by the throttle (not a failure of its own).
+    refused: bool = False
 
 
 class Sessions:
@@ -55,11 +62,13 @@ class Sessions:
         on_count: Callable[[int], None],
         *,
         throttle: FailureThrottle | None = None,
+        sasl: SaslServers | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._failures = failures
         self._on_count = on_count
         self._throttle = throttle
+        self._sasl = sasl
         self._clock = clock
         self._closing: set[asyncio.Task[None]] = set()
         self._records: dict[int, SessionRecord] = {}
@@ -74,6 +83,8 @@ class Sessions:
         record = SessionRecord(next(self._ids), conn, mode)
         self._records[record.id] = record
         conn.on_auth_failed = functools.partial(self._auth_failed, record)
+        if self._sasl is not None:
+            conn.sasl_servers = functools.partial(self._sasl_server, record)
         self._on_count(1)
 
         def gone(_: object) -> None:
@@ -82,32 +93,59 @@ class Sessions:
 
         conn.closed.add_done_callback(gone)
 
+    def _sasl_server(
+        self, record: SessionRecord, conn: BeepConnection, mechanism: str, tls_active: bool
+    ) -> SaslServer | None:
+        """The exchange of a SASL start on ``conn``: refused unchecked while its address
+        is past the throttle's limit, else built for this connection."""
+        assert self._sasl is not None  # noqa: S101  (installed only with one)
+        refusal = None
+        if self._throttle is not None:
+            refusal = self._throttle.admit(_host(conn.peer_address), self._clock())
+        if refusal is not None:
+            record.refused = True
+            return RefusedServerExchange(mechanism, refusal.code, refusal.text)
+        return self._sasl.exchange(mechanism, tls_active, local_host=_host(conn.local_address))
+
     def _auth_failed(
         self, record: SessionRecord, conn: BeepConnection, event: ev.AuthenticationFailed
     ) -> None:
-        """Count and log the failure, then hold the session or release it (421)."""
-        record.auth_failures += 1
+        """Count and log the failure, hold its answer, and release the session (421)
+        when the throttle says so or refused the exchange."""
         reason = f"reply code {event.code}" + (f", {event.text}" if event.text else "")
+        if record.refused:
+            record.refused = False
+            self._failures.record(event.mechanism, conn.peer_address, f"{reason}; refused")
+            self._release(conn, 0.0)
+            return
+        record.auth_failures += 1
         if self._throttle is None:
             self._failures.record(event.mechanism, conn.peer_address, reason)
             return
-        address = conn.peer_address
-        host = str(address[0]) if isinstance(address, tuple) and address else str(address)
-        verdict = self._throttle.failed(host, record.auth_failures, self._clock())
-        action = "session closed" if verdict.close else f"session held {verdict.delay:.2f} s"
+        verdict = self._throttle.failed(
+            _host(conn.peer_address), record.auth_failures, self._clock(), event.identity
+        )
+        action = "session closed" if verdict.close else "session held"
         self._failures.record(
             event.mechanism,
-            address,
-            f"{reason}; {verdict.failures} recent failures, {action}",
+            conn.peer_address,
+            f"{reason}; {verdict.failures} recent failures, answer held "
+            f"{verdict.delay:.2f} s, {action}",
         )
+        conn.hold(verdict.delay)  # the answer waits: it is still in the session's output
         if verdict.close:
-            task = asyncio.get_running_loop().create_task(
-                conn.close(ReplyCode.SERVICE_NOT_AVAILABLE, timeout=2.0)
-            )
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-        else:
-            conn.hold_reading(verdict.delay)
+            self._release(conn, verdict.delay)
+
+    def _release(self, conn: BeepConnection, after: float) -> None:
+        """Release ``conn`` with 421 once its held answer has gone (``after`` s)."""
+
+        async def release() -> None:
+            await asyncio.sleep(after)
+            await conn.close(ReplyCode.SERVICE_NOT_AVAILABLE, timeout=2.0)
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def __iter__(self) -> Iterator[SessionRecord]:
         return iter(list(self._records.values()))
@@ -128,6 +166,11 @@ class Sessions:
         self.draining = True
         self.drain_started = time.time()
         return True
+
+
+def _host(address: object) -> str:
+    """The host part of a socket address (a Unix socket's path as it is)."""
+    return str(address[0]) if isinstance(address, tuple) and address else str(address)
 
 
 __all__ = ["SessionRecord", "Sessions"]

@@ -31,10 +31,17 @@
 - ``APEXMESH_RELAY_HOST_NAMES``: host names this relay answers to besides its domains
   and the DNS names of its certificate (DIGEST-MD5 accepts ``beep/NAME`` for each).
 - ``APEXMESH_RELAY_SASL_MAX_FAILURES`` (``5``), ``_SASL_DELAY_MS`` (``500``),
-  ``_SASL_MAX_DELAY_MS`` (``8000``), ``_SASL_WINDOW_SECONDS`` (``600``): failed SASL
-  exchanges (RFC 4422 section 6.2) hold the session for a delay that doubles with each
-  failure; at the maximum, counted per session or per peer address within the window,
-  the session is closed with 421.
+  ``_SASL_MAX_DELAY_MS`` (``8000``), ``_SASL_WINDOW_SECONDS`` (``600``),
+  ``_SASL_REFUSE_AFTER`` (``20``), ``_SASL_IDENTITY_AFTER`` (``10``): the answer to a
+  failed SASL exchange (RFC 4422 section 6.2) is held for a delay that doubles with each
+  failure of the peer's address within the window, held answers of one address in turn;
+  at the maximum (per session or per address) the session is released with 421; past
+  ``_REFUSE_AFTER`` failures an address's SASL starts are refused (421) unchecked; past
+  ``_IDENTITY_AFTER`` failures of one claimed identity from any address its failures are
+  held too (apexmesh/beep/sasl/throttle.py).
+- ``APEXMESH_RELAY_SASL_CRAM_MD5`` (``0``): ``1`` offers CRAM-MD5 (RFC 2195) beside
+  SCRAM-SHA-256, DIGEST-MD5 and PLAIN, for peers that have nothing better; it checks the
+  password of the credentials file, and like PLAIN it is refused before TLS.
 - ``APEXMESH_RELAY_INTEROP_VORTEX_NUL`` (``0``): ``1`` accepts a NUL frame whose payload
   is an empty MIME header, which Vortex 1.1 sends by default (RFC 3080 section 2.2.1.1
   makes it poorly formed: without the setting the session is ended).
@@ -88,6 +95,7 @@ from cryptography import x509
 from apexmesh.apex.endpoint import EndpointError, normalize_domain
 from apexmesh.apex.holding import HoldLimits
 from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
+from apexmesh.beep.sasl import cram_md5
 from apexmesh.beep.sasl.throttle import ThrottlePolicy
 from apexmesh.ops.settings import (
     DEV_FLAG,
@@ -104,6 +112,9 @@ from apexmesh.ops.settings import (
 )
 from apexmesh.store.connection import RedisPoolSettings
 from services.relay.flow import DEFAULT_LIMITS, FlowLimits
+
+#: SASL mechanisms the relay offers by default, strongest first (CRAM-MD5 on request).
+DEFAULT_SASL_MECHANISMS = ("SCRAM-SHA-256", "DIGEST-MD5", "PLAIN")
 
 
 def _service_addresses(env: Mapping[str, str], name: str) -> dict[str, tuple[str, ...]]:
@@ -196,6 +207,8 @@ class RelaySettings:
     #: Every name this relay answers to (domains, host names, certificate names): the
     #: hosts DIGEST-MD5's digest-uri may name.
     host_names: tuple[str, ...] = ()
+    #: The SASL mechanisms offered, in the greeting's order (when there are credentials).
+    sasl_mechanisms: tuple[str, ...] = DEFAULT_SASL_MECHANISMS
     sasl_throttle: ThrottlePolicy = field(default_factory=ThrottlePolicy)
     interop_vortex_nul: bool = False
     trace: bool = True
@@ -289,6 +302,7 @@ class RelaySettings:
             retry_services=env_list(env, "APEXMESH_RELAY_RETRY_SERVICES", ("pubsub",)),
             require_privacy=require_privacy,
             host_names=host_names,
+            sasl_mechanisms=_sasl_mechanisms(env),
             sasl_throttle=_sasl_throttle(env),
             interop_vortex_nul=env_flag(env, "APEXMESH_RELAY_INTEROP_VORTEX_NUL"),
             trace=env_flag(env, "APEXMESH_RELAY_TRACE", default=True),
@@ -312,6 +326,13 @@ def _flow_limits(env: Mapping[str, str]) -> FlowLimits:
 _MAX_MILLISECS = 2_147_483_647
 
 
+def _sasl_mechanisms(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The default offer, CRAM-MD5 added before PLAIN when the operator asks for it."""
+    if not env_flag(env, "APEXMESH_RELAY_SASL_CRAM_MD5"):
+        return DEFAULT_SASL_MECHANISMS
+    return (*DEFAULT_SASL_MECHANISMS[:-1], cram_md5.NAME, DEFAULT_SASL_MECHANISMS[-1])
+
+
 def _sasl_throttle(env: Mapping[str, str]) -> ThrottlePolicy:
     """RFC 4422 section 6.2: how failed authentications are slowed down."""
     delay = env_int(env, "APEXMESH_RELAY_SASL_DELAY_MS", 500, low=0, high=60_000)
@@ -320,8 +341,11 @@ def _sasl_throttle(env: Mapping[str, str]) -> ThrottlePolicy:
         raise SettingsError("APEXMESH_RELAY_SASL_MAX_DELAY_MS is below _SASL_DELAY_MS")
     return ThrottlePolicy(
         max_failures=env_int(env, "APEXMESH_RELAY_SASL_MAX_FAILURES", 5, low=1, high=1000),
+        refuse_after=env_int(env, "APEXMESH_RELAY_SASL_REFUSE_AFTER", 20, low=1, high=10_000),
+        identity_after=env_int(env, "APEXMESH_RELAY_SASL_IDENTITY_AFTER", 10, low=1, high=10_000),
         base_delay_seconds=delay / 1000,
         max_delay_seconds=longest / 1000,
+        max_hold_seconds=max(60.0, longest / 1000),
         window_seconds=float(
             env_int(env, "APEXMESH_RELAY_SASL_WINDOW_SECONDS", 600, low=1, high=86_400)
         ),

@@ -19,6 +19,7 @@ from apexmesh.ops.admin import AdminSpec, Guard
 from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.http import HttpServer
 from apexmesh.ops.registry import service_registry
+from apexmesh.rpc.relay import DEFAULT_ATTEMPTS
 from apexmesh.rpc.server import create_server, graceful_stop
 from services.report.http import create_http_app
 from services.report.servicer import (
@@ -26,6 +27,7 @@ from services.report.servicer import (
     ReportEndpointServicer,
     ReportMetrics,
     ReportServicer,
+    RetryPolicy,
 )
 from services.report.settings import ReportSettings
 
@@ -67,7 +69,15 @@ class ReportApp:
         self.http_port = 0
 
     async def start(self) -> None:
-        report = ReportServicer(self.settings.domains, self.relays, self.metrics)
+        settings = self.settings
+        retry = None
+        if settings.retry_seconds > 0:
+            retry = RetryPolicy(
+                bound_seconds=settings.retry_seconds,
+                # one submission's worst case: each of its attempts and their backoffs
+                attempt_seconds=(settings.relay_timeout + 1.0) * DEFAULT_ATTEMPTS,
+            )
+        report = ReportServicer(settings.domains, self.relays, self.metrics, retry=retry)
         endpoint = ReportEndpointServicer(self.metrics)
         self._grpc, self.grpc_port = await create_server(
             [

@@ -14,6 +14,20 @@ trying another cannot duplicate the report); any other gRPC failure may have lef
 report accepted, so it is answered 451 and not retried here. 421 when no relay could be
 reached. Upstream gRPC error text is logged, never echoed (STYLE.md 3.3, habit 5).
 
+A report is owed: its originator got ``ok`` and asked for it. With a
+:class:`RetryPolicy` (the service's, ``APEXMESH_REPORT_RETRY_SECONDS``) the servicer
+does not give it up at the first transient failure. Each submission carries an id
+(``SubmitRequest.submission_id``), so a call cut off mid-flight is sent again under the
+same id and a relay that took it relays nothing twice; a transient refusal (4xx: the
+relay could not check the originator's access entries while the access service was
+down, 421; no relay reachable) means nothing was taken, so the report is submitted
+again, under a new id, after a backoff, until it is delivered or the policy's bound (or
+the caller's deadline) runs out. Then it is **reported undeliverable**: answered 421 or
+451 with "statusResponse undeliverable after N attempts", counted as
+``result="undeliverable"`` and logged with its originator and transID. A permanent
+refusal (5xx, e.g. 537 when the originator's entries refuse apex=report) is answered at
+once: repeating it cannot help.
+
 :class:`ReportServicer` serves ``apexmesh.contracts.report.v1``;
 :class:`ReportEndpointServicer` serves ``WellKnownEndpoint.Deliver`` for data addressed to
 ``apex=report`` and refuses it (RFC 3340 section 6.2).
@@ -21,10 +35,12 @@ reached. Upstream gRPC error text is logged, never echoed (STYLE.md 3.3, habit 5
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import re
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -32,7 +48,7 @@ from typing import Final
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.codes import ApexReplyCode, for_code
 from apexmesh.apex.data import Data
 from apexmesh.apex.elements import Error, Reply
 from apexmesh.apex.endpoint import Endpoint, EndpointError, normalize_domain
@@ -70,6 +86,7 @@ class ReportMetrics:
     relay_calls: Counter
     inbound_refused: Counter
     report_seconds: Histogram
+    retries: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> ReportMetrics:
@@ -78,7 +95,8 @@ class ReportMetrics:
                 "apexmesh_report_responses",
                 "Report calls answered, by result: submitted (relay said 250), "
                 "relay_refused (relay answered another code), invalid (request refused), "
-                "unavailable (no relay reachable, 421), aborted (relay call failed, 451).",
+                "unavailable (no relay reachable, 421), aborted (relay call failed, 451), "
+                "undeliverable (transient failures until the retry bound ran out).",
                 ["result"],
                 registry=registry,
             ),
@@ -92,6 +110,12 @@ class ReportMetrics:
             inbound_refused=Counter(
                 "apexmesh_report_inbound_refused",
                 "Data delivered to apex=report and refused (RFC 3340 section 6.2).",
+                registry=registry,
+            ),
+            retries=Counter(
+                "apexmesh_report_retries",
+                "Owed statusResponses submitted again after a transient failure (a relay's "
+                "4xx, no relay reachable, a call cut off).",
                 registry=registry,
             ),
             report_seconds=Histogram(
@@ -206,6 +230,8 @@ class SubmitOutcome:
     code: int
     text: str
     result: str
+    #: Who decided it (a relay's answer, no relay reachable, a call cut off).
+    source: SubmitSource = SubmitSource.RELAY
 
 
 class RelayPool:
@@ -234,19 +260,64 @@ class RelayPool:
         if self._metrics is not None:
             self._metrics.relay_calls.labels(address, outcome).inc()
 
-    async def submit(self, originator: str, payload: bytes) -> SubmitOutcome:
-        """Submit ``payload`` as ``originator``; never raises for relay trouble."""
-        outcome = await self._submitter.submit(originator, payload)
+    async def submit(
+        self, originator: str, payload: bytes, *, submission_id: str = ""
+    ) -> SubmitOutcome:
+        """Submit ``payload`` as ``originator``; never raises for relay trouble. With
+        ``submission_id`` a call cut off mid-flight is retried under it."""
+        outcome = await self._submitter.submit(originator, payload, submission_id=submission_id)
         if outcome.source is not SubmitSource.RELAY:
             result = str(outcome.source)
         elif outcome.code == ApexReplyCode.SUCCESS:
             result = "submitted"
         else:
             result = "relay_refused"
-        return SubmitOutcome(outcome.code, outcome.text, result)
+        return SubmitOutcome(outcome.code, outcome.text, result, outcome.source)
 
     async def aclose(self) -> None:
         await self._submitter.aclose()
+
+
+# --------------------------------------------------------------------------- retries
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How long an owed report is tried again after transient failures (module
+    docstring). Sans-I/O: the caller passes the time already spent."""
+
+    #: Seconds after the first attempt past which no new attempt starts.
+    bound_seconds: float = 20.0
+    #: Wait before the second attempt; doubled for each further one.
+    first_backoff_seconds: float = 0.1
+    #: The wait between attempts never grows past this.
+    max_backoff_seconds: float = 2.0
+    #: Time an attempt may need (a Submit's deadline and its own retries); no attempt
+    #: starts with less than this left of the caller's deadline.
+    attempt_seconds: float = 2.0
+
+    def next_delay(
+        self, outcome: SubmitOutcome, attempt: int, elapsed: float, remaining: float | None
+    ) -> float | None:
+        """Seconds to wait before attempt ``attempt + 1`` after ``outcome``; None: stop
+        (delivered, refused for good, or out of time)."""
+        if not _transient(outcome):
+            return None
+        delay = min(self.first_backoff_seconds * 2.0 ** (attempt - 1), self.max_backoff_seconds)
+        if elapsed + delay > self.bound_seconds:
+            return None
+        if remaining is not None and remaining - delay < self.attempt_seconds:
+            return None
+        return delay
+
+
+def _transient(outcome: SubmitOutcome) -> bool:
+    """No relay took the report and trying again may deliver it: no relay reachable,
+    a cut-off call (retried under the same id), or a relay's 4xx refusal."""
+    if outcome.source is not SubmitSource.RELAY:
+        return True
+    code = for_code(outcome.code)
+    return code is not None and code.transient
 
 
 # --------------------------------------------------------------------------- servicers
@@ -259,13 +330,25 @@ def _status(code: int, text: str) -> common_pb2.ApexStatus:
 class ReportServicer(report_pb2_grpc.ReportServiceServicer):
     """gRPC face of the report service (``apexmesh.contracts.report.v1``)."""
 
-    def __init__(self, domains: Iterable[str], relays: RelayPool, metrics: ReportMetrics) -> None:
+    def __init__(
+        self,
+        domains: Iterable[str],
+        relays: RelayPool,
+        metrics: ReportMetrics,
+        *,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        """``retry`` None: one attempt, as a plain relay client (no submission id)."""
         self._domains = frozenset(domains)
         self._relays = relays
         self._metrics = metrics
+        self._retry = retry
 
-    async def report(self, request: report_pb2.ReportRequest) -> SubmitOutcome:
-        """Validate, build and submit one statusResponse; always returns an outcome."""
+    async def report(
+        self, request: report_pb2.ReportRequest, *, time_left: float | None = None
+    ) -> SubmitOutcome:
+        """Validate, build and submit one statusResponse; always returns an outcome.
+        ``time_left``: seconds until the caller stops waiting (its gRPC deadline)."""
         try:
             submission = build_report(
                 served=self._domains,
@@ -282,14 +365,72 @@ class ReportServicer(report_pb2_grpc.ReportServiceServicer):
             )
         except ApexError as exc:
             return SubmitOutcome(exc.code, Error.from_exception(exc).text, "invalid")
-        return await self._relays.submit(str(submission.originator), submission.payload)
+        originator = str(submission.originator)
+        if self._retry is None:
+            return await self._relays.submit(originator, submission.payload)
+        return await self._owed(request, originator, submission.payload, time_left)
+
+    async def _owed(
+        self,
+        request: report_pb2.ReportRequest,
+        originator: str,
+        payload: bytes,
+        time_left: float | None,
+    ) -> SubmitOutcome:
+        """Submit until delivered, refused for good, or out of time (module docstring)."""
+        assert self._retry is not None  # noqa: S101  (the caller checked)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        submission_id = _submission_id(request)
+        attempt = 0
+        while True:
+            attempt += 1
+            outcome = await self._relays.submit(originator, payload, submission_id=submission_id)
+            elapsed = loop.time() - started
+            remaining = None if time_left is None else time_left - elapsed
+            delay = self._retry.next_delay(outcome, attempt, elapsed, remaining)
+            if delay is None:
+                break
+            if outcome.source is not SubmitSource.ABORTED:
+                # Nothing was taken under the old id, and a relay that remembers it
+                # would answer the same refusal again: a new one. (A cut-off call keeps
+                # its id: the relay may have taken it and answers a retry as it did.)
+                submission_id = _submission_id(request)
+            self._metrics.retries.inc()
+            _log.info(
+                "statusResponse transID %d to %s: %d %s; attempt %d in %.1f s",
+                request.trans_id,
+                request.recipient[:256],
+                outcome.code,
+                outcome.text,
+                attempt + 1,
+                delay,
+            )
+            await asyncio.sleep(delay)
+        if _transient(outcome):  # out of time, not refused for good
+            _log.warning(
+                "statusResponse transID %d to %s undeliverable after %d attempts in %.1f s: %d %s",
+                request.trans_id,
+                request.recipient[:256],
+                attempt,
+                elapsed,
+                outcome.code,
+                outcome.text,
+            )
+            return SubmitOutcome(
+                outcome.code,
+                f"statusResponse undeliverable after {attempt} attempts: {outcome.text}",
+                "undeliverable",
+                outcome.source,
+            )
+        return outcome
 
     async def Report(  # noqa: N802 - generated servicer method name
         self, request: report_pb2.ReportRequest, _context: grpc.aio.ServicerContext
     ) -> report_pb2.ReportResponse:
         started = time.perf_counter()
         try:
-            outcome = await self.report(request)
+            outcome = await self.report(request, time_left=_context.time_remaining())
         finally:
             self._metrics.report_seconds.observe(time.perf_counter() - started)
         self._metrics.responses.labels(outcome.result).inc()
@@ -301,6 +442,11 @@ class ReportServicer(report_pb2_grpc.ReportServiceServicer):
             outcome.code,
         )
         return report_pb2.ReportResponse(status=_status(outcome.code, outcome.text))
+
+
+def _submission_id(request: report_pb2.ReportRequest) -> str:
+    """A fresh submission id: the report's name, for the relay's log, and a nonce."""
+    return f"report:{request.trans_id}:{request.recipient[:128]}:{uuid.uuid4().hex}"
 
 
 class ReportEndpointServicer(WellKnownEndpointServicer):
@@ -335,6 +481,7 @@ __all__ = [
     "DestinationInput",
     "RelayPool",
     "ReportEndpointServicer",
+    "RetryPolicy",
     "ReportMetrics",
     "ReportServicer",
     "SubmitOutcome",

@@ -6,6 +6,12 @@
   comma-separated, that statusResponses are submitted through, round-robin with
   failover. May be empty: the service then starts but is not ready and answers 421.
 - ``APEXMESH_RELAY_TIMEOUT_SECONDS`` (``2.0``): deadline of one Submit call.
+- ``APEXMESH_REPORT_RETRY_SECONDS`` (``20``): how long an owed statusResponse is
+  submitted again after transient failures (a relay that cannot check the originator's
+  access while the access service is down answers 421) before it is reported
+  undeliverable; ``0`` tries once. Keep it below the relays'
+  ``APEXMESH_RELAY_SERVICE_TIMEOUT_MS`` (30 s), the time a relay waits for a Report: a
+  retry never starts when less than one attempt's time is left of the caller's deadline.
 - ``APEXMESH_REPORT_GRPC_HOST`` / ``_PORT`` (``127.0.0.1`` / ``7412``; 0 = any port).
 - ``APEXMESH_REPORT_HTTP_HOST`` / ``_PORT`` (``127.0.0.1`` / ``8412``): admin HTTP.
 - ``APEXMESH_SHUTDOWN_GRACE`` (``5.0``): seconds in-flight calls get on SIGTERM.
@@ -29,6 +35,7 @@ from dataclasses import dataclass, field
 from apexmesh.ops.settings import (
     DEV_FLAG,
     AdminTokens,
+    SettingsError,
     admin_tokens,
     check_bind_host,
     env_flag,
@@ -51,6 +58,8 @@ class ReportSettings:
     shutdown_grace: float
     dev: bool
     admin: AdminTokens = field(default_factory=AdminTokens)
+    #: Seconds an owed report is retried after transient failures (0: once).
+    retry_seconds: float = 20.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReportSettings:
@@ -63,6 +72,7 @@ class ReportSettings:
             domains=domains,
             relay_addresses=relays,
             relay_timeout=env_float(env, "APEXMESH_RELAY_TIMEOUT_SECONDS", 2.0),
+            retry_seconds=_retry_seconds(env),
             grpc_host=check_bind_host(
                 "APEXMESH_REPORT_GRPC_HOST",
                 env.get("APEXMESH_REPORT_GRPC_HOST", "127.0.0.1"),
@@ -79,6 +89,17 @@ class ReportSettings:
             dev=dev,
             admin=admin_tokens(env, dev=dev),
         )
+
+
+def _retry_seconds(env: Mapping[str, str]) -> float:
+    """``APEXMESH_REPORT_RETRY_SECONDS``: 0 .. 600 (0, one attempt, is allowed)."""
+    name = "APEXMESH_REPORT_RETRY_SECONDS"
+    if env.get(name, "").strip() in ("0", "0.0"):
+        return 0.0
+    seconds = env_float(env, name, 20.0)
+    if seconds > 600:
+        raise SettingsError(f"{name} must be 0 .. 600")
+    return seconds
 
 
 __all__ = ["ReportSettings"]

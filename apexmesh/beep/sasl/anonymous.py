@@ -27,6 +27,8 @@ class AnonymousServer:
 
     def __init__(self) -> None:
         self.trace: str | None = None
+        #: ANONYMOUS claims no identity (the trace is not one, RFC 4505 section 2).
+        self.claimed_identity: str | None = None
 
     def step(self, response: bytes | None) -> ServerStep:
         if response is None:

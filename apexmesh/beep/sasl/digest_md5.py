@@ -222,6 +222,7 @@ class DigestMd5Server:
         self._digest_uris = frozenset(f"{service}/{name}".lower() for name in hosts)
         self._nonce = nonce if nonce is not None else _make_nonce()
         self._challenged = False
+        self.claimed_identity: str | None = None
 
     def challenge(self) -> bytes:
         """The digest-challenge, in the order of RFC 2831 section 4's example."""
@@ -252,6 +253,7 @@ class DigestMd5Server:
         authzid = _optional(directives, "authzid")
         if not username or not cnonce:
             raise _syntax("username and cnonce must not be empty")
+        self.claimed_identity = username
         if not _is_response_value(response_value):
             raise _syntax("response must be 32 lower-case hex digits")
         qop = qop if qop is not None else "auth"

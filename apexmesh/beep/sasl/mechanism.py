@@ -45,6 +45,12 @@ class ServerStep:
 class ServerMechanism(Protocol):
     """Server side of one mechanism, for one exchange."""
 
+    #: The authentication identity the client claimed, once the exchange has read it,
+    #: whether or not it exists and whether or not the exchange then succeeds (the
+    #: guessing throttle counts failures per claimed identity); None before, or for a
+    #: mechanism without one (ANONYMOUS).
+    claimed_identity: str | None
+
     def step(self, response: bytes | None) -> ServerStep:
         """Consume the client's next response (None: no initial response was sent).
 

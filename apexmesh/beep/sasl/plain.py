@@ -31,6 +31,7 @@ class PlainServer:
 
     def __init__(self, credentials: CredentialStore) -> None:
         self._credentials = credentials
+        self.claimed_identity: str | None = None
 
     def step(self, response: bytes | None) -> ServerStep:
         if response is None:
@@ -49,6 +50,7 @@ class PlainServer:
             raw_passwd.decode("utf-8")
         except UnicodeDecodeError:
             raise _syntax("PLAIN fields must be UTF-8") from None
+        self.claimed_identity = authcid
         stored = self._credentials.lookup(authcid)
         # Compare even for an unknown user so timing says little about who exists.
         expected = (stored if stored is not None else "\x00unknown").encode("utf-8")

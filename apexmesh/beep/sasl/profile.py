@@ -18,7 +18,9 @@ Decisions this module makes, where RFC 3080 leaves room:
   (requested action not taken); the outcome of the exchange does not change.
 * A malformed element ends the exchange with 500 (poorly-formed XML) or 501.
 * The server refuses PLAIN with ``538`` unless TLS is active or the development switch
-  ``allow_plaintext_without_tls`` is set (RFC 4616 section 4).
+  ``allow_plaintext_without_tls`` is set (RFC 4616 section 4); CRAM-MD5 likewise (an
+  eavesdropped challenge and answer open the password to an offline search, RFC 2195
+  section 5).
 * A requested authorization identity different from the authentication identity needs
   the ``authorize`` callback's consent, else the exchange fails with ``537``.
 
@@ -40,7 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from apexmesh.beep.codes import ReplyCode
-from apexmesh.beep.sasl import anonymous, digest_md5, plain, scram
+from apexmesh.beep.sasl import anonymous, cram_md5, digest_md5, plain, scram
 from apexmesh.beep.sasl.blob import (
     Blob,
     BlobStatus,
@@ -56,8 +58,20 @@ from apexmesh.beep.sasl.mechanism import ClientMechanism, SaslError, ServerMecha
 #: RFC 3080 section 4.1.1.
 SASL_URI_PREFIX: Final = "http://iana.org/beep/SASL/"
 
-#: The mechanisms this package implements, strongest first.
-SUPPORTED_MECHANISMS: Final = (scram.NAME, digest_md5.NAME, plain.NAME, anonymous.NAME)
+#: The mechanisms this package implements, strongest first (which of them a listener
+#: offers is its configuration's choice: apexmesh/beep/sasl/servers.py).
+SUPPORTED_MECHANISMS: Final = (
+    scram.NAME,
+    digest_md5.NAME,
+    cram_md5.NAME,
+    plain.NAME,
+    anonymous.NAME,
+)
+
+#: Mechanisms that must not run without a confidentiality layer (TLS) outside a
+#: development run: PLAIN sends the password, CRAM-MD5 an answer that a password
+#: search can be tested against.
+NEEDS_PRIVACY: Final = frozenset({plain.NAME, cram_md5.NAME})
 
 #: RFC 4422 section 3.1: 1 to 20 characters of upper-case letters, digits, "-" and "_".
 _MECHANISM_NAME: Final = re.compile(r"[A-Z0-9_-]{1,20}")
@@ -114,7 +128,8 @@ class SaslServerExchange:
     ) -> None:
         """Raises ValueError when ``mechanism_name`` is not in :data:`SUPPORTED_MECHANISMS`.
 
-        ``nonce`` fixes the server nonce (DIGEST-MD5, SCRAM) for reproducible tests;
+        ``nonce`` fixes the server nonce (DIGEST-MD5, SCRAM; CRAM-MD5's whole challenge)
+        for reproducible tests;
         ``service`` and ``host`` make DIGEST-MD5's digest-uri ``service/host``, accepted
         for each name in ``host`` when it is several (every name the server answers to).
         """
@@ -129,11 +144,16 @@ class SaslServerExchange:
             )
         elif mechanism_name == scram.NAME:
             self._mechanism = scram.ScramSha256Server(credentials, nonce=nonce)
+        elif mechanism_name == cram_md5.NAME:
+            first_host = host if isinstance(host, str) else next(iter(host), "localhost")
+            self._mechanism = cram_md5.CramMd5Server(
+                credentials, host=first_host, challenge=None if nonce is None else nonce.encode()
+            )
         else:
             raise ValueError(f"unsupported SASL mechanism: {mechanism_name!r}")
         self.mechanism_name = mechanism_name
         self._refuse_plaintext = (
-            mechanism_name == plain.NAME and not tls_active and not allow_plaintext_without_tls
+            mechanism_name in NEEDS_PRIVACY and not tls_active and not allow_plaintext_without_tls
         )
         self._authorize = authorize
         self._state = _State.START
@@ -173,6 +193,12 @@ class SaslServerExchange:
         """Why the exchange failed, for the server's log (the client is told less)."""
         return self._failure_text
 
+    @property
+    def claimed_identity(self) -> str | None:
+        """The authentication identity the client claimed, once read, whatever the
+        outcome (the guessing throttle counts failures per claimed identity)."""
+        return self._mechanism.claimed_identity
+
     def handle_start(self, piggyback: str | None) -> str:
         """Handle the channel ``start``; return the content for the RPY's ``profile``.
 
@@ -185,7 +211,9 @@ class SaslServerExchange:
             raise RuntimeError("handle_start called twice")
         self._state = _State.RUNNING
         if self._refuse_plaintext:
-            return self._fail(ReplyCode.AUTH_REQUIRES_ENCRYPTION, "PLAIN requires TLS")
+            return self._fail(
+                ReplyCode.AUTH_REQUIRES_ENCRYPTION, f"{self.mechanism_name} requires TLS"
+            )
         response: bytes | None = None
         if piggyback is not None and piggyback.strip():
             try:
@@ -247,6 +275,54 @@ class SaslServerExchange:
         return encode_error(code, "authentication failure" if code == 535 else text)
 
 
+class RefusedServerExchange:
+    """A SASL exchange refused before anything the client sends is read: the listener
+    will not authenticate this peer now (a guessing throttle's 421, RFC 4422 section
+    6.2). The start is answered with the error; no credential is ever looked at, so the
+    refusal says nothing of whether a password was right."""
+
+    def __init__(self, mechanism_name: str, code: int, text: str) -> None:
+        self.mechanism_name = mechanism_name
+        self._code = code
+        self._text = text
+        self._started = False
+
+    @property
+    def done(self) -> bool:
+        return self._started
+
+    @property
+    def succeeded(self) -> bool:
+        return False
+
+    @property
+    def authenticated_identity(self) -> str | None:
+        return None
+
+    @property
+    def authorization_identity(self) -> str | None:
+        return None
+
+    @property
+    def failure_code(self) -> int:
+        return self._code
+
+    @property
+    def failure_text(self) -> str:
+        return self._text
+
+    @property
+    def claimed_identity(self) -> str | None:
+        return None  # never read
+
+    def handle_start(self, piggyback: str | None) -> str:  # noqa: ARG002  (not read)
+        self._started = True
+        return encode_error(self._code, self._text)
+
+    def handle_message(self, payload_xml: bytes) -> tuple[bool, bytes]:  # noqa: ARG002
+        return False, _not_running()
+
+
 class SaslClientExchange:
     """The initiator's side of one SASL channel.
 
@@ -294,6 +370,10 @@ class SaslClientExchange:
             self._mechanism = scram.ScramSha256Client(
                 authcid=authcid, password=password, authzid=authzid, nonce=nonce
             )
+        elif mechanism_name == cram_md5.NAME:
+            if authzid:
+                raise ValueError("CRAM-MD5 carries no authorization identity")
+            self._mechanism = cram_md5.CramMd5Client(authcid, password)
         else:
             raise ValueError(f"unsupported SASL mechanism: {mechanism_name!r}")
         self.mechanism_name = mechanism_name
@@ -404,9 +484,11 @@ class SaslClientExchange:
 
 
 __all__ = [
+    "NEEDS_PRIVACY",
     "SASL_URI_PREFIX",
     "SUPPORTED_MECHANISMS",
     "Authorizer",
+    "RefusedServerExchange",
     "SaslClientExchange",
     "SaslServerExchange",
     "mechanism_from_uri",

@@ -64,6 +64,7 @@ class ScramSha256Server:
         self._credentials = credentials
         self._username: str | None = None
         self._known = False
+        self.claimed_identity: str | None = None
         self._stage = 0
         self._server = (
             _scramp().ScramMechanism(SCRAM_MECHANISM).make_server(self._auth_info, s_nonce=nonce)
@@ -71,6 +72,7 @@ class ScramSha256Server:
 
     def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
         self._username = username
+        self.claimed_identity = username
         keys = self._credentials.scram_keys(username)
         if keys is None:
             # Simulate a user (RFC 5802 section 9): random keys never match a proof, and

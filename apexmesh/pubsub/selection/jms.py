@@ -11,7 +11,15 @@ Where the draft adapts JMS (section 7.3):
   belong to them, so ``net-change-pct`` is one identifier and subtraction needs a space
   before ``-``); every instance of a name is compared and "a single matching instance"
   matches: a predicate over a name with instances v1..vn is (p(v1) OR ... OR p(vn)) in
-  the three-valued logic of 3.8.1.2, and a name without instances is NULL.
+  the three-valued logic of 3.8.1.2, and a name without instances is NULL. That holds for
+  every predicate, the negated forms too: ``tag NOT IN ('a')``, ``tag NOT LIKE 'a%'`` and
+  ``tag NOT BETWEEN 1 AND 2`` are p(v) = NOT IN, NOT LIKE, NOT BETWEEN of one instance,
+  OR-ed, exactly as ``tag <> 'a'`` is; with tags {a, b} each of them is TRUE ("b" is not
+  'a'). Only the NOT operator negates a whole predicate: ``NOT (tag IN ('a'))`` is FALSE.
+- Strings compare on their characters as the identifier's type keeps them
+  (:func:`~.types.convert`: an xsd:string or untyped text exactly, spaces included; an
+  xsd:token collapsed), so ``name = 'foo '`` selects "foo " and not "foo" (3.8.1.1: "the
+  same sequence of characters").
 - An identifier's type is its selector-schema type (:class:`~.types.TypeMap`); a typed
   comparison of unlike kinds (``symbol > 5`` for an xsd:string ``symbol``) is refused
   at subscribe time (3.8.1.1 allows "semantic checking at the time the selector is
@@ -167,7 +175,9 @@ def _pairs(
 
 def _domain(left: Operand, right: Operand, op: str) -> Kind:
     """The kind two operands are compared as; 567 for unlike kinds (3.8.1.1)."""
-    kinds = {left.kind, right.kind}
+    # The string kinds differ only in how an identifier reads its own text, which its
+    # reader does whatever the domain: as operands they are one kind.
+    kinds = {Kind.STRING if kind.textual else kind for kind in (left.kind, right.kind)}
     if kinds == {Kind.UNTYPED}:
         return Kind.APPROX if op not in ("=", "<>") else Kind.STRING
     kinds.discard(Kind.UNTYPED)
@@ -180,7 +190,7 @@ def _domain(left: Operand, right: Operand, op: str) -> Kind:
     else:
         names = " and ".join(sorted(k.value for k in kinds))
         raise incorrect(f"cannot compare {names} values")
-    if kind in (Kind.STRING, Kind.BOOLEAN) and op not in ("=", "<>"):
+    if (kind.textual or kind is Kind.BOOLEAN) and op not in ("=", "<>"):
         raise incorrect(f"{kind.value} values compare only with = and <> (not {op})")
     return kind
 
@@ -439,21 +449,25 @@ class _Build(Transformer[Token, Operand | Condition]):
         read = _reading(subject, domain_low)
         read_low, read_high = _reading(low, domain_low), _reading(high, domain_high)
 
+        def one(value: Value | None, low: Value | None, high: Value | None) -> Truth:
+            """[NOT] BETWEEN of one instance (and one instance of each bound)."""
+            first = None if value is None or low is None else ge(value, low)
+            second = None if value is None or high is None else le(value, high)
+            found = and_((first, second))
+            return not_(found) if negated else found
+
         def test(view: MessageView) -> Truth:
             subjects = read(view)
             lows, highs = read_low(view), read_high(view)
             if len(subjects) == 1 and len(lows) == 1 and len(highs) == 1:
-                found = and_((ge(subjects[0], lows[0]), le(subjects[0], highs[0])))
-                return not_(found) if negated else found
-            results: list[Truth] = []
-            for value in subjects or (None,):
-                for a in lows or (None,):
-                    for b in highs or (None,):
-                        first = None if value is None or a is None else ge(value, a)
-                        second = None if value is None or b is None else le(value, b)
-                        results.append(and_((first, second)))
-            found = any_(results)
-            return not_(found) if negated else found
+                return one(subjects[0], lows[0], highs[0])
+            # Per instance, then OR-ed (the module docstring): NOT BETWEEN included.
+            return any_(
+                one(value, a, b)
+                for value in subjects or (None,)
+                for a in lows or (None,)
+                for b in highs or (None,)
+            )
 
         access: tuple[AccessPredicate, ...] = ()
         if not negated:
@@ -481,12 +495,15 @@ class _Build(Transformer[Token, Operand | Condition]):
             values = read(view)
             if not values:
                 return None
-            found = any(value in choices for value in values if value is not MISMATCH)
-            return not found if negated else found
+            # [NOT] IN per instance, OR-ed; an instance of another kind is neither.
+            return any(
+                value is not MISMATCH and (value in choices) is not negated for value in values
+            )
 
         access: tuple[AccessPredicate, ...] = ()
         if not negated and subject.identifier is not None:
-            access = (Equals(subject.identifier, Kind.STRING, choices),)
+            kind = _index_kind(subject, Kind.STRING)
+            access = (Equals(subject.identifier, kind, frozenset(choices)),)
         return Condition(2, test, access)
 
     def in_(self, items: list[object]) -> Condition:
@@ -508,8 +525,8 @@ class _Build(Transformer[Token, Operand | Condition]):
             values = read(view)
             if not values:
                 return None
-            found = any(isinstance(v, str) and pattern.matches(v) for v in values)
-            return not found if negated else found
+            # [NOT] LIKE per instance, OR-ed; an instance of another kind is neither.
+            return any(isinstance(v, str) and pattern.matches(v) is not negated for v in values)
 
         return Condition(2, test)
 
@@ -592,7 +609,7 @@ def _flatten(items: list[Token | Operand | Condition], name: str) -> tuple[Condi
 def _string_identifier(item: object, what: str) -> Operand:
     if not isinstance(item, Operand) or item.identifier is None:
         raise incorrect(f"{what} applies to an identifier")
-    if item.kind not in (Kind.STRING, Kind.UNTYPED):
+    if not (item.kind.textual or item.kind is Kind.UNTYPED):
         raise incorrect(f"{what} applies to a string identifier, not {item.kind.value}")
     return item
 

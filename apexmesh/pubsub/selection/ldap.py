@@ -12,12 +12,16 @@ Readings, where the draft and RFC 2254 leave room (also in docs/pubsub.md):
 - The draft's own example (5.6) writes ``&(symbol='XMPL')(|(net-change-pct > 5.0)...)``:
   a top level without its parentheses, ``>`` and ``<``, spaces around the operator and a
   value in single quotes. All four are accepted: a bare top level is read as if
-  parenthesised; ``>`` and ``<`` are strict orderings; a value is compared with leading
-  and trailing spaces removed (as LDAP's insignificant-space handling does); a value
-  wholly in single quotes is the text between them (write ``\\27`` for a literal quote).
+  parenthesised; ``>`` and ``<`` are strict orderings; the spaces around an unquoted
+  value are the filter's layout and not part of the value (``(symbol = XMPL)`` asserts
+  ``XMPL``); a value wholly in single quotes is exactly the text between them, spaces
+  included (write ``\\27`` for a literal quote).
 - Values are compared by the identifier's selector-schema type: numbers numerically,
-  date-times chronologically, strings exactly (XML is case-sensitive; ``~=`` compares
-  case-insensitively with runs of spaces collapsed). Untyped identifiers (no schema)
+  date-times chronologically, strings on their characters as the type keeps them
+  (:func:`~.types.convert`: an xsd:string or untyped text exactly, spaces included, as
+  the JMS class does; XML is case-sensitive; ``~=`` compares case-insensitively with
+  runs of spaces collapsed and none at either end, on both sides). So ``(s=' a ')``
+  selects the text " a " and ``(s=a)`` does not. Untyped identifiers (no schema)
   compare numerically when both sides are numbers, otherwise as strings.
 - Logic is two-valued: an identifier the message lacks makes its item false (RFC 2251
   section 4.5.1: equality "is TRUE if the entry contains a value equal"), so
@@ -156,9 +160,9 @@ class _Build(Transformer[Token, Node]):
             if number is not None:
                 numeric_op = "=" if op == "~=" else op
                 return self._numeric(name, Kind.EXACT, numeric_op, number, untyped_text=text)
-            return self._string(name, op, text)
-        if kind is Kind.STRING:
-            return self._string(name, op, text)
+            return self._string(name, Kind.STRING, op, text)
+        if kind.textual:
+            return self._string(name, kind, op, text)
         if kind is Kind.BOOLEAN:
             value = boolean_of(text.lower())
             if value is None or op not in ("=", "~="):
@@ -215,36 +219,39 @@ class _Build(Transformer[Token, Node]):
         )
         return Node(1, ordered, (predicate,))
 
-    def _string(self, name: str, op: str, text: str) -> Node:
+    def _string(self, name: str, kind: Kind, op: str, text: str) -> Node:
+        """An item on a string identifier, read as ``kind`` (its whiteSpace facet)."""
         if op == "=":
             return Node(
                 1,
-                lambda view: text in view.values(name, Kind.STRING),
-                _equals(name, Kind.STRING, text),
+                lambda view: text in view.values(name, kind),
+                _equals(name, kind, text),
             )
         if op == "~=":
             folded = _fold(text)
             return Node(
-                1, lambda view: any(_fold(str(v)) == folded for v in view.values(name, Kind.STRING))
+                1, lambda view: any(_fold(str(v)) == folded for v in view.values(name, kind))
             )
         compare = _ORDER[op]
-        return Node(1, lambda view: any(compare(v, text) for v in view.values(name, Kind.STRING)))
+        return Node(1, lambda view: any(compare(v, text) for v in view.values(name, kind)))
 
     def _substring(self, name: str, kind: Kind, parts: list[Token]) -> Node:
-        if kind not in (Kind.STRING, Kind.UNTYPED):
+        if not (kind.textual or kind is Kind.UNTYPED):
             raise incorrect(f"substrings apply to strings; {name} is {kind.value}")
+        reading = Kind.STRING if kind is Kind.UNTYPED else kind
         pieces: list[Part] = [()]
         for part in parts:
             if part.type == "STAR":
                 pieces.append(())
             else:
                 pieces[-1] = tuple(_decode(str(part)))
-        # Outer spaces are insignificant: trim the ends of the whole pattern only.
+        # Spaces at the ends of the whole pattern are layout (as around a value); the
+        # instance is compared exactly.
         pieces[0] = tuple("".join(pieces[0]).lstrip())  # type: ignore[arg-type]
         pieces[-1] = tuple("".join(pieces[-1]).rstrip())  # type: ignore[arg-type]
         pattern = Wildcard.of_parts(pieces)
         return Node(
-            1, lambda view: any(pattern.matches(str(v)) for v in view.values(name, Kind.STRING))
+            1, lambda view: any(pattern.matches(str(v)) for v in view.values(name, reading))
         )
 
     def filter(self, items: list[Node]) -> Node:

@@ -14,6 +14,16 @@ string, and so on (:data:`XSD_KINDS`). An identifier the schema does not declare
 refused (567) when a schema declares names at all; without one every name is allowed and
 *untyped*: its text is read as a number, boolean or string according to what it is
 compared with.
+
+Strings are compared on their characters as the type's value space has them (JMS
+3.8.1.1: "two strings are equal if and only if they contain the same sequence of
+characters"). XML Schema's ``whiteSpace`` facet says what that is: ``xsd:string`` (and an
+untyped text, ``xsd:anySimpleType``) *preserves* every space, tab and newline;
+``xsd:normalizedString`` *replaces* each tab, newline and carriage return by a space;
+``xsd:token`` and the types derived from it *collapse* (replace, then runs of spaces to
+one, none at either end). Numbers, booleans and date-times collapse too (their lexical
+spaces allow surrounding spaces). The text is never trimmed beyond what the facet says:
+``name = 'foo '`` selects the text ``foo `` and only it.
 """
 
 from __future__ import annotations
@@ -37,7 +47,13 @@ class Kind(Enum):
 
     EXACT = "exact"  # Java long (xsd:integer and its derived types)
     APPROX = "approx"  # Java double (xsd:decimal, float, double)
+    #: xsd:string: every character kept (whiteSpace "preserve").
     STRING = "string"
+    #: xsd:normalizedString: tab, newline and carriage return read as spaces ("replace").
+    NORMALIZED = "normalizedString"
+    #: xsd:token and its derived types (NMTOKEN, Name, language, ...), and xsd:anyURI and
+    #: xsd:QName: spaces collapsed and trimmed ("collapse").
+    TOKEN = "token"  # noqa: S105  (the XML Schema type, not a credential)
     BOOLEAN = "boolean"
     #: xsd:dateTime / xsd:date: milliseconds since the epoch, as JMS 3.8.1.3 says dates are
     #: (a string literal compared with one is read as an RFC 3339 date-time).
@@ -49,31 +65,44 @@ class Kind(Enum):
     def numeric(self) -> bool:
         return self in (Kind.EXACT, Kind.APPROX, Kind.DATETIME)
 
+    @property
+    def textual(self) -> bool:
+        """A string kind (they differ only in how they read whitespace)."""
+        return self in _TEXTUAL
+
     # Members are singletons: identity hashing (a C slot) instead of Enum's hash of the
     # name, since every message view looks kinds up in a dictionary.
     __hash__ = object.__hash__
 
 
+_TEXTUAL: Final = frozenset({Kind.STRING, Kind.NORMALIZED, Kind.TOKEN})
+
 _INTEGERS: Final = (
     "integer int long short byte nonNegativeInteger positiveInteger nonPositiveInteger "
     "negativeInteger unsignedLong unsignedInt unsignedShort unsignedByte"
 )
-_STRINGS: Final = "string normalizedString token NMTOKEN Name NCName ID IDREF language anyURI QName"
+_TOKENS: Final = "token NMTOKEN Name NCName ID IDREF ENTITY language anyURI QName"
 
 #: XML Schema built-in type (local name) -> kind. Anything else is untyped.
 XSD_KINDS: Final[Mapping[str, Kind]] = {
     **dict.fromkeys(_INTEGERS.split(), Kind.EXACT),
     **dict.fromkeys(("decimal", "float", "double"), Kind.APPROX),
-    **dict.fromkeys(_STRINGS.split(), Kind.STRING),
+    "string": Kind.STRING,
+    "normalizedString": Kind.NORMALIZED,
+    **dict.fromkeys(_TOKENS.split(), Kind.TOKEN),
     "boolean": Kind.BOOLEAN,
     "dateTime": Kind.DATETIME,
     "date": Kind.DATETIME,
 }
 
-#: The message headers of section 5.2.1 / 8.2, selectable on every topic.
+#: The message headers of section 5.2.1 / 8.2, selectable on every topic. The topic and
+#: the publisher are names (a topic NMTOKEN or URI, an endpoint identity) that the
+#: service itself reads without surrounding spaces (apexmesh/pubsub/message.py): their
+#: selectors read them collapsed too, as xsd:token, so that ``topic = 'quotes'`` selects
+#: what the service delivers as topic ``quotes`` however the publisher laid it out.
 HEADER_KINDS: Final[Mapping[str, Kind]] = {
-    "topic": Kind.STRING,
-    "publisher": Kind.STRING,
+    "topic": Kind.TOKEN,
+    "publisher": Kind.TOKEN,
     "publication-date": Kind.DATETIME,
     "expiration-date": Kind.UNTYPED,  # a date-time, '0' or '*'
     "message-id": Kind.EXACT,
@@ -154,6 +183,11 @@ MISMATCH: Final = object()
 
 Value = int | float | str | bool | object
 
+#: XML's whitespace (the ``S`` production of XML 1.0), which the collapse facet of
+#: numbers, booleans and date-times removes at either end; no other character is
+#: whitespace to XML Schema (a no-break space is a character).
+XML_WHITESPACE: Final = " \t\n\r"
+
 _EXACT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,19}")
 _APPROX_TEXT: Final = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 _SPECIAL_FLOATS: Final = {"INF": math.inf, "-INF": -math.inf, "NaN": math.nan}
@@ -164,7 +198,7 @@ _LONG_MAX: Final = (1 << 63) - 1
 def number_of(text: str) -> int | float | None:
     """The number an XML text denotes (xsd:integer / xsd:decimal / xsd:double lexical
     forms), exact when it has neither point nor exponent; None when it is no number."""
-    text = text.strip()
+    text = text.strip(XML_WHITESPACE)
     if _EXACT_TEXT.fullmatch(text):
         number = int(text)
         return number if _LONG_MIN <= number <= _LONG_MAX else float(number)
@@ -175,12 +209,12 @@ def number_of(text: str) -> int | float | None:
 
 def boolean_of(text: str) -> bool | None:
     """xsd:boolean's lexical space (``true``, ``false``, ``1``, ``0``)."""
-    return {"true": True, "1": True, "false": False, "0": False}.get(text.strip())
+    return {"true": True, "1": True, "false": False, "0": False}.get(text.strip(XML_WHITESPACE))
 
 
 def instant_of(text: str) -> int | float | None:
     """Milliseconds since the epoch of an RFC 3339 date-time (section 4) or xsd:date."""
-    text = text.strip()
+    text = text.strip(XML_WHITESPACE)
     if len(text) == 10:
         text += "T00:00:00Z"
     try:
@@ -191,10 +225,22 @@ def instant_of(text: str) -> int | float | None:
     return int(millis) if millis.is_integer() else millis
 
 
+#: XML's whitespace besides the space, which "replace" and "collapse" turn into spaces.
+_XML_SPACES: Final = str.maketrans("\t\n\r", "   ")
+_SPACE_RUNS: Final = re.compile(" {2,}")
+
+
 def convert(text: str, kind: Kind) -> Value:
-    """An instance's text read as ``kind``; :data:`MISMATCH` when it is not one."""
-    if kind in (Kind.STRING, Kind.UNTYPED):
-        return text.strip()
+    """An instance's text read as ``kind``; :data:`MISMATCH` when it is not one.
+
+    Strings keep what their whiteSpace facet keeps (the module docstring): an xsd:string
+    or untyped text exactly as it is, never trimmed."""
+    if kind is Kind.STRING or kind is Kind.UNTYPED:
+        return text
+    if kind is Kind.NORMALIZED:
+        return text.translate(_XML_SPACES)
+    if kind is Kind.TOKEN:
+        return _SPACE_RUNS.sub(" ", text.translate(_XML_SPACES)).strip(" ")
     if kind is Kind.BOOLEAN:
         found: Value | None = boolean_of(text)
     elif kind is Kind.DATETIME:
@@ -361,6 +407,7 @@ __all__ = [
     "MAX_SELECTOR_CHARS",
     "MAX_SELECTOR_DEPTH",
     "MISMATCH",
+    "XML_WHITESPACE",
     "XSD_KINDS",
     "AccessPredicate",
     "AtLeast",

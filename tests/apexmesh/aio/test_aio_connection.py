@@ -390,6 +390,83 @@ async def test_a_tls_failure_is_logged_once_with_its_reason_on_both_sides(
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
+async def test_a_hold_during_the_failure_holds_its_answer(
+    server: tuple[int, list[BeepConnection]],
+) -> None:
+    """RFC 4422 section 6.2, issue #34: held while the failure is dispatched, the hold
+    delays the 535 itself, not only what the session reads next."""
+    port, conns = server
+    conn = await connect("127.0.0.1", port)
+    listener = conns[-1]
+    identities: list[str | None] = []
+
+    def failed(peer: BeepConnection, event: ev.AuthenticationFailed) -> None:
+        identities.append(event.identity)
+        peer.hold(0.3)
+
+    listener.on_auth_failed = failed
+    exchange = SaslClientExchange("SCRAM-SHA-256", authcid="wilma", password="x", host="localhost")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(AuthenticationError) as failure:
+        await conn.authenticate("SCRAM-SHA-256", exchange)
+    assert loop.time() - started >= 0.29
+    assert failure.value.code == 535
+    assert identities == ["wilma"]  # claimed, though unknown to the listener
+    # once the hold is over the session serves again
+    channel = await conn.open_channel(ECHO)
+    assert (await channel.request(build_entity(b"after the hold"))).kind == "RPY"
+    await conn.close()
+
+
+async def test_closing_a_held_session_sends_the_held_answer_first(
+    server: tuple[int, list[BeepConnection]],
+) -> None:
+    port, conns = server
+    conn = await connect("127.0.0.1", port)
+    listener = conns[-1]
+    closing: list[asyncio.Task[None]] = []
+
+    def failed(peer: BeepConnection, event: ev.AuthenticationFailed) -> None:
+        peer.hold(30.0)
+        closing.append(asyncio.get_running_loop().create_task(peer.close(421, timeout=2.0)))
+
+    listener.on_auth_failed = failed
+    exchange = SaslClientExchange("SCRAM-SHA-256", authcid="fred", password="x", host="localhost")
+    async with asyncio.timeout(5):  # not the 30 s hold
+        with pytest.raises(AuthenticationError) as failure:
+            await conn.authenticate("SCRAM-SHA-256", exchange)
+        assert failure.value.code == 535
+        ended = await conn.closed
+        await asyncio.gather(*closing)
+    assert getattr(ended, "code", None) == 421
+
+
+async def test_a_per_connection_sasl_factory_sees_the_connection(
+    server: tuple[int, list[BeepConnection]],
+) -> None:
+    port, conns = server
+    conn = await connect("127.0.0.1", port, local_host="127.0.0.3")
+    listener = conns[-1]
+    seen: list[tuple[object, object, str]] = []
+
+    def exchange_for(peer: BeepConnection, mechanism: str, tls_active: bool) -> SaslServerExchange:
+        assert isinstance(peer.peer_address, tuple)
+        assert isinstance(peer.local_address, tuple)
+        seen.append((peer.peer_address[0], peer.local_address[0], mechanism))
+        return SaslServerExchange(
+            mechanism, CREDENTIALS, tls_active=tls_active, realm="example.com", host="localhost"
+        )
+
+    listener.sasl_servers = exchange_for
+    exchange = SaslClientExchange(
+        "SCRAM-SHA-256", authcid="fred", password="flintstone", host="localhost"
+    )
+    await conn.authenticate("SCRAM-SHA-256", exchange)
+    assert seen == [("127.0.0.3", "127.0.0.1", "SCRAM-SHA-256")]
+    await conn.close()
+
+
 async def test_the_auth_failure_hook_sees_server_side_failures_and_can_hold_the_session(
     server: tuple[int, list[BeepConnection]],
 ) -> None:
@@ -416,3 +493,43 @@ async def test_the_auth_failure_hook_sees_server_side_failures_and_can_hold_the_
     assert asyncio.get_running_loop().time() - started >= 0.25
     assert (await channel.request(build_entity(b"after the hold"))).kind == "RPY"
     await conn.close()
+
+
+async def test_receive_batch_takes_every_queued_msg_in_order_then_raises_at_the_close() -> None:
+    batches: list[list[bytes]] = []
+    ended: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+
+    async def serve(channel: Channel) -> None:
+        try:
+            while True:
+                batch = await channel.receive_batch()
+                batches.append([split_entity(item.payload).body for item in batch])
+                for item in batch:
+                    item.reply(item.payload)
+        except ConnectionClosedError as exc:
+            ended.set_result(exc)
+
+    async def accept(
+        conn: BeepConnection, request: ev.ChannelStartRequested
+    ) -> AcceptChannel | RejectChannel:
+        return AcceptChannel(profile=ECHO, serve=serve)
+
+    srv = await listen("127.0.0.1", 0, lambda: SessionConfig(profiles=(ECHO,)), on_start=accept)
+    conn = await connect("127.0.0.1", srv.sockets[0].getsockname()[1])
+    try:
+        channel = await conn.open_channel(ECHO)
+        got: list[Reply | ConnectionClosedError] = []
+        for i in range(100):  # written at once: they arrive together, not one per read
+            channel.send_then(build_entity(str(i).encode()), got.append)
+        await channel.request(build_entity(b"last"))
+        sent = [str(i).encode() for i in range(100)] + [b"last"]
+        assert [body for batch in batches for body in batch] == sent
+        assert max(len(batch) for batch in batches) > 1
+        assert len(got) == 100
+        assert all(isinstance(r, Reply) and r.ok for r in got)
+        await channel.close()
+        assert isinstance(await asyncio.wait_for(ended, 5), ConnectionClosedError)
+    finally:
+        await conn.close()
+        srv.close()
+        await srv.wait_closed()

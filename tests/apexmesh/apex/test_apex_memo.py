@@ -142,3 +142,17 @@ def test_a_memo_shares_recipients_and_options(memo: ParseMemo) -> None:
 
     assert memo.option_made(("x", 1), build) is memo.option_made(("x", 1), build)
     assert built == [1]
+
+
+def test_documents_in_turns_each_get_their_own_data(memo: ParseMemo) -> None:
+    """The last document answered is compared first (a subscriber's stream of one topic):
+    a document of another rest, in between or after, is never answered with its data."""
+    other = REST.replace(b"barney", b"wilma")
+    parse_apex(document(b"cid:1@x"), memo)
+    parse_apex(document(b"cid:1@x", other), memo)
+    for turn in range(3):
+        for rest in (REST, REST, other, REST, other, other):
+            raw = document(b"cid:%d@x" % turn, rest)
+            assert memo.known_data(raw) == full_parse(raw)
+    refused = document(b"cid:9@x", REST.replace(b"</data>", b"</dat>"))
+    assert memo.known_data(refused) is None

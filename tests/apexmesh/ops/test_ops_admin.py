@@ -1,5 +1,5 @@
 """The admin API plumbing: bearer roles, refusals counted by mechanism, the OpenAPI
-document, the tokens' settings rules."""
+document, the tokens' settings rules, 503 while Redis cannot answer."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import httpx
 import pytest
 from fastapi import APIRouter
 from prometheus_client import CollectorRegistry
+from redis import exceptions as redis_errors
 
-from apexmesh.ops.admin import AdminSpec, Guard
+from apexmesh.ops.admin import RETRY_AFTER_SECONDS, AdminSpec, Guard
 from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.http import create_ops_app
 from apexmesh.ops.settings import AdminTokens, SettingsError, admin_tokens
@@ -108,3 +109,62 @@ def test_router_helpers_are_guarded() -> None:
     assert isinstance(guard.reader(), APIRouter)
     assert guard.role_of(ADMIN) is not None
     assert guard.role_of(READ) is None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis_errors.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
+        redis_errors.BusyLoadingError("Redis is loading the dataset in memory"),
+        redis_errors.TimeoutError("Timeout reading from socket"),
+        redis_errors.ClusterDownError("CLUSTERDOWN The cluster is down"),
+        redis_errors.TryAgainError("TRYAGAIN"),
+        redis_errors.ReadOnlyError("You can't write against a read only replica."),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+async def test_every_admin_route_answers_503_while_redis_cannot(error: Exception) -> None:
+    """Issue #34: once for every service's admin app (create_admin_app), not per route."""
+    registry = CollectorRegistry()
+    guard = Guard(AdminTokens(admin=ADMIN, read=READ), AuthFailures("test", registry))
+    read, change = guard.reader(), guard.changer()
+
+    @read.get("/listing")
+    async def listing() -> list[str]:
+        raise error
+
+    @change.post("/change")
+    async def change_something() -> dict[str, bool]:
+        raise error
+
+    spec = AdminSpec(guard=guard, pod="pod-1", domains=("example.com",), routers=[read, change])
+    app = create_ops_app("test", registry, ready, spec)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        for answer in (
+            await client.get("/admin/v1/listing", headers=bearer(READ)),
+            await client.post("/admin/v1/change", headers=bearer(ADMIN)),
+        ):
+            assert answer.status_code == 503
+            assert answer.json()["detail"] == f"redis unreachable: {type(error).__name__}: {error}"
+            assert answer.headers["Retry-After"] == str(RETRY_AFTER_SECONDS)
+        # the guard still comes first: no token is 401, not a hint about Redis
+        assert (await client.get("/admin/v1/listing")).status_code == 401
+        document = (await client.get("/admin/openapi.json")).json()
+        assert "503" in document["paths"]["/v1/listing"]["get"]["responses"]
+
+
+async def test_other_errors_stay_500() -> None:
+    registry = CollectorRegistry()
+    guard = Guard(AdminTokens(admin=ADMIN, read=READ), AuthFailures("test", registry))
+    read = guard.reader()
+
+    @read.get("/broken")
+    async def broken() -> list[str]:
+        raise redis_errors.ResponseError("WRONGTYPE Operation against a key")
+
+    spec = AdminSpec(guard=guard, pod="pod-1", domains=("example.com",), routers=[read])
+    app = create_ops_app("test", registry, ready, spec)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        assert (await client.get("/admin/v1/broken", headers=bearer(READ))).status_code == 500

@@ -27,14 +27,23 @@ pytestmark = pytest.mark.unit
 
 CLASSES = default_classes()
 TYPED = TypeMap(
-    kinds={"x": Kind.EXACT, "y": Kind.APPROX, "s": Kind.STRING, "flag": Kind.BOOLEAN},
+    kinds={
+        "x": Kind.EXACT,
+        "y": Kind.APPROX,
+        "s": Kind.STRING,
+        "t": Kind.TOKEN,
+        "flag": Kind.BOOLEAN,
+    },
     open=False,
 )
-NUMBERS = ["0", "1", "2", "2.5", "3", "-1", "4", "1e1", "abc"]
-STRINGS = ["a", "b", "ab", "a%b", "", " a "]
+NUMBERS = ["0", "1", "2", "2.5", "3", "-1", "4", "1e1", "abc", " 2 "]
+#: Instances with spaces where they count (xsd:string keeps them, xsd:token collapses).
+STRINGS = ["a", "b", "ab", "a%b", "", " a ", "a ", "  ", "a  b", "\ta"]
 
 numbers = st.sampled_from(["0", "1", "2", "3", "2.5", "-1", "4", "10"])
-letters = st.sampled_from(["a", "b", "ab", "c"])
+letters = st.sampled_from(["a", "b", "ab", "c", "a ", " a", "", "a b"])
+#: The string identifiers: untyped or xsd:string (s), xsd:token when typed (t).
+texts = st.sampled_from(["s", "t"])
 
 
 def jms_atoms() -> st.SearchStrategy[str]:
@@ -51,11 +60,14 @@ def jms_atoms() -> st.SearchStrategy[str]:
         ),
         st.builds(lambda i, a, b: f"{i} BETWEEN {a} AND {b}", numeric, numbers, numbers),
         st.builds(lambda i, a, b: f"{i} NOT BETWEEN {a} AND {b}", numeric, numbers, numbers),
-        st.builds(lambda v: f"s = '{v}'", letters),
-        st.builds(lambda v: f"s <> '{v}'", letters),
-        st.builds(lambda a, b: f"s IN ('{a}', '{b}')", letters, letters),
-        st.builds(lambda a: f"s NOT IN ('{a}')", letters),
-        st.builds(lambda v: f"s LIKE '{v}%'", letters),
+        st.builds(lambda i, v: f"{i} = '{v}'", texts, letters),
+        st.builds(lambda i, v: f"{i} <> '{v}'", texts, letters),
+        st.builds(lambda i, a, b: f"{i} IN ('{a}', '{b}')", texts, letters, letters),
+        st.builds(lambda i, a: f"{i} NOT IN ('{a}')", texts, letters),
+        st.builds(lambda i, a, b: f"{i} NOT IN ('{a}', '{b}')", texts, letters, letters),
+        st.builds(lambda i, v: f"{i} LIKE '{v}%'", texts, letters),
+        st.builds(lambda i, v: f"{i} NOT LIKE '{v}%'", texts, letters),
+        st.builds(lambda i, v: f"{i} NOT LIKE '_{v}'", texts, letters),
         st.sampled_from(["x IS NULL", "s IS NOT NULL", "flag", "NOT flag", "flag = TRUE"]),
         st.builds(lambda n: f"x + y > {n}", numbers),
         st.builds(lambda n: f"x * 2 = {n}", numbers),
@@ -84,10 +96,11 @@ def ldap_atoms() -> st.SearchStrategy[str]:
             st.sampled_from(["=", ">=", "<=", "~=", ">", "<"]),
             numbers,
         ),
-        st.builds(lambda v: f"(s={v})", letters),
-        st.builds(lambda v: f"(s={v}*)", letters),
-        st.builds(lambda v: f"(s=*{v}*)", letters),
-        st.builds(lambda v: f"(s~={v})", letters),
+        st.builds(lambda i, v: f"({i}={v})", texts, letters.filter(bool)),
+        st.builds(lambda i, v: f"({i}='{v}')", texts, letters),
+        st.builds(lambda i, v: f"({i}={v}*)", texts, letters.filter(bool)),
+        st.builds(lambda i, v: f"({i}=*{v}*)", texts, letters.filter(bool)),
+        st.builds(lambda i, v: f"({i}~={v})", texts, letters.filter(bool)),
         st.sampled_from(["(x=*)", "(s=*)", "(flag=TRUE)", "(flag=FALSE)"]),
     )
 
@@ -115,6 +128,7 @@ messages = st.fixed_dictionaries(
         "x": st.lists(st.sampled_from(NUMBERS), max_size=3),
         "y": st.lists(st.sampled_from(NUMBERS), max_size=2),
         "s": st.lists(st.sampled_from(STRINGS), max_size=3),
+        "t": st.lists(st.sampled_from(STRINGS), max_size=3),
         "flag": st.lists(st.sampled_from(["true", "false", "1", "x"]), max_size=2),
     }
 ).map(lambda values: MessageView.of_values({k: v for k, v in values.items() if v}))
@@ -156,6 +170,77 @@ def test_the_index_finds_what_evaluating_every_selector_finds(
         expected = {key for key, sel in compiled.items() if sel is None or sel.matches(view)}
         assert matcher.match(view) == expected
     assert len(matcher) == len(compiled)
+
+
+#: String predicates alone (exact characters, xsd:token's collapse, negated forms over
+#: repeated instances: issue #34), so that each example is likely to meet an instance
+#: whose spaces decide the answer.
+#: Few values, so that selectors and instances meet often; spaces where they decide.
+spaced = st.sampled_from(["a", "a ", " a", "", "b"])
+spaced_instances = st.sampled_from(["a", " a ", "a ", " a", "", "  ", "b", "\ta"])
+string_atoms = st.one_of(
+    st.builds(lambda i, o, v: f"{i} {o} '{v}'", texts, st.sampled_from(["=", "<>"]), spaced),
+    st.builds(
+        lambda i, n, a, b: f"{i} {n}IN ('{a}', '{b}')",
+        texts,
+        st.sampled_from(["", "NOT "]),
+        spaced,
+        spaced,
+    ),
+    st.builds(
+        lambda i, n, v: f"{i} {n}LIKE '{v}'",
+        texts,
+        st.sampled_from(["", "NOT "]),
+        st.sampled_from(["a%", "%a", "_", "% %", "a_", ""]),
+    ),
+)
+string_selectors = st.one_of(
+    st.tuples(
+        st.just("JMS"),
+        st.recursive(
+            string_atoms,
+            lambda inner: st.one_of(
+                st.builds(lambda a, b: f"({a}) AND ({b})", inner, inner),
+                st.builds(lambda a, b: f"({a}) OR ({b})", inner, inner),
+                st.builds(lambda a: f"NOT ({a})", inner),
+            ),
+            max_leaves=3,
+        ),
+    ),
+    st.tuples(
+        st.just("RFC-2254"),
+        st.builds(
+            lambda i, f: f.replace("@", i),
+            texts,
+            st.sampled_from(["(@=a)", "(@=' a')", "(@='a ')", "(@=a*)", "(@=*a)", "(@~=a b)"]),
+        ),
+    ),
+)
+string_messages = st.fixed_dictionaries(
+    {
+        "s": st.lists(spaced_instances, max_size=3),
+        "t": st.lists(spaced_instances, max_size=3),
+    }
+).map(lambda values: MessageView.of_values({k: v for k, v in values.items() if v}))
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    chosen=st.lists(string_selectors, min_size=1, max_size=8),
+    views=st.lists(string_messages, min_size=1, max_size=4),
+    typed=st.booleans(),
+)
+def test_the_index_agrees_with_evaluation_on_spaces_and_negations(
+    chosen: list[tuple[str, str]], views: list[MessageView], typed: bool
+) -> None:
+    types = TYPED if typed else TypeMap()
+    matcher: Matcher[int] = Matcher()
+    compiled = {key: _compile(name, text, types) for key, (name, text) in enumerate(chosen)}
+    for key, selector in compiled.items():
+        matcher.add(key, selector)
+    for view in views:
+        expected = {key for key, sel in compiled.items() if sel is None or sel.matches(view)}
+        assert matcher.match(view) == expected
 
 
 def test_choose_prefers_the_narrowest_equality() -> None:

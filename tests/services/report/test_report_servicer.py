@@ -4,15 +4,20 @@ submits through real grpc.aio RelayService test servers recording every Submit.
 Covers the statusResponse of RFC 3340 section 5.1's examples byte for byte, several
 destinations with options, the relay's status passed back, failover from a dead relay
 address to a live one, 421 when none answers, 451 when a relay call fails, every
-validation code, and WellKnownEndpoint.Deliver refused with 550 (section 6.2).
+validation code, and WellKnownEndpoint.Deliver refused with 550 (section 6.2); with a
+retry policy (the service's default), an owed report tried again after transient
+failures (issue #34): a new submission id after a refusal, the same after a cut-off,
+undeliverable when the bound runs out, a permanent refusal answered at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Final
 
 import grpc
 import pytest
@@ -35,6 +40,8 @@ from services.report.servicer import (
     ReportEndpointServicer,
     ReportMetrics,
     ReportServicer,
+    RetryPolicy,
+    SubmitOutcome,
 )
 from tests.support.grpc_channels import ready_channel
 from tests.support.redis_server import free_port
@@ -160,17 +167,21 @@ class Service:
         return self.registry.get_sample_value(name, labels or {}) or 0.0
 
 
-ServiceFactory = Callable[[Sequence[str]], AbstractAsyncContextManager[Service]]
+ServiceFactory = Callable[..., AbstractAsyncContextManager[Service]]
 
 
 @pytest.fixture
 def report_service() -> ServiceFactory:
+    """``start(relay_addresses, retry=None)``: a report service over real gRPC."""
+
     @asynccontextmanager
-    async def start(relay_addresses: Sequence[str]) -> AsyncIterator[Service]:
+    async def start(
+        relay_addresses: Sequence[str], retry: RetryPolicy | None = None
+    ) -> AsyncIterator[Service]:
         registry = CollectorRegistry()
         metrics = ReportMetrics.create(registry)
         relays = RelayPool(relay_addresses, timeout=5.0, metrics=metrics)
-        report = ReportServicer(["example.com"], relays, metrics)
+        report = ReportServicer(["example.com"], relays, metrics, retry=retry)
         endpoint = ReportEndpointServicer(metrics)
         server, port = await create_server(
             [
@@ -423,3 +434,110 @@ async def test_data_addressed_to_apex_report_is_refused(report_service: ServiceF
             assert (response.status.code, response.status.text) == (550, INBOUND_REFUSAL)
         assert relay.calls == []
         assert service.sample("apexmesh_report_inbound_refused_total") == 2
+
+
+# --------------------------------------------------------------------------- owed reports
+
+
+class ScriptedRelay(RecordingRelay):
+    """A relay answering the given codes in turn (the last one from then on); a code of
+    0 aborts that call (INTERNAL: cut off, outcome unknown)."""
+
+    def __init__(self, codes: Sequence[int]) -> None:
+        super().__init__()
+        self.codes = list(codes)
+
+    async def Submit(  # noqa: N802
+        self, request: relay_pb2.SubmitRequest, context: grpc.aio.ServicerContext
+    ) -> relay_pb2.SubmitResponse:
+        self.calls.append(request)
+        code = self.codes.pop(0) if len(self.codes) > 1 else self.codes[0]
+        if code == 0:
+            await context.abort(grpc.StatusCode.INTERNAL, "cut off")
+        return relay_pb2.SubmitResponse(status=common_pb2.ApexStatus(code=code, text=f"c{code}"))
+
+
+QUICK: Final = RetryPolicy(
+    bound_seconds=5.0, first_backoff_seconds=0.01, max_backoff_seconds=0.05, attempt_seconds=0.5
+)
+
+
+async def test_an_owed_report_refused_for_now_is_submitted_again_under_a_new_id(
+    report_service: ServiceFactory,
+) -> None:
+    """Issue #34: a relay that cannot check the sender's access (the access service is
+    down) refuses the report with 421; it is submitted again until delivered."""
+    relay = ScriptedRelay([421, 421, 250])
+    async with running_relay(relay) as address, report_service([address], QUICK) as service:
+        assert await service.call(request()) == (250, "c250")
+        ids = [call.submission_id for call in relay.calls]
+        assert len(ids) == 3
+        assert all(ids)
+        assert len(set(ids)) == 3
+        assert service.sample("apexmesh_report_retries_total") == 2
+        assert service.sample("apexmesh_report_responses_total", {"result": "submitted"}) == 1
+
+
+async def test_a_cut_off_call_is_sent_again_under_the_same_id(
+    report_service: ServiceFactory,
+) -> None:
+    relay = ScriptedRelay([0, 250])
+    async with running_relay(relay) as address, report_service([address], QUICK) as service:
+        assert await service.call(request()) == (250, "c250")
+        ids = [call.submission_id for call in relay.calls]
+        assert len(ids) == 2
+        assert ids[0]
+        assert ids[0] == ids[1]
+
+
+async def test_an_owed_report_is_reported_undeliverable_when_the_bound_runs_out(
+    report_service: ServiceFactory,
+) -> None:
+    relay = ScriptedRelay([421])
+    policy = dataclasses.replace(QUICK, bound_seconds=0.3)
+    async with running_relay(relay) as address, report_service([address], policy) as service:
+        code, text = await service.call(request())
+        assert code == 421
+        assert text.startswith(f"statusResponse undeliverable after {len(relay.calls)} attempts")
+        assert len(relay.calls) > 2
+        assert service.sample("apexmesh_report_responses_total", {"result": "undeliverable"}) == 1
+
+
+async def test_a_permanent_refusal_is_answered_at_once(report_service: ServiceFactory) -> None:
+    relay = ScriptedRelay([537])
+    async with running_relay(relay) as address, report_service([address], QUICK) as service:
+        assert await service.call(request()) == (537, "c537")
+        assert len(relay.calls) == 1
+        assert service.sample("apexmesh_report_retries_total") == 0
+
+
+async def test_no_relay_reachable_is_tried_again_then_reported_undeliverable(
+    report_service: ServiceFactory,
+) -> None:
+    # each submission itself tries the dead relay a few times (about 0.35 s of backoff)
+    policy = dataclasses.replace(QUICK, bound_seconds=1.0)
+    async with report_service([dead_address()], policy) as service:
+        code, text = await service.call(request())
+        assert code == 421
+        assert "undeliverable" in text
+        assert service.sample("apexmesh_report_retries_total") >= 1
+
+
+@pytest.mark.unit
+def test_the_retry_policy_stops_before_the_callers_deadline() -> None:
+    transient = SubmitOutcome(421, "access service not available", "relay_refused")
+    policy = RetryPolicy(
+        bound_seconds=10.0, first_backoff_seconds=1.0, max_backoff_seconds=4.0, attempt_seconds=2.0
+    )
+    assert policy.next_delay(transient, 1, elapsed=0.0, remaining=None) == 1.0
+    assert policy.next_delay(transient, 3, elapsed=1.0, remaining=None) == 4.0
+    assert policy.next_delay(transient, 9, elapsed=1.0, remaining=None) == 4.0
+    assert policy.next_delay(transient, 2, elapsed=9.0, remaining=None) is None  # bound
+    assert policy.next_delay(transient, 1, elapsed=0.0, remaining=2.5) is None  # deadline
+    assert policy.next_delay(transient, 1, elapsed=0.0, remaining=3.5) == 1.0
+    for final in (
+        SubmitOutcome(250, "", "submitted"),
+        SubmitOutcome(537, "access denied", "relay_refused"),
+        SubmitOutcome(553, "bad", "invalid"),
+    ):
+        assert policy.next_delay(final, 1, elapsed=0.0, remaining=None) is None

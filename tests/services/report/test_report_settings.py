@@ -68,3 +68,13 @@ def test_pod_address_bind_outside_development() -> None:
 def test_bad_settings_are_refused(env: dict[str, str]) -> None:
     with pytest.raises(SettingsError):
         ReportSettings.from_env(env)
+
+
+def test_the_retry_bound_of_owed_reports() -> None:
+    assert ReportSettings.from_env(BASE).retry_seconds == 20.0
+    assert (
+        ReportSettings.from_env({**BASE, "APEXMESH_REPORT_RETRY_SECONDS": "0"}).retry_seconds == 0
+    )
+    for bad in ("-1", "601", "soon"):
+        with pytest.raises(SettingsError, match="APEXMESH_REPORT_RETRY_SECONDS"):
+            ReportSettings.from_env({**BASE, "APEXMESH_REPORT_RETRY_SECONDS": bad})

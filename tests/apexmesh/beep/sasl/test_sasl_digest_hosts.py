@@ -1,15 +1,17 @@
 """DIGEST-MD5's digest-uri (RFC 2831 section 2.1.2: ``serv-type/host``) for every name a
 relay answers to. A Vortex 1.1 client that dialled ``relay1.example.com`` sends
 ``digest-uri="beep/relay1.example.com"``; the relay serves ``example.com`` and must
-accept its own host names too, not only the domain."""
+accept its own host names too, not only the domain, and the address a client dialled
+(issue #29: ``beep/<IP>`` for the address the session was made to)."""
 
 from __future__ import annotations
 
 import pytest
 
 from apexmesh.beep.sasl import SaslServerExchange, StaticCredentials
-from apexmesh.beep.sasl.blob import encode_blob, parse_element
-from apexmesh.beep.sasl.digest_md5 import compute_response
+from apexmesh.beep.sasl.blob import encode_blob, parse_blob, parse_element
+from apexmesh.beep.sasl.digest_md5 import compute_response, parse_directives
+from apexmesh.beep.sasl.servers import SaslServers, address_names
 
 pytestmark = pytest.mark.unit
 
@@ -18,13 +20,13 @@ NONCE = "OA6MG9tEQGm2hh"
 CNONCE = "OA6MHXh6VqTrRk"
 
 
-def vortex_response(digest_uri: str) -> bytes:
+def vortex_response(digest_uri: str, nonce: str = NONCE) -> bytes:
     """A digest-response in the form and order Vortex 1.1 (through GNU SASL) sends."""
     response = compute_response(
         username="fred@example.com",
         realm="example.com",
         password="flintstone",
-        nonce=NONCE,
+        nonce=nonce,
         cnonce=CNONCE,
         nc="00000001",
         qop="auth",
@@ -32,7 +34,7 @@ def vortex_response(digest_uri: str) -> bytes:
         authzid=None,
     )
     return (
-        f'username="fred@example.com",realm="example.com",nonce="{NONCE}",'
+        f'username="fred@example.com",realm="example.com",nonce="{nonce}",'
         f'cnonce="{CNONCE}",nc=00000001,qop=auth,digest-uri="{digest_uri}",'
         f"response={response},charset=utf-8"
     ).encode()
@@ -73,3 +75,38 @@ def test_other_names_are_refused(digest_uri: str) -> None:
 def test_one_host_still_works_as_before() -> None:
     ok, _ = exchange(("example.com",), "beep/example.com")
     assert ok
+
+
+def test_the_forms_of_an_address_in_a_digest_uri() -> None:
+    assert address_names("10.0.0.7") == ("10.0.0.7",)
+    assert address_names("::1") == ("::1", "[::1]")
+    assert address_names("::ffff:10.0.0.7") == (
+        "::ffff:10.0.0.7",
+        "::ffff:a00:7",
+        "[::ffff:10.0.0.7]",
+        "[::ffff:a00:7]",
+        "10.0.0.7",
+    )
+    assert address_names("fe80::1%eth0") == ("fe80::1", "[fe80::1]")
+    assert address_names("relay1.example.com") == ()
+
+
+def test_an_exchange_for_a_connection_also_accepts_its_local_address() -> None:
+    servers = SaslServers(
+        CREDENTIALS, mechanisms=("DIGEST-MD5",), realm="example.com", hosts=("example.com",)
+    )
+    for local, digest_host, accepted in (
+        ("10.0.0.7", "10.0.0.7", True),
+        ("10.0.0.7", "10.0.0.8", False),
+        ("::1", "[::1]", True),
+        ("::1", "::1", True),
+        ("::ffff:10.0.0.7", "10.0.0.7", True),
+        (None, "10.0.0.7", False),
+    ):
+        exchange = servers.exchange("DIGEST-MD5", True, local_host=local)
+        assert exchange is not None
+        challenge = parse_blob(exchange.handle_start(None)).data
+        (nonce,) = parse_directives(challenge.decode())["nonce"]
+        response = vortex_response(f"beep/{digest_host}", nonce)
+        ok, _ = exchange.handle_message(encode_blob(response).encode())
+        assert ok is accepted, (local, digest_host)
