@@ -20,14 +20,16 @@ Exactly once, whatever dies when:
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from redis.asyncio import Redis
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from apexmesh.pubsub.catalogue import EVENT_FIELDS_V2, pack_id, unpack_id
 from apexmesh.store.keys import Keys
@@ -36,14 +38,19 @@ from spark.storage import Storage
 
 #: The directory of exported event files under the storage root.
 EVENTS_DIR: Final = "events"
-#: Entries read per XRANGE.
-READ_COUNT: Final = 10_000
+#: Entries read per XRANGE: a reply of a few hundred kilobytes, well inside a socket
+#: timeout on a loaded machine.
+READ_COUNT: Final = 2_000
+#: Attempts per XRANGE that times out (a read: asking again is safe).
+READ_ATTEMPTS: Final = 3
 
 #: The exported files' schema: the packed stream id, then every v2 field as text.
 EVENT_SCHEMA: Final = pa.schema(
     [pa.field("id", pa.int64(), nullable=False)]
     + [pa.field(name, pa.string(), nullable=False) for name in EVENT_FIELDS_V2]
 )
+
+_log = logging.getLogger(__name__)
 
 _NAME: Final = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
 
@@ -124,28 +131,56 @@ def write_range(storage: Storage, entries: Sequence[tuple[int, dict[str, str]]])
     return name
 
 
-async def export(redis: Redis, keys: Keys, storage: Storage, batch: int) -> ExportResult:
-    """Export every closed range after the export position, ``batch`` events a file."""
-    remove_temporaries(storage)
+async def read_log(
+    redis: Redis, keys: Keys, after: int
+) -> AsyncIterator[list[tuple[int, dict[str, str]]]]:
+    """The event log's entries after the packed id ``after``, up to the last id the log
+    had when this began (so every batch is of a closed range), in id order, in batches
+    of at most :data:`READ_COUNT`: (packed id, fields).
+
+    The one place the export reads the log: a log split into partitions (issue #30)
+    changes this, not its callers."""
     key = keys.pubsub_events()
-    position = export_position(storage)
     newest = await redis.xrevrange(key, count=1)
     end = pack_id(_text(newest[0][0])) if newest else 0
+    cursor = after
+    while cursor < end:
+        found: Any = None
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            try:
+                found = await redis.xrange(
+                    key, min=f"({unpack_id(cursor)}", max=unpack_id(end), count=READ_COUNT
+                )
+                break
+            except RedisTimeoutError:
+                if attempt == READ_ATTEMPTS:
+                    raise
+                _log.warning(
+                    "XRANGE after %s timed out (attempt %d): again", unpack_id(cursor), attempt
+                )
+        if not found:
+            return
+        batch = [
+            (pack_id(_text(entry_id)), {_text(k): _text(v) for k, v in fields.items()})
+            for entry_id, fields in found
+        ]
+        cursor = batch[-1][0]
+        yield batch
+
+
+async def export(
+    redis: Redis, keys: Keys, storage: Storage, batch: int, *, start: int | None = None
+) -> ExportResult:
+    """Export every closed range after the export position (or after ``start``, a
+    packed id at or after it: where a full rebuild restarts after a trimmed log gap,
+    spark/plan.py), ``batch`` events a file."""
+    remove_temporaries(storage)
+    position = max(export_position(storage), start or 0)
     files: list[str] = []
     total = 0
     pending: list[tuple[int, dict[str, str]]] = []
-    cursor = position
-    while cursor < end:
-        found: Any = await redis.xrange(
-            key, min=f"({unpack_id(cursor)}", max=unpack_id(end), count=READ_COUNT
-        )
-        if not found:
-            break
-        for entry_id, fields in found:
-            pending.append(
-                (pack_id(_text(entry_id)), {_text(k): _text(v) for k, v in fields.items()})
-            )
-        cursor = pending[-1][0]
+    async for entries in read_log(redis, keys, position):
+        pending += entries
         while len(pending) >= batch:
             files.append(write_range(storage, pending[:batch]))
             total += batch
@@ -153,7 +188,7 @@ async def export(redis: Redis, keys: Keys, storage: Storage, batch: int) -> Expo
     if pending:
         files.append(write_range(storage, pending))
         total += len(pending)
-    return ExportResult(tuple(files), total, export_position(storage))
+    return ExportResult(tuple(files), total, max(position, export_position(storage)))
 
 
 __all__ = [
@@ -165,6 +200,7 @@ __all__ = [
     "export_position",
     "exported",
     "file_name",
+    "read_log",
     "remove_temporaries",
     "rows_after",
     "write_range",

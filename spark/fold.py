@@ -9,6 +9,16 @@ previous snapshot enters as rows of the same shape carrying the id of the event 
 set them, so "previous snapshot + events after its position" folds as the whole log
 would.
 
+What the fold reads is a :class:`History`: topic and subscription events projected to
+the columns the rule needs. Events of the log (:func:`history_of_events`), a full
+snapshot's rows (:func:`history_of_rows`, each the creation that set it) and a change
+layer's rows (:func:`history_of_changes`, each the last event of its key) all read as
+such events. An incremental run (docs/snapshot.md "Incremental runs") writes only
+:func:`changes` of the events after the previous snapshot: per key they touch, the last
+event, so its cost follows the new events and not the catalogue; reading a layered
+snapshot folds its full layer and its change layers with :func:`live_topics` and
+:func:`live_subscriptions_and_ids`, as a rebuild folds the log.
+
 How the per-key step is planned, and why (measured with bench/snapshot.py and Spark's
 event log, docs/snapshot.md "Where the time goes"):
 
@@ -54,6 +64,7 @@ from apexmesh.pubsub.catalogue import (
     SUB_ENDED,
     SUBSCRIPTION_EVENTS,
     TOPIC_CREATED,
+    TOPIC_DELETED,
     TOPIC_EVENTS,
 )
 
@@ -98,15 +109,119 @@ BROADCAST_IDS: Final = 2_000_000
 BROADCAST_IDS_CONF: Final = "spark.apexmesh.snapshot.broadcastIds"
 
 
+#: A change layer's rows (docs/snapshot.md "Incremental runs"): per key touched after
+#: the previous snapshot, the last event's row, and whether the topic then exists.
+TOPIC_CHANGE_SCHEMA: Final = StructType(
+    [*TOPIC_SCHEMA.fields, StructField("exists", BooleanType(), False)]
+)
+#: The same for subscriptions: ``open`` is whether the identity's last event is a
+#: creation or a renewal (its lease and its topic are judged when the layers are read).
+SUBSCRIPTION_CHANGE_SCHEMA: Final = StructType(
+    [*SUBSCRIPTION_SCHEMA.fields, StructField("open", BooleanType(), False)]
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Folded:
     topics: DataFrame
     subscriptions: DataFrame
+    #: The cached winning ids ``subscriptions`` is built on: unpersist once done.
+    ids: DataFrame | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """What the fold reads: topic and subscription events, projected to the columns the
+    rule needs (:data:`TOPIC_EVENT_COLUMNS`, :data:`SUBSCRIPTION_EVENT_COLUMNS`). Events
+    of the log, a full snapshot's rows (each the creation that set it) and a change
+    layer's rows (each the last event of its key) all read as such events, so one fold
+    serves a rebuild from the log, a run on top of a snapshot and the reading of a
+    layered snapshot."""
+
+    topics: DataFrame
+    subscriptions: DataFrame
+
+    def union(self, other: History) -> History:
+        return History(
+            self.topics.unionByName(other.topics),
+            self.subscriptions.unionByName(other.subscriptions),
+        )
+
+
+#: A history's columns: a row's key, the event type, then the rest of the row.
+TOPIC_EVENT_COLUMNS: Final = (
+    *_TOPIC_KEY,
+    "type",
+    *[f.name for f in TOPIC_SCHEMA.fields if f.name not in _TOPIC_KEY],
+)
+SUBSCRIPTION_EVENT_COLUMNS: Final = (
+    *_SUB_KEY,
+    "type",
+    *[f.name for f in SUBSCRIPTION_SCHEMA.fields if f.name not in _SUB_KEY],
+)
 
 
 def _long(name: str) -> Column:
     # try_cast: ANSI mode (Spark 4's default) raises on "" where a v1 entry has no value.
     return F.coalesce(F.col(name).try_cast(LongType()), F.lit(0).cast(LongType()))
+
+
+def history_of_events(events: DataFrame, *, after: int = 0) -> History:
+    """The topic and subscription events of ``events`` (the exported schema) after the
+    packed id ``after``: what a previous snapshot at ``after`` does not cover (an id at
+    or below it is a duplicate of what it folded)."""
+    # No dropDuplicates: an id seen twice is the same entry of the stream, so the row a
+    # key's max_by picks is the same whether it came once or twice (a shuffle saved).
+    fresh = events.filter(F.col("id") > F.lit(after))
+    topics = fresh.filter(F.col("type").isin(*sorted(TOPIC_EVENTS))).select(
+        "domain",
+        "topic",
+        "type",
+        "settings",
+        F.col("originator").alias("creator"),
+        _long("at_ms").alias("created_ms"),
+        "id",
+    )
+    subscriptions = fresh.filter(F.col("type").isin(*sorted(SUBSCRIPTION_EVENTS))).select(
+        *_SUB_KEY,
+        "type",
+        "selector_class",
+        "selector",
+        (F.col("cached") == F.lit("1")).alias("cached"),
+        "originator",
+        _long("trans_id").alias("trans_id"),
+        _long("expires_ms").alias("expires_ms"),
+        _long("at_ms").alias("at_ms"),
+        "id",
+    )
+    return History(topics, subscriptions)
+
+
+def _topic_creations(topics: DataFrame) -> DataFrame:
+    return topics.withColumn("type", F.lit(TOPIC_CREATED)).select(*TOPIC_EVENT_COLUMNS)
+
+
+def _subscription_creations(subscriptions: DataFrame) -> DataFrame:
+    return subscriptions.withColumn("type", F.lit(SUB_CREATED)).select(*SUBSCRIPTION_EVENT_COLUMNS)
+
+
+def history_of_rows(topics: DataFrame, subscriptions: DataFrame) -> History:
+    """A full snapshot's rows (:data:`TOPIC_SCHEMA`, :data:`SUBSCRIPTION_SCHEMA`), each
+    read as the creation that set it (the id it carries): so "snapshot + later events"
+    folds as the whole log would."""
+    return History(_topic_creations(topics), _subscription_creations(subscriptions))
+
+
+def history_of_changes(topics: DataFrame, subscriptions: DataFrame) -> History:
+    """A change layer's rows (:data:`TOPIC_CHANGE_SCHEMA`,
+    :data:`SUBSCRIPTION_CHANGE_SCHEMA`), each read as the last event of its key: a
+    creation, or a deletion (an end) where the key no longer exists (is not open)."""
+    topic_type = F.when(F.col("exists"), F.lit(TOPIC_CREATED)).otherwise(F.lit(TOPIC_DELETED))
+    sub_type = F.when(F.col("open"), F.lit(SUB_CREATED)).otherwise(F.lit(SUB_ENDED))
+    return History(
+        topics.withColumn("type", topic_type).select(*TOPIC_EVENT_COLUMNS),
+        subscriptions.withColumn("type", sub_type).select(*SUBSCRIPTION_EVENT_COLUMNS),
+    )
 
 
 def _last(frame: DataFrame, key: tuple[str, ...], columns: list[str]) -> DataFrame:
@@ -122,31 +237,33 @@ def _last(frame: DataFrame, key: tuple[str, ...], columns: list[str]) -> DataFra
     )
 
 
-def fold_topics(events: DataFrame, *, after: int = 0, topics: DataFrame | None = None) -> DataFrame:
-    """The existing topics (:data:`TOPIC_SCHEMA`) of ``events`` (the exported schema)
-    after the packed id ``after``, on top of a previous snapshot's ``topics``."""
-    # No dropDuplicates: an id seen twice is the same entry of the stream, so the row a
-    # key's max_by picks is the same whether it came once or twice (a shuffle saved).
-    fresh = events.filter(F.col("id") > F.lit(after))
-    topic_events = fresh.filter(F.col("type").isin(*sorted(TOPIC_EVENTS))).select(
-        "domain",
-        "topic",
-        "type",
-        "settings",
-        F.col("originator").alias("creator"),
-        _long("at_ms").alias("created_ms"),
-        "id",
-    )
-    if topics is not None:
-        topic_events = topic_events.unionByName(
-            topics.withColumn("type", F.lit(TOPIC_CREATED)).select(*topic_events.columns)
-        )
+def live_topics(history: History) -> DataFrame:
+    """The existing topics (:data:`TOPIC_SCHEMA`): per (domain, topic) the last event,
+    kept when it is a creation."""
     last_topics = _last(
-        topic_events, _TOPIC_KEY, ["type", "settings", "creator", "created_ms", "id"]
+        history.topics, _TOPIC_KEY, ["type", "settings", "creator", "created_ms", "id"]
     )
     return last_topics.filter(F.col("type") == TOPIC_CREATED).select(
         *[f.name for f in TOPIC_SCHEMA.fields]
     )
+
+
+def changes(history: History) -> tuple[DataFrame, DataFrame]:
+    """The change layer of ``history`` (:data:`TOPIC_CHANGE_SCHEMA`,
+    :data:`SUBSCRIPTION_CHANGE_SCHEMA`): per key its last event, with whether the key
+    exists (is open) after it. No lease or topic is judged here: that is done when the
+    layers are read (:func:`live_subscriptions_and_ids`), at the time asked."""
+    topic_columns = [c for c in TOPIC_EVENT_COLUMNS if c not in _TOPIC_KEY]
+    topics = _last(history.topics, _TOPIC_KEY, topic_columns).select(
+        *[f.name for f in TOPIC_SCHEMA.fields],
+        (F.col("type") == F.lit(TOPIC_CREATED)).alias("exists"),
+    )
+    sub_columns = [c for c in SUBSCRIPTION_EVENT_COLUMNS if c not in _SUB_KEY]
+    subscriptions = _last(history.subscriptions, _SUB_KEY, sub_columns).select(
+        *[f.name for f in SUBSCRIPTION_SCHEMA.fields],
+        (F.col("type") != F.lit(SUB_ENDED)).alias("open"),
+    )
+    return topics, subscriptions
 
 
 def _winning_ids(sub_events: DataFrame, at_ms: int, live_topics: DataFrame) -> DataFrame:
@@ -175,6 +292,43 @@ def broadcast_ids_limit(spark: SparkSession) -> int:
     return int(value) if value else BROADCAST_IDS
 
 
+def live_subscriptions_and_ids(
+    history: History, at_ms: int, topics: DataFrame
+) -> tuple[DataFrame, DataFrame]:
+    """The subscriptions (:data:`SUBSCRIPTION_SCHEMA`) alive at ``at_ms`` of
+    ``history``, ``topics`` being its :func:`live_topics` (or what was written of them,
+    read back); and the cached winning ids they are built on (the caller unpersists
+    them once the result is written).
+
+    Not all lazy: the winning ids are computed and cached here (module docstring)."""
+    sub_events = history.subscriptions
+    # Counted once, here (one Spark job: the aggregate), so that the join below is
+    # planned on the real number of ids, not on an estimate of the aggregate's output.
+    ids = _winning_ids(sub_events, at_ms, topics).persist(StorageLevel.MEMORY_AND_DISK)
+    count = ids.count()
+    if count <= broadcast_ids_limit(sub_events.sparkSession):
+        # The events stay where they are; only the few winners move, by id, to drop
+        # their copies (an id read twice is the same entry: its copies are equal).
+        joined = sub_events.join(F.broadcast(ids), "id", "left_semi").repartition("id")
+    else:
+        # A shuffle join, hashing the ids (no sort of the events by id); its output is
+        # already partitioned by id for the same step.
+        joined = sub_events.join(ids.hint("shuffle_hash"), "id", "left_semi")
+    rows = joined.dropDuplicates(["id"])
+    return rows.select(*[f.name for f in SUBSCRIPTION_SCHEMA.fields]), ids
+
+
+def fold_topics(events: DataFrame, *, after: int = 0, topics: DataFrame | None = None) -> DataFrame:
+    """The existing topics (:data:`TOPIC_SCHEMA`) of ``events`` (the exported schema)
+    after the packed id ``after``, on top of a previous snapshot's ``topics``."""
+    history = history_of_events(events, after=after)
+    if topics is not None:
+        history = History(
+            history.topics.unionByName(_topic_creations(topics)), history.subscriptions
+        )
+    return live_topics(history)
+
+
 def fold_subscriptions_and_ids(
     events: DataFrame,
     at_ms: int,
@@ -185,40 +339,13 @@ def fold_subscriptions_and_ids(
 ) -> tuple[DataFrame, DataFrame]:
     """:func:`fold_subscriptions`, and the cached winning ids it is built on (the caller
     unpersists them once the result is written)."""
-    fresh = events.filter(F.col("id") > F.lit(after))
-    sub_events = fresh.filter(F.col("type").isin(*sorted(SUBSCRIPTION_EVENTS))).select(
-        "domain",
-        "topic",
-        "subscriber",
-        "subscription_id",
-        "type",
-        "selector_class",
-        "selector",
-        (F.col("cached") == F.lit("1")).alias("cached"),
-        "originator",
-        _long("trans_id").alias("trans_id"),
-        _long("expires_ms").alias("expires_ms"),
-        _long("at_ms").alias("at_ms"),
-        "id",
-    )
+    history = history_of_events(events, after=after)
     if subscriptions is not None:
-        sub_events = sub_events.unionByName(
-            subscriptions.withColumn("type", F.lit(SUB_CREATED)).select(*sub_events.columns)
+        history = History(
+            history.topics,
+            history.subscriptions.unionByName(_subscription_creations(subscriptions)),
         )
-    # Counted once, here (one Spark job: the aggregate), so that the join below is
-    # planned on the real number of ids, not on an estimate of the aggregate's output.
-    ids = _winning_ids(sub_events, at_ms, live_topics).persist(StorageLevel.MEMORY_AND_DISK)
-    count = ids.count()
-    if count <= broadcast_ids_limit(events.sparkSession):
-        # The events stay where they are; only the few winners move, by id, to drop
-        # their copies (an id read twice is the same entry: its copies are equal).
-        joined = sub_events.join(F.broadcast(ids), "id", "left_semi").repartition("id")
-    else:
-        # A shuffle join, hashing the ids (no sort of the events by id); its output is
-        # already partitioned by id for the same step.
-        joined = sub_events.join(ids.hint("shuffle_hash"), "id", "left_semi")
-    rows = joined.dropDuplicates(["id"])
-    return rows.select(*[f.name for f in SUBSCRIPTION_SCHEMA.fields]), ids
+    return live_subscriptions_and_ids(history, at_ms, live_topics)
 
 
 def fold_subscriptions(
@@ -234,7 +361,7 @@ def fold_subscriptions(
     is :func:`fold_topics` of the same input (or what it wrote, read back).
 
     Not all lazy: the winning ids are computed and cached when this is called (module
-    docstring); :func:`spark.snapshot.write_folded` releases them after the write."""
+    docstring); :func:`spark.snapshot.write_full` releases them after the write."""
     folded, _ = fold_subscriptions_and_ids(
         events, at_ms, live_topics, after=after, subscriptions=subscriptions
     )
@@ -249,25 +376,44 @@ def fold(
     topics: DataFrame | None = None,
     subscriptions: DataFrame | None = None,
 ) -> Folded:
-    """The catalogue at ``at_ms`` of ``events`` (the exported schema) after the packed id
-    ``after``, on top of a previous snapshot's ``topics`` and ``subscriptions`` (both
+    """The catalogue at ``at_ms`` of ``events`` (the exported schema) after the packed
+    id ``after``, on top of a previous snapshot's ``topics`` and ``subscriptions`` (both
     lazy: writing both scans the events for topics twice; the job avoids that)."""
-    live_topics = fold_topics(events, after=after, topics=topics)
-    live_subs = fold_subscriptions(
-        events, at_ms, live_topics, after=after, subscriptions=subscriptions
-    )
-    return Folded(live_topics, live_subs)
+    history = history_of_events(events, after=after)
+    if topics is not None:
+        history = History(
+            history.topics.unionByName(_topic_creations(topics)), history.subscriptions
+        )
+    if subscriptions is not None:
+        history = History(
+            history.topics,
+            history.subscriptions.unionByName(_subscription_creations(subscriptions)),
+        )
+    topic_rows = live_topics(history)
+    subs, ids = live_subscriptions_and_ids(history, at_ms, topic_rows)
+    return Folded(topic_rows, subs, ids)
 
 
 __all__ = [
     "BROADCAST_IDS",
     "BROADCAST_IDS_CONF",
+    "SUBSCRIPTION_CHANGE_SCHEMA",
+    "SUBSCRIPTION_EVENT_COLUMNS",
     "SUBSCRIPTION_SCHEMA",
+    "TOPIC_CHANGE_SCHEMA",
+    "TOPIC_EVENT_COLUMNS",
     "TOPIC_SCHEMA",
     "Folded",
+    "History",
     "broadcast_ids_limit",
+    "changes",
     "fold",
     "fold_subscriptions",
     "fold_subscriptions_and_ids",
     "fold_topics",
+    "history_of_changes",
+    "history_of_events",
+    "history_of_rows",
+    "live_subscriptions_and_ids",
+    "live_topics",
 ]

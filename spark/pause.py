@@ -8,9 +8,10 @@ image and ``scripts/run`` never set them):
 - ``APEXMESH_SNAPSHOT_TEST_PAUSE_AT``: ``<point>`` or ``<point>:<n>`` (the n-th time
   the run reaches that point; the first by default), ``<point>`` one of :data:`POINTS`;
 - ``APEXMESH_SNAPSHOT_TEST_PAUSE_FILE``: a path. On reaching the point the job writes
-  it (whole, by a rename) with its pid and the point, then waits there for ever: the
-  test sees the file, and knows the process is at that point and stays there until
-  killed.
+  it (whole, by a rename) with its pid and the point, then waits there as long as the
+  file exists: the test sees the file, and knows the process is at that point and
+  stays there until killed, or until the test removes the file (then it goes on: a test
+  that does something to the cluster at a known point of the run).
 
 The points (``spark/snapshot.py`` and ``spark/export.py`` call :func:`reached`):
 
@@ -18,6 +19,7 @@ The points (``spark/snapshot.py`` and ``spark/export.py`` call :func:`reached`):
 - ``export.publish``: an exported range is written under its temporary name and not
   yet renamed into place (the n-th range of the run: mid-export);
 - ``fold``: the export is complete, nothing folded yet;
+- ``spark``: the SparkSession is up (its executors asked for), nothing folded yet;
 - ``switch``: the Parquet snapshot (with ``_SUCCESS``) and the new Redis generation are
   written, the switch to it is not done;
 - ``trim``: switched, the log not yet trimmed.
@@ -36,7 +38,9 @@ from typing import Final
 PAUSE_AT_ENV: Final = "APEXMESH_SNAPSHOT_TEST_PAUSE_AT"
 PAUSE_FILE_ENV: Final = "APEXMESH_SNAPSHOT_TEST_PAUSE_FILE"
 
-POINTS: Final = ("export", "export.publish", "fold", "switch", "trim")
+POINTS: Final = ("export", "export.publish", "fold", "spark", "switch", "trim")
+#: Seconds between two looks at the file while held.
+HOLD_POLL: Final = 0.05
 
 #: How often each point was reached in this process (for ``<point>:<n>``).
 _reached: Counter[str] = Counter()
@@ -66,16 +70,16 @@ def wanted(point: str, env: Mapping[str, str] | None = None) -> Path | None:
 
 
 def reached(point: str) -> None:
-    """Called at each point; holds the process there for ever when the environment asks
-    for this point (module docstring), else returns at once."""
+    """Called at each point; holds the process there while the file exists when the
+    environment asks for this point (module docstring), else returns at once."""
     path = wanted(point)
     if path is None:
         return
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(json.dumps({"pid": os.getpid(), "point": point}))
     temporary.replace(path)
-    while True:  # until the test kills this process
-        time.sleep(3600)
+    while path.exists():  # until the test kills this process, or removes the file
+        time.sleep(HOLD_POLL)
 
 
 __all__ = ["PAUSE_AT_ENV", "PAUSE_FILE_ENV", "POINTS", "parse", "reached", "wanted"]

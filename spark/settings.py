@@ -13,6 +13,10 @@ CronJob sets them: charts/apex-mesh/templates/snapshot-cronjob.yaml).
   most partitions a shuffle gets; adaptive execution coalesces them to about 16 MB each
   (``spark/session.py``), so a small log still runs as one or two tasks.
 - ``APEXMESH_SNAPSHOT_EXPORT_BATCH`` (``200000``): events per exported file at most.
+- ``APEXMESH_SNAPSHOT_COMPACT_AFTER`` (``24``): change layers a snapshot may be read
+  with (one per incremental run, spark/layers.py); the run that would add one more
+  folds them into a full layer instead (a compaction). ``0``: every run writes a full
+  layer.
 - ``APEXMESH_SNAPSHOT_TRIM`` (``1``): trim the log up to what the new snapshot covers.
 - ``APEXMESH_SNAPSHOT_GRACE_MS`` (``600000``): how long the previous Redis snapshot stays
   readable after the switch.
@@ -54,6 +58,9 @@ from spark.conf import CONF_FILE_ENV, client_mode, parse_properties
 DEFAULT_STORAGE = "/var/lib/apex-mesh/snapshots"
 #: Most partitions of a shuffle (coalesced by adaptive execution: spark/session.py).
 DEFAULT_SHUFFLE_PARTITIONS = 32
+#: Change layers a snapshot is read with at most: a day of hourly runs (docs/snapshot.md
+#: "Incremental runs").
+DEFAULT_COMPACT_AFTER = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,7 @@ class SnapshotSettings:
     redis_prefix: str
     redis_pool: RedisPoolSettings
     domains: tuple[str, ...] = ()
+    compact_after: int = DEFAULT_COMPACT_AFTER
     #: Further Spark settings, in order (``APEXMESH_SNAPSHOT_SPARK_CONF_FILE``).
     spark_conf: tuple[tuple[str, str], ...] = ()
     driver_host: str = ""
@@ -131,10 +139,18 @@ class SnapshotSettings:
             redis_prefix=env.get("APEXMESH_REDIS_PREFIX", "apexmesh") or "apexmesh",
             redis_pool=RedisPoolSettings.from_env(env),
             domains=env_list(env, "APEXMESH_PUBSUB_DOMAINS"),
+            compact_after=env_int(
+                env, "APEXMESH_SNAPSHOT_COMPACT_AFTER", DEFAULT_COMPACT_AFTER, low=0, high=10_000
+            ),
             spark_conf=spark_conf,
             driver_host=driver_host,
             driver_pod=env.get("APEXMESH_SNAPSHOT_DRIVER_POD", ""),
         )
 
 
-__all__ = ["DEFAULT_SHUFFLE_PARTITIONS", "DEFAULT_STORAGE", "SnapshotSettings"]
+__all__ = [
+    "DEFAULT_COMPACT_AFTER",
+    "DEFAULT_SHUFFLE_PARTITIONS",
+    "DEFAULT_STORAGE",
+    "SnapshotSettings",
+]

@@ -2,15 +2,24 @@
 
 One run, in this order, each step safe to die in:
 
-1. **export** the closed ranges of the event log not yet exported (``spark/export.py``);
-2. **fold** the latest complete snapshot of the storage plus the exported events after
-   its position into the catalogue at the run's time (``spark/fold.py``);
-3. **write** it as ``snapshots/<snapshot_ms>/`` (``topics/`` and ``subscriptions/`` in
-   Parquet, ``manifest.json``, then ``_SUCCESS``: a directory without it is not a
-   snapshot and is removed by the next run);
-4. **switch** the compact Redis snapshot to it (new keys, one script:
-   ``apexmesh/store/pubsub_snapshot.py``), recording the position covered;
-5. **trim** the log up to that position, then apply retention.
+1. **plan** what to build from what the storage and Redis hold (``spark/plan.py``): by
+   default a change layer on the previous snapshot, so that an hourly run costs what
+   the events since the last one cost; a full rebuild when there is no sound previous
+   snapshot (none, another format, a missing layer, a trimmed log gap); a compaction
+   into a full layer when the chain of change layers is long, or when Redis is not at
+   the previous snapshot;
+2. **export** the closed ranges of the event log not yet exported (``spark/export.py``);
+3. **fold** the new events (after the previous snapshot's position) into a change layer,
+   or, for a full layer, the whole history: the previous snapshot's layers, or the
+   Redis snapshot, or nothing, then every exported event after it
+   (``spark/fold.py``);
+4. **write** it as ``snapshots/<snapshot_ms>/`` (the layer in Parquet, ``manifest.json``,
+   then ``_SUCCESS``: a directory without it is not a snapshot and is removed by the
+   next run; ``spark/layers.py``);
+5. **switch** the compact Redis snapshot to it: a new generation written whole and
+   switched to, or the changes applied in place (``apexmesh/store/pubsub_snapshot.py``),
+   recording the position covered;
+6. **trim** the log up to that position, then apply retention.
 
 Dying between any two steps loses nothing (the log is trimmed last, only up to what a
 switched snapshot covers) and duplicates nothing (export ranges are exactly once; the
@@ -25,41 +34,54 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final
+from typing import Final
 
-import pyarrow.dataset as pads
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 from redis.asyncio import Redis
 
-from apexmesh.pubsub.catalogue import (
-    SNAPSHOT_SCHEMA,
-    SubscriptionRow,
-    TopicRow,
-    unpack_id,
-)
+from apexmesh.pubsub.catalogue import SNAPSHOT_SCHEMA, unpack_id
 from apexmesh.store.connection import connect_redis
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_snapshot import SnapshotMeta, SnapshotStore
 from spark import pause
-from spark.export import EVENT_SCHEMA, EVENTS_DIR, export, exported, rows_after
+from spark.export import EVENT_SCHEMA, EVENTS_DIR, export, export_position, exported, rows_after
 from spark.fold import (
     SUBSCRIPTION_SCHEMA,
     TOPIC_SCHEMA,
-    fold_subscriptions_and_ids,
-    fold_topics,
+    history_of_events,
+    history_of_rows,
 )
+from spark.layers import (
+    FORMAT,
+    FULL_SUBSCRIPTIONS,
+    FULL_TOPICS,
+    MANIFEST,
+    SNAPSHOTS_DIR,
+    SUCCESS,
+    Kind,
+    SnapshotInfo,
+    chain_rows,
+    history,
+    needed,
+    read_subscription_changes,
+    read_subscriptions,
+    read_topic_changes,
+    read_topics,
+    readable,
+    snapshots,
+    write_changes,
+    write_full,
+)
+from spark.plan import Plan, plan_run
+from spark.seed import SEED_DIR, Seed, write_seed
 from spark.session import QUICK_JIT_ROWS, jit_conf, require_s3a, spark_session
 from spark.settings import SnapshotSettings
 from spark.storage import Storage
 
 _log = logging.getLogger("spark.snapshot")
-
-SNAPSHOTS_DIR: Final = "snapshots"
-MANIFEST: Final = "manifest.json"
-SUCCESS: Final = "_SUCCESS"
 
 #: The exported files' schema as Spark reads it (explicit: no inference pass).
 SPARK_EVENT_SCHEMA: Final = StructType(
@@ -77,17 +99,6 @@ class JobStopped(RuntimeError):  # noqa: N818 - names what happened, as a death 
     """The run was stopped before a step, as if the job had died there (tests)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotInfo:
-    """A complete snapshot of the storage, from its manifest."""
-
-    directory: str
-    snapshot_ms: int
-    position: int
-    topics: int
-    subscriptions: int
-
-
 @dataclass(slots=True)
 class JobResult:
     """What a run did (printed by :func:`main`, one JSON line)."""
@@ -95,8 +106,18 @@ class JobResult:
     directory: str = ""
     snapshot_ms: int = 0
     position: str = "0-0"
+    #: What the run built (``spark/layers.py`` Kind), why, and the sentence saying so.
+    kind: str = ""
+    why: str = ""
+    reason: str = ""
+    #: Change layers the new snapshot is read with, after its full layer.
+    layers: int = 0
+    #: Rows of the snapshot's own layer (a change layer's: the keys it changed).
     topics: int = 0
     subscriptions: int = 0
+    #: Rows of the Redis snapshot after the switch.
+    redis_topics: int = 0
+    redis_subscriptions: int = 0
     exported_files: list[str] = field(default_factory=list)
     exported_events: int = 0
     folded_files: int = 0
@@ -105,70 +126,6 @@ class JobResult:
     removed_snapshots: list[str] = field(default_factory=list)
     removed_exports: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
-
-
-def snapshots(storage: Storage) -> list[SnapshotInfo]:
-    """The complete snapshots of the storage, oldest first."""
-    out = []
-    for name in storage.list(SNAPSHOTS_DIR):
-        directory = f"{SNAPSHOTS_DIR}/{name}"
-        if not name.isdigit() or not storage.exists(f"{directory}/{SUCCESS}"):
-            continue
-        manifest = storage.read_json(f"{directory}/{MANIFEST}")
-        out.append(
-            SnapshotInfo(
-                directory,
-                int(manifest["snapshot_ms"]),
-                int(manifest["position_packed"]),
-                int(manifest["topics"]),
-                int(manifest["subscriptions"]),
-            )
-        )
-    return sorted(out, key=lambda s: s.snapshot_ms)
-
-
-def _rows(storage: Storage, relative: str) -> Iterator[dict[str, Any]]:
-    dataset = pads.dataset(storage.path(relative), format="parquet", filesystem=storage.filesystem)
-    for batch in dataset.to_batches():
-        yield from batch.to_pylist()
-
-
-def read_topics(storage: Storage, directory: str) -> Iterator[TopicRow]:
-    for row in _rows(storage, f"{directory}/topics"):
-        yield TopicRow(**row)
-
-
-def read_subscriptions(storage: Storage, directory: str) -> Iterator[SubscriptionRow]:
-    for row in _rows(storage, f"{directory}/subscriptions"):
-        yield SubscriptionRow(**row)
-
-
-def write_folded(
-    spark: SparkSession,
-    events: DataFrame,
-    at_ms: int,
-    topics_url: str,
-    subscriptions_url: str,
-    *,
-    after: int = 0,
-    previous: tuple[DataFrame, DataFrame] | None = None,
-) -> None:
-    """Fold ``events`` after ``after`` (on top of a ``previous`` snapshot's topics and
-    subscriptions) at ``at_ms`` and write both as Parquet: the topics first, then the
-    subscriptions joined with the topics just written, read back (spark/fold.py: the
-    events are scanned for topics once, and the small topics join by broadcast). The
-    subscriptions' winning ids stay cached during their write and are released after
-    it. The job and bench/snapshot.py both fold through here."""
-    base_topics, base_subs = previous if previous is not None else (None, None)
-    fold_topics(events, after=after, topics=base_topics).write.mode("overwrite").parquet(topics_url)
-    written = spark.read.schema(TOPIC_SCHEMA).parquet(topics_url)
-    subscriptions, ids = fold_subscriptions_and_ids(
-        events, at_ms, written, after=after, subscriptions=base_subs
-    )
-    try:
-        subscriptions.write.mode("overwrite").parquet(subscriptions_url)
-    finally:
-        ids.unpersist()
 
 
 class SnapshotJob:
@@ -212,6 +169,20 @@ class SnapshotJob:
         urls = [self.storage.spark_url(f"{EVENTS_DIR}/{name}") for name in files]
         return self.spark.read.schema(SPARK_EVENT_SCHEMA).parquet(*urls), len(files)
 
+    def plan(self, meta: SnapshotMeta | None) -> tuple[Plan, SnapshotInfo | None]:
+        """What this run builds (spark/plan.py), and the previous snapshot."""
+        complete = snapshots(self.storage)
+        previous = complete[-1] if complete else None
+        held = max(export_position(self.storage), previous.position if previous else 0)
+        decided = plan_run(
+            previous,
+            meta,
+            held,
+            compact_after=self.settings.compact_after,
+            chain_readable=previous is None or readable(self.storage, previous),
+        )
+        return decided, previous
+
     async def run(self, stop_before: str | None = None) -> JobResult:
         """One run (module docstring); ``stop_before`` one of :data:`STEPS` stops it
         there as a death would (nothing after it happens)."""
@@ -226,75 +197,122 @@ class SnapshotJob:
             pause.reached(step)  # a test's kill point (spark/pause.py)
 
         stop("export")
+        meta = await self.store.meta()
+        decided, previous = self.plan(meta)
+        result.kind, result.why, result.reason = decided.kind, decided.why, decided.reason
+        _log.info("%s", decided.reason)
         started = timer()
-        done = await export(self.redis, self.keys, storage, self.settings.export_batch)
+        done = await export(
+            self.redis, self.keys, storage, self.settings.export_batch, start=decided.export_from
+        )
         result.exported_files = list(done.files)
         result.exported_events = done.events
         result.seconds["export"] = round(timer() - started, 3)
 
         stop("fold")
-        complete = snapshots(storage)
-        base = complete[-1] if complete else None
-        after = base.position if base else 0
+        if previous is not None and now_ms <= previous.snapshot_ms:
+            # a clock that did not move on (or went back): the new snapshot must not
+            # take the name, and the place, of the one it is built from
+            now_ms = previous.snapshot_ms + 1
+        directory = f"{SNAPSHOTS_DIR}/{now_ms:013d}"
+        storage.delete(directory)  # a dead attempt at the same millisecond
+        started = timer()
+        seed = None
+        if decided.seed_from_redis:
+            seed = await write_seed(self.store, storage, f"{directory}/{SEED_DIR}")
+            result.seconds["seed"] = round(timer() - started, 3)
+        # what the fold starts from: nothing, the seed, or the previous snapshot's layers
+        if decided.kind is Kind.FULL or previous is None:
+            after = seed.position if seed else 0
+            base_rows = seed.topics + seed.subscriptions if seed else 0
+        else:
+            after = previous.position
+            base_rows = 0
+            if decided.kind is Kind.COMPACTED:
+                base_rows = chain_rows(storage, previous)
+        started = timer()
         if not isinstance(self._spark, SparkSession):
-            started = timer()
-            rows = rows_after(storage, after) + (base.topics + base.subscriptions if base else 0)
-            self._session(rows)
+            self._session(rows_after(storage, after) + base_rows)
             result.seconds["session"] = round(timer() - started, 3)
+        pause.reached("spark")  # a test's point (spark/pause.py): the session is up
         if self.settings.storage.startswith("s3a://"):
             require_s3a(self.spark)
         started = timer()
-        if base is not None and now_ms <= base.snapshot_ms:
-            # a clock that did not move on (or went back): the new snapshot must not
-            # take the name, and the place, of the one it is built from
-            now_ms = base.snapshot_ms + 1
-        meta = await self.store.meta()
-        if meta is not None and meta.trimmed > max(after, done.position):
-            raise RuntimeError(
-                f"the log is trimmed up to {unpack_id(meta.trimmed)} but the storage's "
-                f"snapshots and exports end at {unpack_id(max(after, done.position))}: "
-                "is APEXMESH_SNAPSHOT_STORAGE the storage of earlier runs?"
-            )
         events, result.folded_files = self._events(after)
-        previous = (
-            (
-                self.spark.read.schema(TOPIC_SCHEMA).parquet(
-                    storage.spark_url(f"{base.directory}/topics")
-                ),
-                self.spark.read.schema(SUBSCRIPTION_SCHEMA).parquet(
-                    storage.spark_url(f"{base.directory}/subscriptions")
-                ),
-            )
-            if base
-            else None
-        )
-        position = max(after, done.position)
-        directory = f"{SNAPSHOTS_DIR}/{now_ms:013d}"
-        storage.delete(directory)  # a dead attempt at the same millisecond
-        write_folded(
-            self.spark,
-            events,
-            now_ms,
-            storage.spark_url(f"{directory}/topics"),
-            storage.spark_url(f"{directory}/subscriptions"),
-            after=after,
-            previous=previous,
-        )
+        found = history_of_events(events, after=after)
+        url = storage.spark_url(directory)
+        if decided.kind is Kind.INCREMENTAL and previous is not None:
+            write_changes(found, url)
+        else:
+            if seed is not None:
+                found = found.union(
+                    history_of_rows(
+                        self.spark.read.schema(TOPIC_SCHEMA).parquet(
+                            storage.spark_url(f"{directory}/{SEED_DIR}/{FULL_TOPICS}")
+                        ),
+                        self.spark.read.schema(SUBSCRIPTION_SCHEMA).parquet(
+                            storage.spark_url(f"{directory}/{SEED_DIR}/{FULL_SUBSCRIPTIONS}")
+                        ),
+                    )
+                )
+            elif decided.kind is Kind.COMPACTED and previous is not None:
+                found = history(self.spark, storage, previous).union(found)
+            write_full(self.spark, found, now_ms, url)
+            storage.delete(f"{directory}/{SEED_DIR}")
         result.seconds["fold"] = round(timer() - started, 3)
-
-        started = timer()
-        generation = f"{now_ms}-{uuid.uuid4().hex[:8]}"
-        topics, subscriptions = await self.store.write(
-            generation,
-            read_topics(storage, directory),
-            read_subscriptions(storage, directory),
+        position = max(after, done.position)
+        await self._publish(
+            result, decided, previous, meta, seed, directory, now_ms, position, stop
         )
+        self._retain(result)
+        return result
+
+    async def _publish(
+        self,
+        result: JobResult,
+        decided: Plan,
+        previous: SnapshotInfo | None,
+        meta: SnapshotMeta | None,
+        seed: Seed | None,
+        directory: str,
+        now_ms: int,
+        position: int,
+        stop: Callable[[str], None],
+    ) -> None:
+        """Write the Redis side (a whole generation, or the change layer staged), the
+        manifest and ``_SUCCESS``, then switch (or apply) and trim."""
+        storage = self.storage
+        timer = time.perf_counter
+        started = timer()
+        staging = ""
+        if decided.kind is Kind.INCREMENTAL and previous is not None and meta is not None:
+            base, layers, generation = previous.base, (*previous.layers, directory), meta.generation
+            staging = f"{generation}.changes.{now_ms}"
+            topics, subscriptions = await self.store.stage(
+                staging,
+                read_topic_changes(storage, directory),
+                read_subscription_changes(storage, directory),
+            )
+        else:
+            base, layers, generation = directory, (), f"{now_ms}-{uuid.uuid4().hex[:8]}"
+            topics, subscriptions = await self.store.write(
+                generation, read_topics(storage, directory), read_subscriptions(storage, directory)
+            )
+        after = previous.position if previous and decided.kind is not Kind.FULL else 0
         manifest = {
+            "format": FORMAT,
             "schema": SNAPSHOT_SCHEMA,
+            "kind": str(decided.kind),
+            "why": str(decided.why),
+            "reason": decided.reason,
             "snapshot_ms": now_ms,
             "position": unpack_id(position),
             "position_packed": position,
-            "previous": base.directory if base else "",
+            "previous": previous.directory if previous else "",
+            "base": base,
+            "layers": list(layers),
+            # a full rebuild's start: the Redis snapshot at this position, or the log's
+            "seed": f"redis@{unpack_id(seed.position)}" if seed else "",
             "exports": [r.name for r in exported(storage) if r.last > after],
             "topics": topics,
             "subscriptions": subscriptions,
@@ -305,9 +323,10 @@ class SnapshotJob:
         result.seconds["redis_write"] = round(timer() - started, 3)
         result.directory = storage.spark_url(directory)
         result.snapshot_ms, result.position = now_ms, unpack_id(position)
-        result.topics, result.subscriptions = topics, subscriptions
+        result.topics, result.subscriptions, result.layers = topics, subscriptions, len(layers)
 
         stop("switch")
+        started = timer()
         info = SnapshotMeta(
             generation=generation,
             position=position,
@@ -318,30 +337,41 @@ class SnapshotJob:
             trimmed=meta.trimmed if meta else 0,
             storage=result.directory,
         )
-        await self.store.switch(info, self.settings.grace_ms)
+        if staging and meta is not None:
+            applied = await self.store.apply(staging, meta, info)
+            if applied is None:
+                await self.store.discard(staging)
+                raise RuntimeError(
+                    f"the Redis snapshot changed during this run (another run of the job?): "
+                    f"{directory} is written, the next run writes the Redis snapshot whole"
+                )
+            result.redis_topics, result.redis_subscriptions = applied.topics, applied.subscriptions
+        else:
+            await self.store.switch(info, self.settings.grace_ms)
+            result.redis_topics, result.redis_subscriptions = topics, subscriptions
         result.generation = generation
+        result.seconds["switch"] = round(timer() - started, 3)
 
         stop("trim")
         if self.settings.trim:
             result.trimmed = await self.store.trim(position)
-        self._retain(result)
-        return result
 
     def _retain(self, result: JobResult) -> None:
-        """Keep the newest ``retention`` complete snapshots; drop older ones, directories
-        a dead run left without ``_SUCCESS``, and exported ranges that only the dropped
-        snapshots needed (every kept one covers them)."""
+        """Keep the newest ``retention`` complete snapshots and every layer they are read
+        from; drop older ones, directories a dead run left without ``_SUCCESS``, and
+        exported ranges that only the dropped snapshots needed (every kept one covers
+        them)."""
         storage = self.storage
-        complete = snapshots(storage)
-        keep = complete[-self.settings.retention :]
-        kept = {s.directory for s in keep}
+        keep = snapshots(storage)[-self.settings.retention :]
+        need = needed(keep)
+        newest = keep[-1].directory.rpartition("/")[2] if keep else ""
         for name in storage.list(SNAPSHOTS_DIR):
             directory = f"{SNAPSHOTS_DIR}/{name}"
-            if directory not in kept and (not keep or name < keep[-1].directory.split("/")[-1]):
+            if directory not in need and (not keep or name < newest):
                 storage.delete(directory)
                 result.removed_snapshots.append(directory)
         if keep:
-            oldest = keep[0].position
+            oldest = min(s.position for s in keep)
             for exported_range in exported(storage):
                 if exported_range.last <= oldest:
                     storage.delete(f"{EVENTS_DIR}/{exported_range.name}")
@@ -377,11 +407,13 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = SnapshotSettings.from_env()
     result = asyncio.run(run_once(settings))
+    changed = " changed" if result.kind == Kind.INCREMENTAL else ""
     print(  # noqa: T201 - what the run wrote is this command's output
         f"snapshot {result.directory}: {result.topics} topics, {result.subscriptions} "
-        f"subscriptions, log position {result.position}; exported {result.exported_events} "
-        f"events in {len(result.exported_files)} files; trimmed {result.trimmed}; "
-        f"redis generation {result.generation}"
+        f"subscriptions{changed}, log position {result.position}; {result.reason}; exported "
+        f"{result.exported_events} events in {len(result.exported_files)} files; trimmed "
+        f"{result.trimmed}; redis generation {result.generation} ({result.redis_topics} "
+        f"topics, {result.redis_subscriptions} subscriptions)"
     )
     print(json.dumps(asdict(result), sort_keys=True))  # noqa: T201
     return 0

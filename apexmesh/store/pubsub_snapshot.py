@@ -11,6 +11,16 @@ need not replay the log, and so that the log can be trimmed:
   the generation it names, and checks the counts the HASH announced: it sees the old or
   the new snapshot whole, never a mix (a RENAME onto the key being scanned would hand a
   reader the rest of its scan from another snapshot);
+- **or change in place.** An incremental run of the job (docs/snapshot.md
+  "Incremental runs") does not write a whole generation: it stages its changes (one
+  field per topic or subscription it touched, empty for one that is gone) under keys
+  of their own (:meth:`SnapshotStore.stage`), then one script applies them to the
+  current generation and rewrites the HASH (:data:`_APPLY`), only if the HASH still
+  names the snapshot the changes were made against. A reader that straddles it sees
+  the HASH change and reads again. The rows are then the catalogue's *state* at the
+  position (a subscription stays until its end event, whatever its lease or topic),
+  which readers judge at their time (:meth:`Catalogue.live`); the job's next full
+  write leaves only what lives;
 - **trim.** Only after the switch does the job trim the log, up to the position the new
   snapshot covers (:meth:`SnapshotStore.trim`, recorded as ``trimmed``); so whatever is
   gone from the log is in the current snapshot;
@@ -30,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from redis.asyncio import Redis
@@ -78,6 +88,33 @@ if old ~= '' then
     end
 end
 return old
+"""
+
+# KEYS: snapshot hash, current topics, current subscriptions, staged topics, staged
+# subscriptions. ARGV: the generation and position the changes were made against, then
+# field/value pairs for the hash. A staged field's value is the row, or "" for a row to
+# remove. Returns {topics, subscriptions} after the change, or false (nothing changed)
+# when the hash names another snapshot.
+_APPLY: Final = """
+local current = redis.call('HMGET', KEYS[1], 'generation', 'position')
+if current[1] ~= ARGV[1] or current[2] ~= ARGV[2] then
+    return false
+end
+for k = 2, 3 do
+    local staged = redis.call('HGETALL', KEYS[k + 2])
+    for i = 1, #staged, 2 do
+        if staged[i + 1] == '' then
+            redis.call('HDEL', KEYS[k], staged[i])
+        else
+            redis.call('HSET', KEYS[k], staged[i], staged[i + 1])
+        end
+    end
+end
+redis.call('DEL', KEYS[4], KEYS[5])
+local topics = redis.call('HLEN', KEYS[2])
+local subscriptions = redis.call('HLEN', KEYS[3])
+redis.call('HSET', KEYS[1], 'topics', topics, 'subscriptions', subscriptions, unpack(ARGV, 3))
+return {topics, subscriptions}
 """
 
 #: The separator of a subscription's identity in its field (endpoints, topics and
@@ -145,6 +182,7 @@ class SnapshotStore:
         self._redis = redis
         self._keys = keys
         self._switch = redis.register_script(_SWITCH)
+        self._apply = redis.register_script(_APPLY)
 
     # ------------------------------------------------------------------ writing
 
@@ -211,6 +249,65 @@ class SnapshotStore:
             self._keys.pubsub_snapshot_topics(generation),
             self._keys.pubsub_snapshot_subscriptions(generation),
         )
+
+    async def stage(
+        self,
+        staging: str,
+        topics: Iterable[tuple[TopicRow, bool]],
+        subscriptions: Iterable[tuple[SubscriptionRow, bool]],
+    ) -> tuple[int, int]:
+        """Stage changes under ``staging``'s keys (not visible to readers): each topic
+        or subscription with whether it is still there (``False``: removed). Staged
+        keys left by a job that died expire by themselves. (topics, subscriptions)
+        staged."""
+        keys = self._keys
+        topic_key = keys.pubsub_snapshot_topics(staging)
+        sub_key = keys.pubsub_snapshot_subscriptions(staging)
+        await self._redis.delete(topic_key, sub_key)
+        staged_topics = await self._write_rows(
+            topic_key,
+            ((f"{t.domain} {t.topic}", topic_to_json(t) if there else "") for t, there in topics),
+        )
+        staged_subs = await self._write_rows(
+            sub_key,
+            (
+                (_SEP.join(s.identity), subscription_to_json(s) if there else "")
+                for s, there in subscriptions
+            ),
+        )
+        for key in (topic_key, sub_key):
+            await self._redis.pexpire(key, ABANDON_MS)
+        return staged_topics, staged_subs
+
+    async def apply(
+        self, staging: str, against: SnapshotMeta, meta: SnapshotMeta
+    ) -> SnapshotMeta | None:
+        """Apply what :meth:`stage` staged to the current generation and make ``meta``
+        (with the counts the change leaves) the HASH, in one script, when the HASH is
+        still ``against``'s; the new meta, or None when it was not (nothing changed)."""
+        if meta.generation != against.generation:
+            raise ValueError("changes apply in place: the generation stays the same")
+        keys = self._keys
+        fields = meta.fields()
+        del fields["topics"], fields["subscriptions"]
+        found = await self._apply(
+            keys=[
+                keys.pubsub_snapshot(),
+                keys.pubsub_snapshot_topics(against.generation),
+                keys.pubsub_snapshot_subscriptions(against.generation),
+                keys.pubsub_snapshot_topics(staging),
+                keys.pubsub_snapshot_subscriptions(staging),
+            ],
+            args=[
+                against.generation,
+                unpack_id(against.position),
+                *(x for item in fields.items() for x in item),
+            ],
+        )
+        if not found:
+            return None
+        topics, subscriptions = (int(n) for n in found)
+        return SnapshotMeta(**{**asdict(meta), "topics": topics, "subscriptions": subscriptions})
 
     async def trim(self, position: int) -> int:
         """Drop the log's entries at or before ``position`` and record it as trimmed;

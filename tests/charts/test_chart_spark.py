@@ -248,3 +248,44 @@ def test_executors_must_reach_the_storage() -> None:
     assert volume["persistentVolumeClaim"]["claimName"] == f"{NAME}-data"
     (executor,) = template["spec"]["containers"]
     assert {m["mountPath"] for m in executor["volumeMounts"]} >= {"/var/lib/apex-mesh/snapshots"}
+
+
+def test_incremental_runs_find_the_previous_snapshot_on_the_volume(tmp_path: Path) -> None:
+    """Each run starts from the storage's previous snapshot (docs/snapshot.md
+    "Incremental runs"): the storage must be on the snapshot volume, a PVC that outlives
+    the pod and the release, in the job's pod and in executor pods alike."""
+    docs = render(None)
+    settings = job_settings(docs, tmp_path)
+    assert settings.compact_after == 24
+    pod = pod_spec(named(docs, "CronJob", NAME))
+    mounts = {m["name"]: m["mountPath"] for m in job_container(docs)["volumeMounts"]}
+    assert mounts["snapshots"] == settings.storage == "/var/lib/apex-mesh/snapshots"
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "snapshots"]
+    claim = named(docs, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # two runs never overlap (an incremental run changes the Redis snapshot in place)
+    assert named(docs, "CronJob", NAME)["spec"]["concurrencyPolicy"] == "Forbid"
+
+    # a directory of one's own: the volume is mounted there, not beside it
+    own = render(
+        {
+            "snapshot": {
+                "storage": "file:///data/catalogue/",
+                "compactAfter": 6,
+                "master": "k8s://https://kubernetes.default.svc",
+                "persistence": {"accessModes": ["ReadWriteMany"]},
+            }
+        }
+    )
+    settings = job_settings(own, tmp_path)
+    assert settings.compact_after == 6
+    mounts = {m["name"]: m["mountPath"] for m in job_container(own)["volumeMounts"]}
+    assert mounts["snapshots"] == "/data/catalogue"
+    assert settings.storage == "file:///data/catalogue"
+    template = yaml.safe_load(spark_files(own)["executor-pod.yaml"])
+    (executor,) = template["spec"]["containers"]
+    assert "/data/catalogue" in {m["mountPath"] for m in executor["volumeMounts"]}
+
+    # s3a:// keeps the state in the bucket
+    s3a = render({"snapshot": {"storage": "s3a://bucket/catalogue", "compactAfter": 0}})
+    assert job_settings(s3a, tmp_path).compact_after == 0

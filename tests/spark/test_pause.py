@@ -1,9 +1,13 @@
 """The test-only kill-point hook (spark/pause.py): inert without its two variables,
-holds only at the named point and arrival, and names its variable when the value is
-wrong. The hold itself is exercised by tests/spark/test_snapshot_kill.py."""
+holds only at the named point and arrival, names its variable when the value is wrong,
+and lets the run go on once the test removes its file. The hold until a kill is
+exercised by tests/spark/test_snapshot_kill.py."""
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -38,3 +42,27 @@ def test_holds_only_at_the_named_arrival(tmp_path: Path) -> None:
     assert held is not None
     assert held.name == "held"
     assert pause.wanted("export.publish", env) is None  # the third
+
+
+def test_a_hold_ends_when_the_file_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = tmp_path / "held"
+    monkeypatch.setenv(PAUSE_AT_ENV, "spark")
+    monkeypatch.setenv(PAUSE_FILE_ENV, str(held))
+    pause._reached.clear()
+    seen: list[str] = []
+
+    def release() -> None:
+        deadline = time.monotonic() + 30
+        while not held.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        seen.append(json.loads(held.read_text())["point"])
+        held.unlink()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    pause.reached("spark")  # returns once the file is gone
+    releaser.join(timeout=30)
+    assert seen == ["spark"]

@@ -18,8 +18,9 @@ from apexmesh.store.connection import RedisPoolSettings
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_snapshot import SnapshotStore
 from spark.export import EVENTS_DIR, exported
+from spark.layers import MANIFEST, SUCCESS, Kind, snapshots
 from spark.settings import SnapshotSettings
-from spark.snapshot import MANIFEST, SUCCESS, JobStopped, SnapshotJob, snapshots
+from spark.snapshot import JobStopped, SnapshotJob
 from spark.storage import Storage
 from tests.support.pubsub_events import BASE_MS, Entry, append, random_log
 
@@ -81,7 +82,13 @@ async def test_runs_write_parquet_and_redis_fold_incrementally_trim_and_retain(
     parts = [log[:1500], log[1500:1501], log[1501:]]
     for number, part in enumerate(parts):
         await append(redis, keys.pubsub_events(), part)
-        result = await job(spark, redis, keys, tmp_path, now=NOW + number, retention=2).run()
+        # every run writes a full layer (the first a rebuild, the next ones compactions
+        # of the previous snapshot and the new events), so the Redis snapshot is written
+        # whole each time; runs writing change layers: test_snapshot_incremental.py
+        result = await job(
+            spark, redis, keys, tmp_path, now=NOW + number, retention=2, compact_after=0
+        ).run()
+        assert result.kind == (Kind.FULL if number == 0 else Kind.COMPACTED)
         so_far = log[: sum(len(p) for p in parts[: number + 1])]
         # each run's Redis snapshot is the fold of everything so far, and the log is
         # trimmed up to what it covers
@@ -102,6 +109,7 @@ async def test_runs_write_parquet_and_redis_fold_incrementally_trim_and_retain(
             assert (directory / SUCCESS).exists()
             manifest = (directory / MANIFEST).read_text()
             assert '"schema": 1' in manifest
+            assert '"format": 2' in manifest
             assert f'"position": "{log[1499][0]}"' in manifest
             assert (info.topics, info.subscriptions) == (meta.topics, meta.subscriptions)
             assert pq.read_table(directory / "subscriptions").num_rows == meta.subscriptions

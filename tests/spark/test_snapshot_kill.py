@@ -35,13 +35,15 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_snapshot import SnapshotStore
 from spark.conf import CONF_FILE_ENV
 from spark.export import EVENTS_DIR, exported
+from spark.layers import snapshots
 from spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
-from spark.snapshot import JobStopped, SnapshotJob, snapshots
+from spark.snapshot import JobStopped, SnapshotJob
 from spark.storage import Storage
 from tests.spark.test_snapshot_job import exported_ids, redis_catalogue, settings_for
 from tests.support.pubsub_events import BASE_MS, append, random_log, shifted
 from tests.support.redis_server import RedisServer
 from tests.support.spark import properties
+from tests.support.spark_standalone import group_alive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,18 +79,6 @@ def job_env(
         PAUSE_AT_ENV: point,
         PAUSE_FILE_ENV: str(ready),
     }
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs (a zombie does not)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 def run_and_kill(env: dict[str, str]) -> None:

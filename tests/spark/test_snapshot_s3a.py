@@ -27,7 +27,7 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_snapshot import SnapshotStore
 from spark.conf import CONF_FILE_ENV
 from spark.export import exported
-from spark.snapshot import snapshots
+from spark.layers import snapshots
 from spark.storage import Storage
 from tests.support import s3
 from tests.support.pubsub_events import BASE_MS, append, random_log, shifted

@@ -7,6 +7,7 @@ log whose oldest entries were trimmed."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from redis.asyncio import Redis
@@ -140,6 +141,109 @@ async def test_an_unswitched_generation_is_invisible_and_expires(redis: Redis, k
     assert await redis.pttl(keys.pubsub_snapshot_topics("g1")) > 0
     await store.discard("g1")
     assert not await redis.exists(keys.pubsub_snapshot_topics("g1"))
+
+
+def changed(catalogue: Catalogue, n: int) -> Catalogue:
+    """``catalogue`` with a topic gone, one added, and subscriptions ended, added and
+    changed (what an incremental run of the job stages)."""
+    out = Catalogue(
+        position=catalogue.position + 1000,
+        topics=dict(catalogue.topics),
+        subscriptions=dict(catalogue.subscriptions),
+    )
+    tag, topic = f"s{n}", f"t{10 + n}"
+    del out.topics[("example.com", f"t{n}")]
+    out.topics[("example.com", topic)] = TopicRow(
+        "example.com", topic, tag, "o@example.com", BASE_MS, out.position
+    )
+    for k, (identity, row) in enumerate(list(out.subscriptions.items())[:900]):
+        if k % 3 == 0:
+            del out.subscriptions[identity]
+        else:
+            out.subscriptions[identity] = SubscriptionRow(
+                *identity, "JMS", tag, True, row.originator, k, AT + 2000, AT, out.position
+            )
+    for i in range(400):
+        sub = SubscriptionRow(
+            "example.com", topic, f"{tag}{i}@example.com", "", "", "", False, "o", i, AT + 1, AT, i
+        )
+        out.subscriptions[sub.identity] = sub
+    return out
+
+
+def difference(
+    before: Catalogue, after: Catalogue
+) -> tuple[list[tuple[TopicRow, bool]], list[tuple[SubscriptionRow, bool]]]:
+    """What turns ``before`` into ``after``: each changed row, False for one gone."""
+    topics = [(row, True) for key, row in after.topics.items() if before.topics.get(key) != row]
+    topics += [(row, False) for key, row in before.topics.items() if key not in after.topics]
+    subs = [
+        (row, True)
+        for key, row in after.subscriptions.items()
+        if before.subscriptions.get(key) != row
+    ]
+    subs += [
+        (row, False) for key, row in before.subscriptions.items() if key not in after.subscriptions
+    ]
+    return topics, subs
+
+
+async def test_changes_applied_in_place_are_seen_whole_and_only_on_their_snapshot(
+    redis: Redis, keys: Keys
+) -> None:
+    """An incremental run's changes (stage, then one script): readers scanning meanwhile
+    see the catalogue before or after a change, never a mix; the counts follow the
+    rows; a change made against another snapshot than the current one changes nothing."""
+    store = SnapshotStore(redis, keys)
+    states = [big(5_200, "s0")]
+    for n in range(1, 5):
+        states.append(changed(states[-1], n))
+    current = await publish(store, "g1", states[0])
+    seen: list[Catalogue] = []
+    changing = True
+
+    async def reader() -> None:
+        while changing:
+            found = await store.load(attempts=20)
+            assert found is not None
+            seen.append(found)
+
+    async def changer() -> None:
+        nonlocal changing, current
+        for before, after in itertools.pairwise(states):
+            target = len(seen) + 2
+            async with asyncio.timeout(60):
+                while len(seen) < target:  # noqa: ASYNC110 - readers append as they finish
+                    await asyncio.sleep(0.01)
+            topics, subs = difference(before, after)
+            staging = f"g1.changes.{after.position}"
+            assert await store.stage(staging, topics, subs) == (len(topics), len(subs))
+            assert await store.load() == before  # staged, not applied: invisible
+            meta = SnapshotMeta("g1", after.position, AT, 0, 0, SNAPSHOT_SCHEMA)
+            applied = await store.apply(staging, current, meta)
+            assert applied is not None
+            assert (applied.topics, applied.subscriptions) == (
+                len(after.topics),
+                len(after.subscriptions),
+            )
+            assert not await redis.exists(keys.pubsub_snapshot_topics(staging))
+            current = applied
+        changing = False
+
+    await asyncio.gather(changer(), reader(), reader(), reader())
+    assert all(c in states for c in seen), "a read mixed two states"
+    assert len({c.position for c in seen}) > 1
+    assert await store.load() == states[-1]
+    assert await store.meta() == current
+
+    # a change made against an older snapshot: refused, nothing changed
+    topics, subs = difference(states[-1], states[0])
+    await store.stage("g1.changes.stale", topics, subs)
+    stale = SnapshotMeta("g1", states[-2].position, AT, 0, 0, SNAPSHOT_SCHEMA)
+    later = SnapshotMeta("g1", states[0].position, AT, 0, 0, SNAPSHOT_SCHEMA)
+    assert await store.apply("g1.changes.stale", stale, later) is None
+    assert await store.load() == states[-1]
+    assert await redis.pttl(keys.pubsub_snapshot_subscriptions("g1.changes.stale")) > 0
 
 
 async def test_snapshot_plus_later_events_equals_replay_and_survives_a_trim(
