@@ -126,7 +126,13 @@ async def measured(
 class ApexSide:
     """The local mesh, a publisher on relay pod 1 and subscribers on both pods."""
 
-    def __init__(self, topics: Sequence[str], *, dashboard: bool = False) -> None:
+    def __init__(
+        self,
+        topics: Sequence[str],
+        *,
+        dashboard: bool = False,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         # The dashboard only with --dashboard: it polls every pod's admin API each second,
         # which is what that option measures (issue #33: its cost must not show here).
         self.mesh = LocalMesh(
@@ -134,6 +140,7 @@ class ApexSide:
             dev=True,
             topics=topics,
             dashboard=dashboard,
+            settings=settings,
         )
         self.clients: list[ApexClient] = []
         self.publisher: Attachment | None = None
@@ -514,6 +521,13 @@ async def main(argv: list[str]) -> None:
         action="store_true",
         help="run the dashboard beside the mesh (it polls every pod's admin API)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="APEXMESH_NAME=VALUE",
+        help="a setting given to every service (repeatable), e.g. APEXMESH_GC_THRESHOLDS=700,10,10",
+    )
     parser.add_argument("--rate", type=float, default=2_000.0, help="latency: offered rate")
     parser.add_argument("--seconds", type=float, default=5.0, help="latency: duration")
     parser.add_argument("--content-subscribers", type=int, default=1_000)
@@ -533,7 +547,10 @@ async def main(argv: list[str]) -> None:
     figures: list[dict[str, Any]] = []
     # A development run has no endpoint directory: the generated subscribers are valid
     # addresses (apexmesh/ops/localmesh.py).
-    async with ApexSide(topics, dashboard=args.dashboard) as apex:
+    settings = dict(item.split("=", 1) for item in args.set)
+    if settings:
+        print("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
+    async with ApexSide(topics, dashboard=args.dashboard, settings=settings) as apex:
         if "content" in args.scenario:
             print(
                 f"content: 1 topic x {args.content_subscribers:,} selectors (1 % each), "
