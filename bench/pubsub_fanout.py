@@ -41,6 +41,7 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,6 +167,30 @@ class ApexSide:
         }
         found[CLIENTS] = os.getpid()
         return found
+
+    async def gc_seconds(self) -> dict[str, float]:
+        """Seconds each relay and pubsub process spent in the garbage collector so far
+        (``apexmesh_gc_pause_seconds_total`` of its /metrics)."""
+
+        def scrape(port: int) -> float:
+            url = f"http://127.0.0.1:{port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                text = answer.read().decode()
+            return sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("apexmesh_gc_pause_seconds_total{")
+            )
+
+        children = [
+            c
+            for c in self.mesh.children
+            if c.process is not None and c.module in ("services.relay", "services.pubsub")
+        ]
+        found = await asyncio.gather(
+            *(asyncio.to_thread(scrape, int(c.info["http_port"])) for c in children)
+        )
+        return {c.name: seconds for c, seconds in zip(children, found, strict=True)}
 
     async def request(
         self, attachment: Attachment, target: str, xml: bytes, accept: tuple[int, ...] = (250,)
@@ -392,7 +417,20 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
                 lambda i, due: apex.send(scenario.topic(i), i, due), scenario.publications, rate
             )
 
-    result = await with_cpu(apex.pids(), measured(tally, publish, fanout))
+    collected = await apex.gc_seconds()
+    pids = apex.pids()
+    cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    result = await with_cpu(pids, measured(tally, publish, fanout))
+    collected_after = await apex.gc_seconds()
+    print(
+        "    garbage collector, share of each process's CPU: "
+        + ", ".join(
+            f"{name} {(collected_after[name] - collected[name]) / spent:.1%}"
+            for name in collected
+            if (spent := cpu_seconds(pids[name]) - cpu[name]) > 0.1
+        ),
+        flush=True,
+    )
     await apex.close_subscribers()
     return result
 
