@@ -64,6 +64,9 @@ class DecisionSource(Protocol):
         ...
 
 
+#: Most checks sent to the source in one call (a larger burst is several calls).
+MAX_BATCH: Final = 256
+
 #: Seconds closing the change subscription may take before it is abandoned.
 PUBSUB_CLOSE_SECONDS: Final = 5.0
 
@@ -192,10 +195,14 @@ class CachedAccessChecker:
             if not self._next_batch:
                 loop.call_soon(self._start_batch)
             self._next_batch.append(key)
+            if len(self._next_batch) >= MAX_BATCH:
+                self._start_batch()
         return wait
 
     def _start_batch(self) -> None:
         batch, self._next_batch = self._next_batch, []
+        if not batch:
+            return  # sent already, once it was full
         fetch = asyncio.get_running_loop().create_task(self._fetch(batch))
         self._fetches.add(fetch)
         fetch.add_done_callback(self._fetches.discard)
@@ -207,12 +214,16 @@ class CachedAccessChecker:
         waits = [self._fetching[key] for key in batch]
         try:
             fetched, version = await self._source.check_many(batch)
-        except BaseException as exc:
+        except asyncio.CancelledError:  # closing: the waiters are cancelled too
+            for wait in waits:
+                wait.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001  (each waiter gets it; the task ends quietly)
             for wait in waits:
                 if not wait.done():
                     wait.set_exception(exc)
                     wait.exception()  # retrieved: a batch nobody waits for any more logs nothing
-            raise
+            return
         finally:
             for key in batch:
                 self._fetching.pop(key, None)

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from services.relay.peers import PeerDelivery
     from services.relay.reports import Reporter
     from services.relay.timekeeper import Timekeeper
+    from services.relay.topics import TopicFanout
     from services.relay.wellknown import WellKnownServices
 
 _log = logging.getLogger(__name__)
@@ -111,6 +112,10 @@ class Executor:
         self._background: set[asyncio.Task[Any]] = set()
         self._to_pod = metrics.deliveries.labels("pod")
         self._to_local = metrics.deliveries.labels("local")
+        self._to_topic = metrics.deliveries.labels("topic")
+        #: Plain publications fanned out by this relay (services/relay/topics.py); None:
+        #: every publication goes to the pubsub pods.
+        self.topics: TopicFanout | None = None
 
     @property
     def holder(self) -> Holder | None:
@@ -355,6 +360,17 @@ class Executor:
             )
         )
 
+    async def _publish(
+        self, topics: TopicFanout, job: Job, routed: Route[ApexChannel], payload: bytes
+    ) -> Outcome:
+        """A publication fanned out here when it is plain (services/relay/topics.py),
+        else delivered to the pubsub pods."""
+        outcome = await topics.publish(routed.endpoint, job.data, job.parts)
+        if outcome is not None:
+            self._to_topic.inc()
+            return outcome
+        return await self.services.deliver(routed.endpoint, job.data, payload, job.parts)
+
     async def _deliver(
         self, job: Job, routed: Route[ApexChannel], custody: Custody
     ) -> asyncio.Future[Outcome]:
@@ -364,9 +380,14 @@ class Executor:
         payload = job_payload(job, plan.forward)
         kind = routed.kind
         if kind is RouteKind.SERVICE:
-            delivery = self.services.deliver(routed.endpoint, job.data, payload, job.parts)
-            custody.settle_with(delivery)
-            return delivery
+            topics = self.topics
+            served: asyncio.Future[Outcome]
+            if topics is not None and topics.may_serve(routed.endpoint, job.data):
+                served = asyncio.ensure_future(self._publish(topics, job, routed, payload))
+            else:
+                served = self.services.deliver(routed.endpoint, job.data, payload, job.parts)
+            custody.settle_with(served)
+            return served
         if kind is RouteKind.LOCAL:
             assert routed.channel is not None  # noqa: S101  (LOCAL routes name one)
             self.metrics.count(self.metrics.deliveries, "local")

@@ -77,6 +77,11 @@
   advertises (4096 .. 1 MiB, RFC 3081 3.1.3) and the fraction of it a SEQ must move the
   window's edge by before it is sent; the data in flight on one channel of a sender is
   capped by the window (docs/relay.md "Receive window", with the figures).
+- ``APEXMESH_RELAY_TOPIC_FANOUT`` (``1``): plain publications (a topic without schemas,
+  selectors or robust delivery, data without options) are fanned out by the relay that
+  took them, from the topics' subscriber lists it follows on the pubsub event log
+  (services/relay/topics.py); ``0`` sends every publication to the pubsub pods.
+  ``APEXMESH_RELAY_CACHED_TOPICS`` (``100000``): topics whose subscriber lists a pod keeps.
 - ``APEXMESH_RELAY_TRACE`` (``1``): record where each data with a statusRequest went
   (one Redis stream entry per such data; ``apexctl trace``, services/relay/tracing.py).
 - ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
@@ -223,6 +228,8 @@ class RelaySettings:
     sasl_throttle: ThrottlePolicy = field(default_factory=ThrottlePolicy)
     interop_vortex_nul: bool = False
     trace: bool = True
+    topic_fanout: bool = True
+    cached_topics: int = 100_000
     receive_window: int = DEFAULT_RECEIVE_WINDOW
     seq_step: float = DEFAULT_SEQ_STEP
     admin: AdminTokens = field(default_factory=AdminTokens)
@@ -327,6 +334,10 @@ class RelaySettings:
                 high=MAX_WINDOW_OCTETS,
             ),
             seq_step=_seq_step(env),
+            topic_fanout=env_flag(env, "APEXMESH_RELAY_TOPIC_FANOUT", default=True),
+            cached_topics=env_int(
+                env, "APEXMESH_RELAY_CACHED_TOPICS", 100_000, low=1, high=10_000_000
+            ),
             admin=admin_tokens(env, dev=dev),
         )
 
