@@ -427,7 +427,7 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
         + ", ".join(
             f"{name} {(collected_after[name] - collected[name]) / spent:.1%}"
             for name in collected
-            if (spent := cpu_seconds(pids[name]) - cpu[name]) > 0.1
+            if name in pids and (spent := cpu_seconds(pids[name]) - cpu[name]) > 0.1
         ),
         flush=True,
     )
