@@ -60,6 +60,8 @@ def thresholds(service: str, env: Mapping[str, str]) -> tuple[int, int, int]:
 class GcPauses(Collector):
     """Times every collection (``gc.callbacks``) and exports the totals per generation.
 
+    Times are the collecting thread's CPU time (``time.thread_time``), not the wall
+    clock: on a busy machine a collection may wait for a core, which is not its cost.
     One per process: the collector is process-wide, so is what it costs. Installed by
     :meth:`install`, which is idempotent."""
 
@@ -83,10 +85,10 @@ class GcPauses(Collector):
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._started = time.perf_counter()
+            self._started = time.thread_time()
             return
         generation = info.get("generation", 2)
-        pause = time.perf_counter() - self._started
+        pause = time.thread_time() - self._started
         self.seconds[generation] += pause
         self.collections[generation] += 1
         self.longest[generation] = max(self.longest[generation], pause)
@@ -98,12 +100,12 @@ class GcPauses(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         total = CounterMetricFamily(
             "apexmesh_gc_pause_seconds",
-            "Seconds the cyclic garbage collector ran, per generation collected.",
+            "CPU seconds the cyclic garbage collector ran, per generation collected.",
             labels=["generation"],
         )
         longest = GaugeMetricFamily(
             "apexmesh_gc_longest_pause_seconds",
-            "The longest collection of each generation since the process started.",
+            "The longest collection of each generation since the process started (CPU s).",
             labels=["generation"],
         )
         for generation in range(3):
