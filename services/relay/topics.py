@@ -28,8 +28,10 @@ publication while the cache cannot be served or Redis cannot answer. The pubsub 
 stay the authority for every change; the relay only reads.
 
 The fan-out is the data the pods would have sent: from the topic's endpoint, content
-untouched, with the dataHopping option section 3 rewrites it to carry (its budget guards
-against loops through redistributing servers, RFC 3342 section 4).
+untouched, with the dataHopping option section 3 rewrites it to carry. A topic with a subscriber in
+another domain (a redistributing server) or a service goes to the pods too: the hop
+budget that guards against loops through redistributing servers (RFC 3342 section 4)
+and redistribution's rules are theirs.
 """
 
 from __future__ import annotations
@@ -82,14 +84,12 @@ class TopicFanout:
         access: CachedAccessChecker,
         originate: Originate,
         clock: Callable[[], int],
-        hops: int = core.DEFAULT_HOPS,
     ) -> None:
         self._domains = domains
         self._cache = cache
         self._access = access
         self._originate = originate
         self._clock = clock
-        self._hops = hops
         #: Recipient elements and options shared between publications (bounded).
         self._memo = ParseMemo()
         #: Publications fanned out here, and those handed to a pubsub pod.
@@ -152,6 +152,12 @@ class TopicFanout:
             subscriptions=state.subscriptions.values(),
             now_ms=self._clock(),
         )
+        domains = self._domains
+        if any(r.domain not in domains or r.is_service for r in plan.recipients):
+            # A redistributing server subscribes: the pods re-originate for it, with
+            # their hop budget (APEXMESH_PUBSUB_HOPS) and redistribution's rules.
+            self.delegated += 1
+            return None
         self.fanned_out += 1
         if not plan.recipients:
             return Outcome(ApexReplyCode.SUCCESS)
@@ -172,7 +178,7 @@ class TopicFanout:
                 topic,
                 domain,
                 plan.recipients,
-                hops=core.hops_left(data, self._hops),
+                hops=core.hops_left(data),
                 trans_id=HOPPING_TRANS_ID,
                 memo=self._memo,
             )

@@ -12,12 +12,16 @@ from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.party import DATA_HOPPING, data_hopping_of
 from apexmesh.client.outgoing import XmlContent
-from tests.services.pubsub.conftest import TOPIC, Attach, Party, PubsubMesh
+from tests.services.pubsub.conftest import TOPIC as REDISTRIBUTED
+from tests.services.pubsub.conftest import Attach, Party, PubsubMesh, until
 from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 SERVICE = "apex=pubsub@example.com"
+#: Not the conftest's TOPIC, which redistr.com redistributes (a subscriber in another
+#: domain sends a publication to the pods: test_a_redistributed_topic_goes_to_the_pods).
+TOPIC = "news"
 TARGET = f"apex=pubsub/{TOPIC}@example.com"
 
 
@@ -71,8 +75,7 @@ async def test_what_is_not_plain_still_goes_to_the_pubsub_pods(
     await op(mike, f"<createtopic topic='{TOPIC}' transID='1' />", 1)
     await op(
         mike,
-        f"<subscribe subscriber='mike@example.com' topic='{TOPIC}' duration='600'"
-        " transID='2' />",
+        f"<subscribe subscriber='mike@example.com' topic='{TOPIC}' duration='600' transID='2' />",
         2,
     )
     before = counts(mesh, "a")
@@ -97,3 +100,30 @@ async def test_what_is_not_plain_still_goes_to_the_pubsub_pods(
     _, received = await mike.publication()
     assert received.content == b"<plain />"
     assert counts(mesh, "a")[0] == fanned + 1
+
+
+async def test_a_redistributed_topic_goes_to_the_pods(mesh: PubsubMesh, attach: Attach) -> None:
+    """redistr.com's server subscribes to the conftest's topic: its publications are the
+    pods' to re-originate, with their hop budget (test_pubsub_hops.py)."""
+    mike = await attach("mike@example.com", pod="a")
+    fred = await attach("fred@example.com", pod="a")
+    await op(mike, f"<createtopic topic='{REDISTRIBUTED}' transID='1' />", 1)
+    await op(
+        mike,
+        f"<subscribe subscriber='mike@example.com' topic='{REDISTRIBUTED}' duration='600'"
+        " transID='2' />",
+        2,
+    )
+    redistributor = Endpoint.parse(f"apex=pubsub/{REDISTRIBUTED}@redistr.com")
+
+    async def subscribed() -> bool:
+        view = await mesh.pubsub["p1"].store.read_topic("example.com", REDISTRIBUTED)
+        return redistributor in view.subscriptions
+
+    await until(subscribed, within=10)
+    before = counts(mesh, "a")
+    await fred.attachment.send(f"apex=pubsub/{REDISTRIBUTED}@example.com", XmlContent(b"<far />"))
+    _, received = await mike.publication()
+    assert received.content == b"<far />"
+    fanned, delegated = counts(mesh, "a")
+    assert (fanned - before[0], delegated - before[1]) == (0, 1)
