@@ -7,6 +7,7 @@ import asyncio
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,7 +44,7 @@ def test_reserved_ports_are_distinct_and_locked_for_other_processes() -> None:
         capture_output=True,
         text=True,
         check=True,
-        cwd=ports.Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[1],
     )
     assert out.stdout.strip() == "20"
 
