@@ -25,6 +25,9 @@
   bundle used to verify relays of other domains.
 - ``APEXMESH_RELAY_SASL_FILE``: ``identity:password`` lines for SASL (mount a Secret); an
   endpoint's identity is its full name (``fred@example.com``), a peer relay's its domain.
+- ``APEXMESH_RELAY_RELOAD_SECONDS`` (``10``): how often the TLS files and the SASL file
+  are looked at; changed ones are loaded without a restart, sessions kept (``0``: only on
+  SIGHUP or ``POST /admin/v1/reload``; services/relay/reloading.py).
 - ``APEXMESH_RELAY_REQUIRE_PRIVACY`` (``1`` outside development runs, else ``0``): until
   TLS protects a session the greeting offers only the TLS profile and every other start
   is refused (RFC 3080 sections 3 and 9), so SASL never runs over plaintext.
@@ -162,7 +165,9 @@ def certificate_names(path: Path) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _read_credentials(path: Path) -> dict[str, str]:
+def read_credentials(path: Path) -> dict[str, str]:
+    """The ``identity:password`` lines of a credentials file (comments and blank lines
+    skipped); :class:`SettingsError` names the first malformed line."""
     credentials: dict[str, str] = {}
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
@@ -233,6 +238,10 @@ class RelaySettings:
     receive_window: int = DEFAULT_RECEIVE_WINDOW
     seq_step: float = DEFAULT_SEQ_STEP
     admin: AdminTokens = field(default_factory=AdminTokens)
+    #: The credentials file (watched for changes, services/relay/reloading.py).
+    sasl_file: Path | None = None
+    #: Seconds between looks at the TLS and SASL files; 0: only on SIGHUP or request.
+    reload_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RelaySettings:
@@ -255,7 +264,7 @@ class RelaySettings:
         if (cert is None) != (key is None):
             raise SettingsError("APEXMESH_RELAY_TLS_CERT and _TLS_KEY go together")
         sasl_file = env.get("APEXMESH_RELAY_SASL_FILE") or None
-        credentials = _read_credentials(Path(sasl_file)) if sasl_file else {}
+        credentials = read_credentials(Path(sasl_file)) if sasl_file else {}
         if not dev and (cert is None or not credentials):
             raise SettingsError(
                 "the relay needs APEXMESH_RELAY_TLS_CERT/_KEY and APEXMESH_RELAY_SASL_FILE; "
@@ -339,6 +348,8 @@ class RelaySettings:
                 env, "APEXMESH_RELAY_CACHED_TOPICS", 100_000, low=1, high=10_000_000
             ),
             admin=admin_tokens(env, dev=dev),
+            sasl_file=None if sasl_file is None else Path(sasl_file),
+            reload_seconds=_reload_seconds(env),
         )
 
 
@@ -363,6 +374,13 @@ def _flow_limits(env: Mapping[str, str]) -> FlowLimits:
 
 
 _MAX_MILLISECS = 2_147_483_647
+
+
+def _reload_seconds(env: Mapping[str, str]) -> float:
+    seconds = env_float(env, "APEXMESH_RELAY_RELOAD_SECONDS", 10.0)
+    if seconds != 0 and not 0.1 <= seconds <= 3600:
+        raise SettingsError("APEXMESH_RELAY_RELOAD_SECONDS must be 0 or 0.1 .. 3600")
+    return seconds
 
 
 def _sasl_mechanisms(env: Mapping[str, str]) -> tuple[str, ...]:
