@@ -61,6 +61,7 @@ from apexmesh.common.cache import BoundedCache
 from apexmesh.pubsub.changes import Subscription
 from apexmesh.pubsub.topic_index import TopicIndex
 from apexmesh.store.batching import Coalescer
+from apexmesh.store.connection import dedicated_client
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_records import subscription_from, topic_settings
 
@@ -316,7 +317,7 @@ class SubscriberCache:
     async def _follow(self) -> None:
         # A connection of its own, held: the follower never queues behind a burst of
         # commands for the pool (a late event would leave the cache stale meanwhile).
-        own = self._redis.client()
+        own = dedicated_client(self._redis)
         try:
             await self._read_log(own)
         finally:
@@ -518,12 +519,14 @@ class SubscriberCache:
 
     async def _locate_many(self, endpoints: Sequence[Endpoint]) -> list[str]:
         answer = await self._placement(
+            # Not read: it names the slot (relay's group) so a cluster runs it there.
+            keys=[self._keys.attachment(str(endpoints[0]))] if self._keys.cluster else [],
             args=[
                 self._attachment_prefix,
                 self._pod_prefix,
                 self._pod_suffix,
                 *(str(endpoint) for endpoint in endpoints),
-            ]
+            ],
         )
         return [_text(address) for address in answer]
 
