@@ -140,28 +140,36 @@ def trace(
 ) -> None:
     """Send one data with a statusRequest and show every hop it took and its report."""
     result = _trace(ctx, sender, recipient, message, password_file, receive=True)
+    refused = not result["report"] or any(r["code"] != 250 for r in result["report"])
     fmt = options(ctx).fmt
     if fmt is not Format.TABLE:
         show(ctx, result)
-        return
-    rows = [
-        {
-            "pod": hop["pod"],
-            "from": hop["origin"],
-            "recipient": o["recipient"],
-            "route": o["route"],
-            "code": o["code"],
-            "text": o["text"],
-            "ms": hop["concluded_ms"] - hop["received_ms"],
-            "cid": hop["cid"],
-        }
-        for hop in result["hops"]
-        for o in hop["outcomes"]
-    ]
-    emit(rows, fmt, title=f"{sender} -> {recipient}, transID {result['trans_id']}: hops")
-    emit(result["report"], fmt, title="statusResponse")
-    if result["received"]:
-        err.print(f"{recipient} received it (attached by apexctl)")
+    else:
+        rows = [
+            {
+                "pod": hop["pod"],
+                "from": hop["origin"],
+                "recipient": o["recipient"],
+                "route": o["route"],
+                "code": o["code"],
+                "text": o["text"],
+                "at": hop["received_at"],
+                "ms": hop["took_ms"],
+                "cid": hop["cid"],
+            }
+            for hop in result["hops"]
+            for o in hop["outcomes"]
+        ]
+        emit(rows, fmt, title=f"{sender} -> {recipient}, transID {result['trans_id']}: hops")
+        emit(result["path"], fmt, title="path", columns=["pod", "step", "code"])
+        emit(result["report"], fmt, title="statusResponse")
+        if result["received"]:
+            err.print(f"{recipient} received it at {result['received'].get('at', '?')}")
+        elif result["receiver"]:
+            err.print(f"{recipient} was not attached by apexctl: {result['receiver']}")
+    if refused:
+        err.print("[red]refused:[/red] the statusResponse is not 250 for every recipient")
+        raise typer.Exit(1)
 
 
 CHEAT = """\
@@ -183,7 +191,12 @@ apexctl presence ls
 apexctl pub --as fred@example.com barney@example.com 'hello'
 apexctl sub --as barney@example.com demo.news --count 1
 apexctl trace fred@example.com barney@example.com
-apexctl drain relay-example.com-2 --wait 60
+apexctl drain relay-example.com-2 --wait 60 ; apexctl drain relay-example.com-2 --undo
+apexctl held purge dino@example.com             # asks first (--yes: does not)
+apexctl credentials add pebbles@example.com --generate   # live, no restart
+apexctl credentials passwd fred@example.com ; apexctl credentials rm pebbles@example.com
+apexctl certs check --warn-days 30              # Nagios exit codes
+apexctl log-level DEBUG --service relay --logger apexmesh.rpc ; apexctl log-level
 apexctl -o yaml topics ls ; apexctl --json servers ls
 kubectl apex topics ls                          # the same, as a kubectl plugin
 """
