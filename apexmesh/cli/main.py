@@ -14,7 +14,14 @@ from typing import Annotated, Any
 
 import typer
 
-from apexmesh.cli import commands, contexts, messages, operate  # noqa: F401  (they add commands)
+from apexmesh.cli import (  # noqa: F401  (they add commands)
+    bench,
+    catalogue,
+    commands,
+    contexts,
+    messages,
+    operate,
+)
 from apexmesh.cli.base import app, context_app, fail, mesh, show
 from apexmesh.cli.output import err
 
