@@ -126,6 +126,15 @@ def problem(pod: Any) -> str:
     return f"{phase}: {'; '.join(found) or 'not running'}"
 
 
+def _selected(labels: dict[str, str], release: str) -> bool:
+    """The selector checked here too: an API server (or a proxy, or an emulator) that
+    ignores ``labelSelector`` must not mix another release's pods in."""
+    part_of, _, mesh = PART_OF.partition("=")
+    if labels.get(part_of) != mesh:
+        return False
+    return not release or labels.get("app.kubernetes.io/instance") == release
+
+
 def fullname(release: str) -> str:
     """The chart's resource name prefix for a release (its ``apex-mesh.fullname``)."""
     if not release:
@@ -245,7 +254,7 @@ def reached(context: Context) -> Iterator[Context]:
             labels = pod.metadata.labels or {}
             service = labels.get(COMPONENT, "")
             status = pod.status
-            if service not in SERVICES:
+            if service not in SERVICES or not _selected(labels, context.release):
                 continue
             http, edge = _port(pod, "http"), _port(pod, EDGE_PORT)
             domains = _domains(pod)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from apexmesh.client import connect_endpoint
 from tests.support.demo_mesh import DemoMesh
@@ -185,7 +186,7 @@ def test_certs_check(demo_mesh: DemoMesh) -> None:
 
 def test_topics_take_a_bare_name_as_pub_and_sub_do(demo_mesh: DemoMesh) -> None:
     created = apexctl(demo_mesh, "topics", "create", "ops.bare@example.com")
-    assert created == {"topic": "ops.bare@example.com", "code": 250}
+    assert (created["topic"], created["code"]) == ("ops.bare@example.com", 250)
     # example.com alone has it: the bare name finds it
     assert apexctl(demo_mesh, "topics", "describe", "ops.bare")["topic"] == "ops.bare"
     assert apexctl(demo_mesh, "topics", "delete", "ops.bare")["topic"] == "ops.bare@example.com"
@@ -201,3 +202,150 @@ def test_topics_take_a_bare_name_as_pub_and_sub_do(demo_mesh: DemoMesh) -> None:
     assert all(RFC3339.match(s["opened_at"]) for s in sessions)
     drain = apexctl(demo_mesh, "drain", "relay-example.com-1", "--undo")  # not draining
     assert drain["since"] == ""
+
+
+def test_catalogue_export_and_import(demo_mesh: DemoMesh, tmp_path: Path) -> None:
+    exported = apexctl(demo_mesh, "catalogue", "export")
+    assert exported["kind"] == "catalogue"
+    assert RFC3339.match(exported["exported_at"])
+    news = [t for t in exported["topics"] if t["topic"] == "demo.news"]
+    assert news
+    assert news[0]["domain"] == "example.com"
+    assert RFC3339.match(news[0]["created_at"])
+    # A backup with one topic the mesh lacks: import creates it, keeps the others.
+    backup = tmp_path / "catalogue.yaml"
+    done = run(demo_mesh, "catalogue", "export", "--output", str(backup))
+    assert done.returncode == 0, done.stderr
+    document = yaml.safe_load(backup.read_text(encoding="utf-8"))
+    document["topics"].append(
+        {"domain": "example.com", "topic": "ops.restored", "creator": "x", "created_at": ""}
+    )
+    backup.write_text(yaml.safe_dump(document), encoding="utf-8")
+    dry = apexctl(demo_mesh, "catalogue", "import", str(backup), "--dry-run")
+    assert {"domain": "example.com", "topic": "ops.restored", "result": "would be created"} in dry
+    try:
+        imported = apexctl(demo_mesh, "catalogue", "import", str(backup))
+        results = {(r["domain"], r["topic"]): r["result"] for r in imported}
+        assert results[("example.com", "ops.restored")] == "created"
+        assert results[("example.com", "demo.news")] == "exists"
+        assert apexctl(demo_mesh, "topics", "describe", "ops.restored@example.com")
+    finally:
+        apexctl(demo_mesh, "topics", "delete", "ops.restored@example.com")
+
+
+def test_catalogue_export_from_a_snapshot(demo_mesh: DemoMesh, tmp_path: Path) -> None:
+    """The snapshot job's layout (docs/snapshot.md): ``snapshots/<ms>/topics/`` and
+    ``subscriptions/`` Parquet with the catalogue rows' columns, ``_SUCCESS``; a change
+    layer names its full layer in ``manifest.json``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    full = tmp_path / "snapshots" / "1000"
+    (full / "topics").mkdir(parents=True)
+    (full / "subscriptions").mkdir()
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "domain": "example.com",
+                    "topic": "saved.news",
+                    "settings": "",
+                    "creator": "apex=pubsub@example.com",
+                    "created_ms": 1_700_000_000_000,
+                    "id": 1,
+                }
+            ]
+        ),
+        full / "topics" / "part-0.parquet",
+    )
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "domain": "example.com",
+                    "topic": "saved.news",
+                    "subscriber": "barney@example.com",
+                    "subscription_id": "s1",
+                    "selector_class": "",
+                    "selector": "",
+                    "cached": False,
+                    "originator": "barney@example.com",
+                    "trans_id": 1,
+                    "expires_ms": 1_700_000_060_000,
+                    "at_ms": 1_700_000_000_000,
+                    "id": 2,
+                }
+            ]
+        ),
+        full / "subscriptions" / "part-0.parquet",
+    )
+    (full / "_SUCCESS").write_text("", encoding="utf-8")
+    change = tmp_path / "snapshots" / "2000"
+    change.mkdir()
+    (change / "manifest.json").write_text(json.dumps({"base": str(full)}), encoding="utf-8")
+    for where in (full, change, tmp_path / "snapshots"):
+        exported = apexctl(demo_mesh, "catalogue", "export", "--from-snapshot", str(where))
+        assert exported["topics"] == [
+            {
+                "domain": "example.com",
+                "topic": "saved.news",
+                "creator": "apex=pubsub@example.com",
+                "created_at": "2023-11-14T22:13:20Z",
+                "settings": "",
+            }
+        ]
+        assert exported["subscriptions"][0]["expires_at"] == "2023-11-14T22:14:20Z"
+    nothing = run(demo_mesh, "catalogue", "export", "--from-snapshot", str(tmp_path))
+    assert nothing.returncode == 2
+
+
+def test_bench_pub_sub_and_request(demo_mesh: DemoMesh) -> None:
+    """Small runs of each shape: every data answered (or delivered), rates and
+    percentiles printed; the table run shows the figures too."""
+    pub = apexctl(
+        demo_mesh, "bench", "pub", "demo.news", "--as", "fred@example.com", "--count", "300"
+    )
+    assert (pub["done"], pub["failed"]) == (300, 0)
+    assert pub["rate_per_s"] > 0
+    assert 0 < pub["p50_ms"] <= pub["p90_ms"] <= pub["p99_ms"] <= pub["max_ms"]
+    sub = apexctl(
+        demo_mesh,
+        "bench",
+        "sub",
+        "demo.news",
+        "--as",
+        "fred@example.com",
+        "--sub-as",
+        "barney@example.com",
+        "--count",
+        "300",
+    )
+    assert (sub["done"], sub["failed"]) == (300, 0)
+    assert "relay-example.com-1 -> relay-example.com-2" in sub["bench"]
+    request = apexctl(
+        demo_mesh,
+        "bench",
+        "request",
+        "barney@example.com",
+        "--as",
+        "fred@example.com",
+        "--count",
+        "100",
+        "--in-flight",
+        "20",
+    )
+    assert (request["done"], request["failed"]) == (100, 0)
+    assert request["p99_ms"] > 0
+    table = run(
+        demo_mesh,
+        "bench",
+        "request",
+        "barney@example.com",
+        "--as",
+        "fred@example.com",
+        "--count",
+        "20",
+    )
+    assert table.returncode == 0, table.stderr
+    assert "rate_per_s" in table.stdout
+    assert "p99_ms" in table.stdout
