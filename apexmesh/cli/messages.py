@@ -179,7 +179,7 @@ export APEXCTL_CONTEXT=/tmp/apex-mesh-XXXX/apexctl.yaml
 apexctl context add prod --kube-context prod --namespace apex --release apex
 apexctl status                                  # Nagios exit codes
 apexctl servers ls ; apexctl servers ping
-apexctl topics ls ; apexctl topics describe demo.news@example.com
+apexctl topics ls ; apexctl topics describe demo.news   # or demo.news@example.com
 apexctl topics create alerts@example.com ; apexctl topics purge alerts@example.com
 apexctl subscriptions ls
 apexctl sessions ls ; apexctl sessions kill relay-example.com-1/3
@@ -197,6 +197,9 @@ apexctl credentials add pebbles@example.com --generate   # live, no restart
 apexctl credentials passwd fred@example.com ; apexctl credentials rm pebbles@example.com
 apexctl certs check --warn-days 30              # Nagios exit codes
 apexctl log-level DEBUG --service relay --logger apexmesh.rpc ; apexctl log-level
+apexctl catalogue export --output catalogue.yaml ; apexctl catalogue import catalogue.yaml
+apexctl bench sub demo.news --as fred@example.com --sub-as barney@example.com --count 10000
+apexctl bench request barney@example.com --as fred@example.com --count 2000
 apexctl -o yaml topics ls ; apexctl --json servers ls
 kubectl apex topics ls                          # the same, as a kubectl plugin
 """
