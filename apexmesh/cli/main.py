@@ -21,6 +21,7 @@ from apexmesh.cli import (  # noqa: F401  (they add commands)
     contexts,
     messages,
     operate,
+    topic_access,
 )
 from apexmesh.cli.base import app, context_app, fail, mesh, show
 from apexmesh.cli.output import err
