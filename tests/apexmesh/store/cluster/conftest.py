@@ -11,6 +11,7 @@ pools measured on one server) and in-memory ones are not collected twice.
 
 from __future__ import annotations
 
+import gc
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -49,6 +50,10 @@ async def redis(redis_cluster: RedisClusterNodes) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+        # The cluster client's objects are cyclic: collected here, not inside a later
+        # test's ast.parse (CPython 3.11 then fails with "AST constructor recursion
+        # depth mismatch" when a finalizer runs mid-parse).
+        gc.collect()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
