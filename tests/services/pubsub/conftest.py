@@ -20,9 +20,9 @@ from typing import Final
 import pytest
 
 from apexmesh.client import ApexClient, Attachment
-from apexmesh.client.pubsub import PubsubClient
+from apexmesh.client.pubsub import AnyServiceMessage, PubsubClient
 from apexmesh.client.received import ReceivedData
-from apexmesh.pubsub.elements import WELL_KNOWN_TOPICS, ServiceMessage
+from apexmesh.pubsub.elements import WELL_KNOWN_TOPICS
 from apexmesh.store.keys import Keys
 from services.access.app import AccessApp
 from services.access.settings import AccessSettings
@@ -62,7 +62,8 @@ MAX_MESSAGE_OCTETS: Final = 65_536
 #: and list topics (dino may not); anyone may subscribe to, cancel and publish to the
 #: seeded topics except dino (no token) and mr.slate (no core:data); redistr.com's
 #: pubsub server may subscribe to the jazz topic; pebbles may contribute to robust topics
-#: as the source ``source@example.com`` (XEP-0040 5.2, docs/robust.md).
+#: as the source ``source@example.com`` (XEP-0040 5.2, docs/robust.md); jade lets mr.slate
+#: subscribe to the Subscriptions topic on her behalf (draft-wyman 7.6).
 SEED: Final = f"""<access-entries>
   <access owner='apex=pubsub@example.com' actor='*@example.com'
           actions='pubsub:createtopic pubsub:deletetopic pubsub:listtopics' />
@@ -88,6 +89,8 @@ SEED: Final = f"""<access-entries>
           actions='pubsub:subscribe pubsub:cancel' />
   <access owner='source@example.com' actor='pebbles@example.com'
           actions='pubsub:contribute' />
+  <access owner='jade@example.com' actor='mr.slate@example.com'
+          actions='pubsub:subscribe' />
 </access-entries>
 """.encode()
 
@@ -108,6 +111,7 @@ class PubsubMesh:
 
     def pubsub_env(self, name: str, **extra: str) -> dict[str, str]:
         """Environment of pubsub pod ``name`` (p1, p2: example.com; pr: redistr.com)."""
+        relays: tuple[RelayApp, ...]
         if name == "pr":
             domain, relays = "redistr.com", (self.r,)
         else:
@@ -283,9 +287,9 @@ class Party:
     client: ApexClient
     attachment: Attachment
     pubsub: PubsubClient
-    seen: list[ServiceMessage] = field(default_factory=list)
+    seen: list[AnyServiceMessage] = field(default_factory=list)
 
-    async def message(self, within: float = 5.0) -> ServiceMessage:
+    async def message(self, within: float = 5.0) -> AnyServiceMessage:
         async with asyncio.timeout(within):
             return await self.pubsub.next_message()
 
