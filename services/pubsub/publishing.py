@@ -24,6 +24,8 @@ relay took is counted (``apexmesh_pubsub_fanout_failures``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import hashlib
 import logging
 import uuid
@@ -40,6 +42,7 @@ from apexmesh.apex.errors import ApexError
 from apexmesh.apex.memo import ParseMemo
 from apexmesh.apex.options import Option
 from apexmesh.pubsub import core
+from apexmesh.pubsub.content_core import ContentPublishPlan
 from apexmesh.pubsub.elements import service_endpoint, topic_endpoint, topic_of
 from apexmesh.pubsub.fanout import FanoutChunk, plan_fanout
 from apexmesh.pubsub.inre import inre_option
@@ -55,9 +58,16 @@ _log = logging.getLogger(__name__)
 DataCheck = Callable[[Endpoint, Endpoint], Awaitable[bool]]
 
 
+#: Content-based selection of one publication as delivered (data, body octets, parts):
+#: the plan (561, the deliveries with their subscription ids), or None when the topic
+#: needs none. The robust path asks it once it knows the body is a publication.
+Select = Callable[[Data, bytes, Sequence[MimePart]], Awaitable[ContentPublishPlan | None]]
+
+
 class RobustHook(Protocol):
     """A publication to a robust topic (:meth:`services.pubsub.robust_service.
-    RobustService.publication`): its (code, text), or None for a topic that is not."""
+    RobustService.publication`): its (code, text), or None for a topic that is not.
+    ``select``: draft-wyman's selection of the topic (selectors, schemas, the cache)."""
 
     async def __call__(
         self,
@@ -70,6 +80,7 @@ class RobustHook(Protocol):
         state: TopicState,
         allowed: bool,
         forwarded: bool,
+        select: Select | None = None,
     ) -> tuple[int, str] | None: ...
 
 
@@ -180,7 +191,14 @@ class Publisher:
             raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
         owner = topic_endpoint(topic, domain)
         allowed = state.exists and (trusted or await self._allowed(owner, originator))
+        selection = self._selection
         if self.robust is not None:  # None back for a topic that is not robust
+            select: Select | None = None
+            if selection is not None and allowed:
+                select = functools.partial(
+                    self._robust_selection, selection, domain, topic, originator, state
+                )
+
             served = await self.robust(
                 domain,
                 topic,
@@ -190,10 +208,10 @@ class Publisher:
                 state=state,
                 allowed=allowed,
                 forwarded=forwarded,
+                select=select,
             )
             if served is not None:
                 return served
-        selection = self._selection
         delivered = None
         if selection is not None and allowed:
             delivered = delivered_content(payload, self._memo)
@@ -252,6 +270,35 @@ class Publisher:
             delivery_key(delivery_id, payload),
             inre(deliveries, trans_id),
         )
+
+    async def _robust_selection(
+        self,
+        selection: ContentSelection,
+        domain: str,
+        topic: str,
+        originator: Endpoint,
+        state: TopicState,
+        data: Data,
+        body: bytes,
+        parts: Sequence[MimePart],
+    ) -> ContentPublishPlan | None:
+        """A robust topic's publication through the same selection as any (docs/robust.md
+        "Robust and content-based"): 561 answered as for any topic, the deliveries with
+        their ids for the sequencer to number, the envelope cached."""
+        if not selection.applies(state, body):
+            return None
+        try:
+            plan = await selection.select(domain, topic, originator, state, data, body, parts)
+        except (RedisError, OSError) as exc:
+            _log.warning("publication to %s@%s: store unavailable: %s", topic, domain, exc)
+            raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
+        if plan.code == ApexReplyCode.INVALID_MESSAGE:
+            await self.refuse(domain, originator, plan.trans_id, plan.text)
+        if plan.code != ApexReplyCode.SUCCESS:
+            self._metrics.publications.labels(str(plan.code)).inc()
+        elif plan.trans_id is None:
+            plan = dataclasses.replace(plan, trans_id=self.trans_ids())
+        return plan
 
     async def refuse(
         self, domain: str, originator: Endpoint, trans_id: int | None, text: str
@@ -389,4 +436,12 @@ class Publisher:
         return outcome.code
 
 
-__all__ = ["DataCheck", "Publisher", "RefusalReply", "RobustHook", "TransIds", "inre"]
+__all__ = [
+    "DataCheck",
+    "Publisher",
+    "RefusalReply",
+    "RobustHook",
+    "Select",
+    "TransIds",
+    "inre",
+]
