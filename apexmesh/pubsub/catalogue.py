@@ -34,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from apexmesh.pubsub.catalogue_index import CatalogueIndex
+
 #: Version of the snapshot's rows (Parquet, Redis, manifest); bumped when a field
 #: changes meaning.
 SNAPSHOT_SCHEMA: Final = 1
@@ -188,6 +190,9 @@ class Catalogue:
     subscriptions: dict[tuple[str, str, str, str], SubscriptionRow] = field(default_factory=dict)
     #: Events of a type this fold does not know (a later schema), skipped.
     unknown: int = 0
+    #: Sorted names and counts for paged listings, built by the first :meth:`indexed`
+    #: and kept by :meth:`apply` from then on (:mod:`apexmesh.pubsub.catalogue_index`).
+    index: CatalogueIndex | None = field(default=None, compare=False, repr=False)
 
     def apply(self, packed: int, event: Mapping[str, str]) -> bool:
         """Fold one event; False when it was skipped (at or before the position: a
@@ -197,6 +202,7 @@ class Catalogue:
         self.position = packed
         kind = event.get("type", "")
         name = (event.get("domain", ""), event.get("topic", ""))
+        index = self.index
         if kind == TOPIC_CREATED:
             self.topics[name] = TopicRow(
                 *name,
@@ -205,14 +211,19 @@ class Catalogue:
                 created_ms=_int(event.get("at_ms", "")),
                 id=packed,
             )
+            if index is not None:
+                index.topic_created(*name)
         elif kind == TOPIC_DELETED:
-            self.topics.pop(name, None)
+            if self.topics.pop(name, None) is not None and index is not None:
+                index.topic_deleted(*name)
         elif kind == TOPIC_MODIFIED:
             row = self.topics.get(name)
             if row is not None:
                 self.topics[name] = dataclasses.replace(row, settings=event.get("settings", ""))
         elif kind in SUBSCRIPTION_EVENTS:
             identity = (*name, event.get("subscriber", ""), event.get("subscription_id", ""))
+            if index is not None:
+                index.subscription(identity, kind != SUB_ENDED and name in self.topics)
             if kind == SUB_ENDED:
                 self.subscriptions.pop(identity, None)
             else:
@@ -245,6 +256,21 @@ class Catalogue:
             if topic is not None and topic.id < row.id and row.expires_ms >= at_ms:
                 out.append(row)
         return out
+
+    def indexed(self) -> CatalogueIndex:
+        """The index of this catalogue (built on first use: O(size) once, then each
+        event keeps it)."""
+        if self.index is None:
+            self.index = CatalogueIndex.build(
+                self.topics,
+                (
+                    row.identity
+                    for row in self.subscriptions.values()
+                    if (topic := self.topics.get((row.domain, row.topic))) is not None
+                    and topic.id < row.id
+                ),
+            )
+        return self.index
 
     def snapshot(self, at_ms: int) -> Catalogue:
         """A copy holding only what lives at ``at_ms`` (what a snapshot stores)."""

@@ -11,7 +11,8 @@ still gets draft-schwartz 4.2 step 2's 553 ("topic exists").
 What a modification changes is what a createtopic sets: the publishers and description
 (announced), the message and selector schemas (stored and enforced from the next
 publication on; existing subscriptions stay, each selector compiled again against the
-new selector schema when the topic's index is rebuilt). Robust delivery is not
+new selector schema when the topic's index is rebuilt), and an access statement when
+the createtopic has one (written as at creation; without one the entries stay). Robust delivery is not
 something a modification turns on, off or retunes (its sequence, epochs and stubs
 belong to the settings it was created with): a different ``robust`` is 553.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.pubsub.changes import Outcome, Send, TopicModified
+from apexmesh.pubsub.changes import Change, Outcome, OwnerGranted, Send, TopicModified
 from apexmesh.pubsub.elements import WELL_KNOWN_TOPICS, CreateTopic
 from apexmesh.pubsub.topic_description import TopicSettings
 
@@ -68,8 +69,12 @@ def modify_topic(
         text = "a topic's robust settings cannot be modified (delete and create it again)"
         return reply(ApexReplyCode.PARAMETER_INVALID, "6.2.2/robust", text)
     done = reply(ApexReplyCode.SUCCESS, "6.2.2")
-    change = TopicModified(op.topic, originator, settings.to_json(), creator, created_ms)
-    return Outcome(code=done.code, step=done.step, changes=(change,), sends=done.sends)
+    changes: list[Change] = [
+        TopicModified(op.topic, originator, settings.to_json(), creator, created_ms)
+    ]
+    if op.access is not None:  # a new access statement is written as at creation
+        changes.append(OwnerGranted(op.topic, creator, op.access))
+    return Outcome(code=done.code, step=done.step, changes=tuple(changes), sends=done.sends)
 
 
 __all__ = ["is_modification", "modify_topic"]

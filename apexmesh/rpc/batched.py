@@ -210,11 +210,36 @@ class _Stream:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 self.unsupported = True
             else:
-                _log.warning("%s stream broke: %s", self.name, exc.code())
+                self._log_broken(exc)
             failure = rpc_error(exc.code(), exc.details() or "stream broke")
         finally:
             self.broken = True
             self._fail(failure)
+
+    def _log_broken(self, exc: grpc.aio.AioRpcError) -> None:
+        """A connection's normal end is DEBUG, a failure WARNING with the call's details.
+
+        Normal: the callee ended the connection by age (GOAWAY, the pubsub pods every
+        60 s) or this caller cancelled a retired stream, and no call was cut off, so
+        nothing was lost: the next call opens another stream. Anything else (calls cut
+        off or not sent, another code) is a failure an operator should see."""
+        code = exc.code()
+        cut_off, unsent = len(self._sent), len(self._unsent)
+        rotation = code == grpc.StatusCode.UNAVAILABLE or (
+            code == grpc.StatusCode.CANCELLED and self._closing
+        )
+        if rotation and not cut_off and not unsent:
+            _log.debug("%s stream ended: %s (%s)", self.name, code.name, exc.details() or "")
+            return
+        _log.warning(
+            "%s stream broke: %s (%s); %d calls cut off, %d not sent; %s",
+            self.name,
+            code.name,
+            exc.details() or "no details",
+            cut_off,
+            unsent,
+            exc.debug_error_string() or "",
+        )
 
     def _fail(self, failure: grpc.aio.AioRpcError) -> None:
         unavailable = rpc_error(grpc.StatusCode.UNAVAILABLE, "not handled: the stream broke")

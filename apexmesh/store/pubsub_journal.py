@@ -148,6 +148,11 @@ class JournalStore:
         raw = await self._redis.hgetall(self._keys.pubsub_journal(domain))
         return [JournalEntry.decode(_text(k), _text(v)) for k, v in raw.items()]
 
+    async def pending_count(self, domain: str) -> int:
+        """How many entries the domain's journal holds (O(1): the dashboard's summary,
+        and whether :meth:`pending` is worth reading at all)."""
+        return int(await self._redis.hlen(self._keys.pubsub_journal(domain)))
+
     async def orphans(self, domain: str, now_ms: int, retry_after_ms: int) -> list[JournalEntry]:
         """Journal entries to redo: those of pods whose lease lapsed, this pod's own older
         than ``retry_after_ms`` (the send failed), and a live pod's much older ones. They

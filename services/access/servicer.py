@@ -13,6 +13,7 @@ kept correct by the same change channel callers use.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from apexmesh.apex.access import (
     Deny,
     Domains,
     Get,
+    List,
     OperationResult,
     OwnerRules,
     Query,
@@ -38,6 +40,7 @@ from apexmesh.apex.access import (
     SetNotice,
     TokenRegistry,
     answer_get,
+    answer_list,
     answer_query,
     authorize,
     check_inputs,
@@ -129,6 +132,8 @@ class AccessOperations:
                 result = self._answer(originator, answer.to_xml())
             elif isinstance(operation, Get):
                 result = self._answer(originator, answer_get(operation, rules).to_xml())
+            elif isinstance(operation, List):
+                result = self._answer(originator, answer_list(operation, rules).to_xml())
             else:
                 result = await self._set(operation, subject, originator)
         except AccessError as exc:
@@ -159,9 +164,17 @@ class AccessOperations:
                 trans_id=operation.trans_id,
             )
         notice = SetNotice(operation.trans_id, change.entry)
+        # An APEX service's entries (a topic's, apex=pubsub/TOPIC) are not notified: data
+        # to a topic endpoint is a publication, which would hand the notice to every
+        # subscriber; the service reads its entries from here when it needs them.
+        notifications = (
+            ()
+            if subject.is_service
+            else (OutboundData(str(subject), notice.to_xml().encode("utf-8")),)
+        )
         return OperationResult(
             OutboundData(originator, _reply(ApexReplyCode.SUCCESS, operation.trans_id)),
-            (OutboundData(str(subject), notice.to_xml().encode("utf-8")),),
+            notifications,
             ApexReplyCode.SUCCESS,
         )
 
@@ -175,27 +188,34 @@ class AccessOperations:
         return await self._store.version()
 
     async def check_many(self, checks: Sequence[CheckKey]) -> tuple[list[Decision], int]:
-        """Uncached decisions, loading each distinct owner once; the version returned is
+        """Uncached decisions, loading each distinct owner once, the owners of one call
+        concurrently (a burst of misses is one call: issue #33); the version returned is
         the oldest any decision was computed at (so a cache never stores a stale one)."""
-        decisions: list[Decision] = []
-        loaded: dict[Endpoint, OwnerRules] = {}
-        versions: list[int] = []
+        parsed: list[tuple[Endpoint, Endpoint, str] | Decision] = []
         for owner, actor, token in checks:
             try:
-                subject, actor_endpoint, token = check_inputs(
-                    owner, actor, token, self._domains, self._registry
-                )
+                parsed.append(check_inputs(owner, actor, token, self._domains, self._registry))
             except AccessError as exc:
-                decisions.append(Decision(False, exc.code, str(exc)))
-                continue
-            rules = loaded.get(subject)
-            if rules is None:
-                rules, version = await self._store.load(subject)
+                parsed.append(Decision(False, exc.code, str(exc)))
+        subjects = list(dict.fromkeys(p[0] for p in parsed if not isinstance(p, Decision)))
+        loaded: dict[Endpoint, OwnerRules] = {}
+        versions: list[int] = []
+        for start in range(0, len(subjects), LOAD_CONCURRENCY):
+            chunk = subjects[start : start + LOAD_CONCURRENCY]
+            for subject, (rules, version) in zip(
+                chunk, await asyncio.gather(*(self._store.load(s) for s in chunk)), strict=True
+            ):
                 loaded[subject] = rules
                 versions.append(version)
-            decisions.append(decide(rules, actor_endpoint, token))
+        decisions = [
+            p if isinstance(p, Decision) else decide(loaded[p[0]], p[1], p[2]) for p in parsed
+        ]
         version = min(versions) if versions else await self._store.version()
         return decisions, version
+
+
+#: Owners' entries read at once by one check_many (each read is one Redis round trip).
+LOAD_CONCURRENCY = 16
 
 
 _REFUSALS = {

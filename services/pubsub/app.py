@@ -222,7 +222,7 @@ class PubsubApp:
                     pod=settings.pod_id,
                     domains=settings.domains,
                     routers=[
-                        *pubsub_routers(service, settings.pod_id, self.guard),
+                        *pubsub_routers(service, self.catalogue, settings.pod_id, self.guard),
                         catalogue_router(self.catalogue, settings.domains, self.guard),
                     ],
                     details=lambda: {

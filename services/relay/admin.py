@@ -1,10 +1,11 @@
 """The relay's admin routes (``/admin/v1/...``, apexmesh/ops/admin.py): sessions and the
-attachments made over them, held data, traced hops, closing a session, and drain.
+attachments made over them, held data and its purge, traced hops, closing a session,
+drain and its undoing, and reloading the TLS and SASL files.
 
 The routes read the pod through :class:`RelayView`, a narrow read-only window the
 composition root hands over (the session table, the router's local attachments, the
 held-data store and the hop log), and change it only through the two callables it
-offers (close a session, drain).
+offers (drain, undrain, reload).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class RelayView:
     hops: HopLog
     #: Stop accepting sessions and turn readiness false.
     drain: Callable[[], Awaitable[None]]
+    #: Undo the drain: accept sessions again, ready.
+    undrain: Callable[[], Awaitable[None]]
+    #: Look at the TLS and SASL files now (services/relay/reloading.py).
+    reload: Callable[[], Awaitable[dict[str, str]]]
 
 
 class SessionOut(BaseModel):
@@ -90,6 +95,17 @@ class DrainOut(BaseModel):
     draining: bool
     since: float = Field(description="when the drain began (epoch seconds), 0 if not")
     sessions: int = Field(description="sessions still open")
+
+
+class PurgedOut(BaseModel):
+    endpoint: str
+    purged: int = Field(description="held data removed")
+
+
+class ReloadOut(BaseModel):
+    results: dict[str, str] = Field(
+        description="per material (tls, ca, sasl): unchanged, reloaded or failed: why"
+    )
 
 
 class HopOutcomeOut(BaseModel):
@@ -250,6 +266,29 @@ def relay_routers(view: RelayView, guard: Guard) -> list[APIRouter]:
             for entry in await view.held.read(str(who), limit=limit)
         ]
 
+    @change.delete(
+        "/held/{endpoint}",
+        response_model=PurgedOut,
+        responses=GUARDED_ONE,
+        summary="Purge the data held for one endpoint (no reports are sent for it)",
+    )
+    async def purge_held(endpoint: str) -> PurgedOut:
+        who = str(_endpoint(endpoint))
+        if view.held is None:
+            return PurgedOut(endpoint=who, purged=0)
+        purged = 0
+        while entries := await view.held.read(who, limit=1000):
+            purged += await view.held.ack(who, [entry.id for entry in entries])
+        return PurgedOut(endpoint=who, purged=purged)
+
+    @change.post(
+        "/reload",
+        response_model=ReloadOut,
+        summary="Reload changed TLS and SASL files now (sessions are kept)",
+    )
+    async def reload() -> ReloadOut:
+        return ReloadOut(results=await view.reload())
+
     def drain_state() -> DrainOut:
         return DrainOut(
             draining=view.sessions.draining,
@@ -268,6 +307,15 @@ def relay_routers(view: RelayView, guard: Guard) -> list[APIRouter]:
     )
     async def drain() -> DrainOut:
         await view.drain()
+        return drain_state()
+
+    @change.post(
+        "/undrain",
+        response_model=DrainOut,
+        summary="Undo a drain: accept sessions again; readiness turns true",
+    )
+    async def undrain() -> DrainOut:
+        await view.undrain()
         return drain_state()
 
     @read.get(

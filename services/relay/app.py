@@ -43,6 +43,7 @@ from apexmesh.store.connection import connect_redis
 from apexmesh.store.held import HeldStore
 from apexmesh.store.hops import HopLog
 from apexmesh.store.keys import Keys
+from apexmesh.store.pubsub_cache import SubscriberCache
 from services.relay.admin import RelayView, relay_routers
 from services.relay.edge import APEX_PROFILE, Mode, serve_link, start_handler
 from services.relay.holder import Holder
@@ -51,10 +52,22 @@ from services.relay.mesh import MeshPool
 from services.relay.metrics import RelayMetrics
 from services.relay.peers import PeerDelivery
 from services.relay.presence_hook import PresenceHook
+from services.relay.reloading import (
+    Material,
+    MaterialWatcher,
+    ReloadableCredentials,
+    Watched,
+    client_context,
+    credentials_store,
+    not_after,
+    server_context,
+)
 from services.relay.router import Router
 from services.relay.servicer import RelayServicer
 from services.relay.sessions import Sessions
 from services.relay.settings import RelaySettings
+from services.relay.timekeeper import wall_ms
+from services.relay.topics import TopicFanout
 from services.relay.tracing import HopTracer
 from services.relay.wellknown import WellKnownServices
 
@@ -75,8 +88,9 @@ class RelayApp:
         self.registry = service_registry("relay")
         self.metrics = RelayMetrics.create(self.registry)
         self.failures = AuthFailures("relay", self.registry)
+        self.credentials = ReloadableCredentials(StaticCredentials(settings.credentials))
         self.sasl = SaslServers(
-            StaticCredentials(settings.credentials),
+            self.credentials,
             mechanisms=settings.sasl_mechanisms if settings.credentials else (),
             realm=settings.domains[0],
             hosts=settings.host_names or settings.domains,
@@ -113,6 +127,9 @@ class RelayApp:
             credentials=settings.credentials,
             max_in_flight=settings.domain_in_flight,
         )
+        self.reloader = MaterialWatcher(
+            self._watched(), self.registry, interval=settings.reload_seconds
+        )
         self.peers = PeerDelivery(settings.max_message, max_in_flight=settings.pod_stream_in_flight)
         understood = {STATUS_REQUEST, *PARTY_OPTIONS, *TIMING_OPTIONS}
         if settings.hold_limits is None:
@@ -141,6 +158,20 @@ class RelayApp:
             min_transit_ms=settings.min_transit_ms,
             flow_limits=settings.flow_limits,
         )
+        #: Subscriber lists of the topics published through this pod, for the plain
+        #: publications it fans out itself (services/relay/topics.py).
+        self.subscribers: SubscriberCache | None = None
+        if settings.topic_fanout and "pubsub" in settings.services:
+            self.subscribers = SubscriberCache(
+                self.redis, self.keys, clock=wall_ms, topics=settings.cached_topics
+            )
+            self.router.executor.topics = TopicFanout(
+                domains=frozenset(settings.domains),
+                cache=self.subscribers,
+                access=self.checker,
+                originate=self.router.originate,
+                clock=wall_ms,
+            )
         self.held = HeldStore(self.redis, self.keys, lease_ms=settings.lease_ms)
         if settings.hold_limits is not None:
             self.router.holder = Holder(
@@ -173,6 +204,8 @@ class RelayApp:
             held=self.held,
             hops=self.hops,
             drain=self.drain,
+            undrain=self.undrain,
+            reload=self.reloader.check,
         )
         self.http = HttpServer(
             create_http_app(
@@ -193,6 +226,8 @@ class RelayApp:
         )
         self._grpc: grpc.aio.Server | None = None
         self._listeners: list[asyncio.Server] = []
+        #: Listeners closed by a drain that was undone (their connections live on).
+        self._retired: list[asyncio.Server] = []
         self._lease_task: asyncio.Task[None] | None = None
         self.grpc_port = self.edge_port = self.mesh_port = self.http_port = 0
 
@@ -201,15 +236,74 @@ class RelayApp:
     def _server_context(self) -> ssl.SSLContext | None:
         if self.settings.tls_cert is None or self.settings.tls_key is None:
             return None
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key)
+        context = server_context(self.settings.tls_cert, self.settings.tls_key)
         self.metrics.serving(self.settings.tls_cert)
         return context
 
     def _client_context(self) -> ssl.SSLContext | None:
         if self.settings.tls_ca is not None:
-            return ssl.create_default_context(cafile=str(self.settings.tls_ca))
+            return client_context(self.settings.tls_ca)
         return None
+
+    def _watched(self) -> list[Watched]:
+        """The material reloaded while running (services/relay/reloading.py) and where
+        each new piece goes: the server context to connections accepted afterwards, the
+        CA to apex-mesh links opened afterwards, the credentials to SASL exchanges
+        started afterwards (and to this relay's own password towards other domains)."""
+        settings, watched = self.settings, []
+        cert, key = settings.tls_cert, settings.tls_key
+        if cert is not None and key is not None:
+
+            def tls(context: ssl.SSLContext) -> None:
+                self.server_ssl = context
+                self.metrics.serving(cert)
+
+            watched.append(
+                Watched(
+                    Material.TLS,
+                    (cert, key),
+                    functools.partial(server_context, cert, key),
+                    tls,
+                    lambda _: f"certificate {cert}, notAfter {not_after(cert)}",
+                )
+            )
+        if settings.tls_ca is not None:
+            ca = settings.tls_ca
+
+            def trust(context: ssl.SSLContext) -> None:
+                self.mesh.ssl_context = context
+
+            watched.append(
+                Watched(
+                    Material.CA,
+                    (ca,),
+                    functools.partial(client_context, ca),
+                    trust,
+                    lambda _: f"CA bundle {ca} for apex-mesh links",
+                )
+            )
+        if settings.sasl_file is not None:
+            sasl_file = settings.sasl_file
+
+            def sasl(built: tuple[dict[str, str], StaticCredentials]) -> None:
+                self.credentials.current = built[1]
+                self.mesh.credentials = built[0]
+
+            watched.append(
+                Watched(
+                    Material.SASL,
+                    (sasl_file,),
+                    functools.partial(credentials_store, sasl_file, allow_empty=settings.dev),
+                    sasl,
+                    lambda built: f"{len(built[0])} identities from {sasl_file}",
+                )
+            )
+        return watched
+
+    def _accepted(self, mode: Mode, conn: BeepConnection) -> None:
+        """A listener accepted ``conn``: it tunes TLS with the context loaded now."""
+        conn.ssl_context = self.server_ssl
+        self.sessions.add(mode, conn)
 
     def _session_config(self) -> SessionConfig:
         return SessionConfig(
@@ -218,7 +312,8 @@ class RelayApp:
             sasl_mechanisms=self.sasl.mechanisms,
             sasl_server=self.sasl if self.sasl.mechanisms else None,
             max_message_octets=self.settings.max_message,
-            receive_window_octets=64 * 1024,
+            receive_window_octets=self.settings.receive_window,
+            seq_step_fraction=self.settings.seq_step,
             idle_seconds=300.0,
             require_privacy=self.settings.require_privacy,
             accept_nul_mime_header=self.settings.interop_vortex_nul,
@@ -242,6 +337,7 @@ class RelayApp:
             "report": settings.report_address or "",
             "presence": settings.presence_address or "",
             "tls": self.server_ssl is not None,
+            "material": self.reloader.state(),
             "sasl": bool(settings.credentials),
             "trace": settings.trace,
         }
@@ -254,6 +350,16 @@ class RelayApp:
         _log.info("draining: no new sessions; %d open", len(self.sessions))
         for server in self._listeners:
             server.close()
+
+    async def undrain(self) -> None:
+        """Undo a drain (``apexctl drain --undo``): listen again on the same ports and
+        report ready."""
+        if not self.sessions.draining:
+            return
+        self._retired += self._listeners
+        self._listeners = await self._listen(self.edge_port, self.mesh_port)
+        self.sessions.stop_draining()
+        _log.info("drain undone: accepting sessions again; %d open", len(self.sessions))
 
     async def _serve_link(
         self,
@@ -276,6 +382,8 @@ class RelayApp:
     async def start(self) -> None:
         await self.redis.ping()
         await self.checker.start()
+        if self.subscribers is not None:
+            await self.subscribers.start()
         servicer = RelayServicer(self.router)
         self._grpc, self.grpc_port = await create_server(
             [lambda server: relay_pb2_grpc.add_RelayServiceServicer_to_server(servicer, server)],
@@ -288,9 +396,18 @@ class RelayApp:
         self._lease_task = asyncio.get_running_loop().create_task(self._renew_leases())
         if self.router.holder is not None:
             self.router.holder.start()
+        self._listeners = await self._listen(self.settings.edge_port, self.settings.mesh_port)
+        self.edge_port = self._listeners[0].sockets[0].getsockname()[1]
+        self.mesh_port = self._listeners[1].sockets[0].getsockname()[1]
+        self.reloader.start()
+        self.http_port = await self.http.start(self.settings.http_host, self.settings.http_port)
+
+    async def _listen(self, edge_port: int, mesh_port: int) -> list[asyncio.Server]:
+        """Open the apex-edge and apex-mesh listeners."""
+        servers = []
         for mode, host, port in (
-            (Mode.EDGE, self.settings.edge_host, self.settings.edge_port),
-            (Mode.MESH, self.settings.mesh_host, self.settings.mesh_port),
+            (Mode.EDGE, self.settings.edge_host, edge_port),
+            (Mode.MESH, self.settings.mesh_host, mesh_port),
         ):
             server = await listen(
                 host,
@@ -298,12 +415,10 @@ class RelayApp:
                 self._session_config,
                 ssl_context=self.server_ssl,
                 on_start=start_handler(self.router, mode),
-                on_connection=functools.partial(self.sessions.add, mode),
+                on_connection=functools.partial(self._accepted, mode),
             )
-            self._listeners.append(server)
-        self.edge_port = self._listeners[0].sockets[0].getsockname()[1]
-        self.mesh_port = self._listeners[1].sockets[0].getsockname()[1]
-        self.http_port = await self.http.start(self.settings.http_host, self.settings.http_port)
+            servers.append(server)
+        return servers
 
     async def _renew_leases(self) -> None:
         interval = self.settings.lease_ms / 3000
@@ -348,15 +463,17 @@ class RelayApp:
         for server in self._listeners:
             server.close()
         await stop_task(self._lease_task)
+        await self.reloader.close()
         connections = self.sessions.connections()
         await asyncio.gather(
             *(conn.close(timeout=2.0) for conn in connections), return_exceptions=True
         )
-        for server in self._listeners:
+        for server in (*self._listeners, *self._retired):
             # wait_closed waits for every accepted connection; all were closed above.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2.0)
         self._listeners.clear()
+        self._retired.clear()
         if self.router.holder is not None:
             await self.router.holder.close()
         with contextlib.suppress(Exception):
@@ -371,6 +488,8 @@ class RelayApp:
         await self.mesh.close()
         await self.peers.close()
         await self.checker.aclose()
+        if self.subscribers is not None:
+            await self.subscribers.aclose()
         await self.router.services.aclose()
         for channel in (
             self._access_channel,

@@ -167,6 +167,11 @@ class Sessions:
         self.drain_started = time.time()
         return True
 
+    def stop_draining(self) -> None:
+        """The drain was undone: accepting sessions again, ready."""
+        self.draining = False
+        self.drain_started = 0.0
+
 
 def _host(address: object) -> str:
     """The host part of a socket address (a Unix socket's path as it is)."""

@@ -15,15 +15,18 @@ import time
 from pathlib import Path
 from typing import Final
 
+from tests.support.ports import reserved_port
+
 #: Seconds redis-server gets to answer PING after start.
 START_TIMEOUT: Final = 15.0
 
 
 def free_port() -> int:
-    """A loopback port that was free a moment ago (the kernel's choice for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port for a server that must be named before it binds (redis-server
+    cannot report a port of its choice; services of a mesh name each other): reserved
+    outside the kernel's ephemeral range, so no ``connect()`` or ``bind(0)`` takes it
+    meanwhile (tests/support/ports.py). A server started alone binds port 0 instead."""
+    return reserved_port()
 
 
 def redis_binary() -> str:

@@ -6,6 +6,7 @@ nobody" from "cut off", and a callee without the stream gets unary calls."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -121,7 +122,10 @@ async def test_the_correlation_id_of_each_call_reaches_its_handler() -> None:
     )
 
 
-async def test_a_broken_stream_cuts_off_what_the_callee_took_and_then_reaches_nobody() -> None:
+async def test_a_broken_stream_cuts_off_what_the_callee_took_and_then_reaches_nobody(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, "apexmesh.rpc.batched")
     hold = asyncio.Event()
     relay = ScriptedRelay(hold=hold)
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
@@ -137,6 +141,11 @@ async def test_a_broken_stream_cuts_off_what_the_callee_took_and_then_reaches_no
         with pytest.raises(grpc.aio.AioRpcError) as raised:
             await caller.call(request(9), timeout=5)
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE  # nothing listens: nobody
+    # A real failure is a WARNING with the call's details (calls were cut off).
+    broke = [r for r in caplog.records if "stream broke" in r.getMessage()]
+    assert broke, caplog.text
+    assert all(r.levelno == logging.WARNING for r in broke)
+    assert "calls cut off" in broke[0].getMessage()
 
 
 async def test_a_callee_without_the_stream_gets_unary_calls() -> None:
@@ -252,7 +261,9 @@ async def test_an_idle_stream_outlives_keepalive_pings() -> None:
     assert relay.streams_opened == 1  # both calls on the one stream: it never broke
 
 
-async def test_calls_outlive_a_callee_that_ends_connections_by_age() -> None:
+async def test_calls_outlive_a_callee_that_ends_connections_by_age(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The pubsub pods' connection age scaled down: connections end after about a
     second (GOAWAY, then a second of grace before the callee cuts what is still open),
     calls take 0.2 s each and a hundred are always in flight for 3.5 s. A stream opened
@@ -302,3 +313,6 @@ async def test_calls_outlive_a_callee_that_ends_connections_by_age() -> None:
     assert len(outcomes) > 1_000
     assert failures == []
     assert relay.streams_opened >= 3  # it did rotate
+    # The normal rotation is no WARNING (it was one on every 60 s connection age).
+    warned = [r for r in caplog.records if r.name == "apexmesh.rpc.batched" and r.levelno >= 30]
+    assert not warned, caplog.text
