@@ -12,9 +12,10 @@ What a modification changes is what a createtopic sets: the publishers and descr
 (announced), the message and selector schemas (stored and enforced from the next
 publication on; existing subscriptions stay, each selector compiled again against the
 new selector schema when the topic's index is rebuilt), and an access statement when
-the createtopic has one (written as at creation; without one the entries stay). Robust delivery is not
-something a modification turns on, off or retunes (its sequence, epochs and stubs
-belong to the settings it was created with): a different ``robust`` is 553.
+the createtopic has one (written as at creation; without one the entries stay).
+Robust delivery is not something a modification turns on, off or retunes (its
+sequence, epochs and stubs belong to the settings it was created with): a different
+``robust`` is 553.
 """
 
 from __future__ import annotations
