@@ -36,6 +36,7 @@ from services.report.app import ReportApp
 from services.report.settings import ReportSettings
 from tests.support.loops import LoopFactories, loop_factories
 from tests.support.mesh import base_env, endpoint_client, relay_env, retried, stop_watched
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer, free_port
 
 TOPIC: Final = "music.jazz.milesdavis"
@@ -274,10 +275,9 @@ async def mesh(redis_server: RedisServer, keys: Keys, tmp_path: Path) -> AsyncIt
 
 
 async def until(predicate: Callable[[], Awaitable[bool]], within: float = 5.0) -> None:
-    """Return once the async ``predicate`` is true; TimeoutError after ``within`` s."""
-    async with asyncio.timeout(within):
-        while not await predicate():  # noqa: ASYNC110 - polling a remote state
-            await asyncio.sleep(0.02)
+    """Return once the async ``predicate`` is true; TimeoutError after ``within`` s
+    (scaled: tests/support/polling.py)."""
+    await wait_until(predicate, within, every=0.02)
 
 
 @dataclass
