@@ -195,6 +195,10 @@ def apply_event(state: TopicState, event: Mapping[str, str]) -> bool:
         state.settings = event.get("settings", "") if state.exists else ""
         state.index = None  # other schemas: built again on the next publication
         return True
+    if kind == "topic.modified":  # draft-wyman 6.2.2: new schemas, same subscriptions
+        state.settings = event.get("settings", "")
+        state.index = None
+        return True
     subscription_id = event.get("subscription_id", "")
     try:
         subscriber = Endpoint.parse(event.get("subscriber", ""))
