@@ -109,7 +109,7 @@ def test_dashboard_shows_pods_and_traces_a_message(demo_mesh: DemoMesh) -> None:
 
 def test_dashboard_refuses_without_login(demo_mesh: DemoMesh) -> None:
     base = demo_mesh.dashboard_login.split("/login")[0]
-    assert httpx.get(f"{base}/").status_code == 401
+    assert httpx.get(f"{base}/").status_code == 303  # to the login page (test_dashboard_pages)
     assert httpx.get(f"{base}/api/state").status_code == 401
     assert httpx.get(f"{base}/login?token=wrong").status_code == 401
     assert httpx.get(f"{base}/healthz").status_code == 200
