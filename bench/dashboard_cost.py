@@ -38,18 +38,19 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx  # noqa: E402
-from figures import figure  # noqa: E402
-from loads import cpu_seconds, free_port  # noqa: E402
-from redis.asyncio import BlockingConnectionPool, Redis  # noqa: E402
-from redis.exceptions import RedisError  # noqa: E402
+import httpx
+from figures import figure
+from loads import cpu_seconds, free_port
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import RedisError
 
-from apexmesh.apex.endpoint import Endpoint  # noqa: E402
-from apexmesh.ops.targets import Context, Target, write_context  # noqa: E402
-from apexmesh.pubsub.changes import Subscribed, Subscription, TopicCreated  # noqa: E402
-from apexmesh.store.keys import Keys  # noqa: E402
-from apexmesh.store.pubsub import PubsubStore  # noqa: E402
+from apexmesh.apex.endpoint import Endpoint
+from apexmesh.ops.targets import Context, Target, write_context
+from apexmesh.pubsub.changes import Subscribed, Subscription, TopicCreated
+from apexmesh.store.keys import Keys
+from apexmesh.store.pubsub import PubsubStore
 
+ROOT = Path(__file__).resolve().parents[1]
 DOMAIN = "example.com"
 PREFIX = "dashcost"
 #: Commits in flight while seeding.
@@ -107,11 +108,12 @@ class Bench:
         while True:
             try:
                 await redis.ping()
-                return redis
             except (OSError, RedisError):
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.05)  # not listening yet
+            else:
+                return redis
 
     async def spawn(self, name: str, module: str, env: dict[str, str]) -> None:
         log = (self.workdir / f"{name}.log").open("wb")
@@ -119,7 +121,7 @@ class Bench:
             sys.executable,
             "-m",
             module,
-            env={**os.environ, **env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+            env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
             stdout=log,
             stderr=log,
         )

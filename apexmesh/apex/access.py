@@ -538,7 +538,20 @@ class Set:
         return AccessEntry(owner, self.actor, self.actions, last_update)
 
 
-Operation = Query | Get | Set
+@dataclass(frozen=True, slots=True)
+class List:
+    """``list`` (apex-mesh's extension beside RFC 3341 section 4.3): every explicit entry
+    of ``owner``, answered with :class:`Entries`. RFC 3341 can only ``get`` the entry of
+    an actor one already knows; an owner managing who may use its topic needs to read
+    them all back. It reads what ``get`` reads, so it needs ``access:get``."""
+
+    trans_id: int
+    owner: str
+
+    required_token = ACCESS_GET
+
+
+Operation = Query | Get | Set | List
 
 
 @dataclass(frozen=True, slots=True)
@@ -584,10 +597,24 @@ class SetNotice:
         return f"<set transID='{self.trans_id}'>{self.entry.to_xml()}</set>"
 
 
+@dataclass(frozen=True, slots=True)
+class Entries:
+    """The answer to :class:`List`: ``<entries transID='N'>`` holding an ``access``
+    element (with ``lastUpdate``) per explicit entry, in actor order."""
+
+    trans_id: int
+    entries: tuple[AccessEntry, ...]
+
+    def to_xml(self) -> str:
+        body = "".join(entry.to_xml() for entry in self.entries)
+        return f"<entries transID='{self.trans_id}'>{body}</entries>"
+
+
 _ATTRIBUTES: Final[Mapping[str, frozenset[str]]] = {
     "query": frozenset({"owner", "actor", "actions", "transID"}),
     "get": frozenset({"owner", "actor", "transID"}),
     "set": frozenset({"transID"}),
+    "list": frozenset({"owner", "transID"}),
     "access": frozenset({"owner", "actor", "actions", "lastUpdate"}),
 }
 
@@ -604,7 +631,7 @@ def parse_operation(content: bytes | str, registry: TokenRegistry) -> Operation:
     except XmlError as exc:
         raise AccessError(_xml_code(exc), str(exc)) from None
     tag = root.tag
-    if not isinstance(tag, str) or tag not in ("query", "get", "set"):
+    if not isinstance(tag, str) or tag not in ("query", "get", "set", "list"):
         raise AccessError(ApexReplyCode.PARAMETER_SYNTAX_ERROR, f"unknown operation {tag!r}")
     trans_id = _trans_id(root.get("transID"))
     attrs = {str(name): str(value) for name, value in root.attrib.items()}
@@ -644,6 +671,8 @@ def _build_operation(
     registry: TokenRegistry,
 ) -> Operation:
     attrs = _attributes(tag, attrs)
+    if tag == "list":
+        return List(trans_id, attrs["owner"])
     if tag == "query":
         return _parse_query(trans_id, attrs, registry)
     if tag == "get" or access is None:
@@ -677,6 +706,8 @@ def _attributes(tag: str, attrs: dict[str, str]) -> dict[str, str]:
             ApexReplyCode.PARAMETER_SYNTAX_ERROR, f"{tag}: unexpected attributes {sorted(extra)}"
         )
     required = {"owner", "actor"} | ({"actions"} if tag == "query" else set())
+    if tag == "list":
+        required = {"owner"}
     if tag == "set":
         required = set()
     missing = required - set(attrs)
@@ -810,6 +841,12 @@ def answer_query(query: Query, rules: OwnerRules) -> Allow | Deny:
     return Deny(query.trans_id)
 
 
+def answer_list(operation: List, rules: OwnerRules) -> Entries:
+    """Every explicit entry of the owner (the defaults of section 3 are not listed)."""
+    entries = sorted(rules.explicit.values(), key=lambda entry: str(entry.actor))
+    return Entries(operation.trans_id, tuple(entries))
+
+
 def answer_get(get: Get, rules: OwnerRules) -> SetNotice:
     """Steps 4-6 of RFC 3341 section 4.3 (551 when no identical entry exists)."""
     entry = rules.entry_for(get.actor)
@@ -901,7 +938,9 @@ __all__ = [
     "Deny",
     "DomainKind",
     "Domains",
+    "Entries",
     "Get",
+    "List",
     "LocalKind",
     "Operation",
     "OperationResult",
@@ -913,6 +952,7 @@ __all__ = [
     "SetNotice",
     "TokenRegistry",
     "answer_get",
+    "answer_list",
     "answer_query",
     "authorize",
     "check_inputs",

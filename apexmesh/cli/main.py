@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from apexmesh.cli import commands, contexts, messages  # noqa: F401  (they add commands)
+from apexmesh.cli import commands, contexts, messages, topic_access  # noqa: F401  (they add commands)
 from apexmesh.cli.base import app, context_app, fail, mesh, show
 from apexmesh.cli.output import err
 

@@ -19,6 +19,7 @@ for hold4Endpoint.
 from __future__ import annotations
 
 from apexmesh.apex.timing import DataTiming
+from apexmesh.client.access import AccessClient, AccessRequestError
 from apexmesh.client.attachment import DEFAULT_QUEUE_LIMIT, Attachment, AttachmentState
 from apexmesh.client.client import APEX_PROFILE, ApexClient, connect_endpoint
 from apexmesh.client.discovery import connect_domain, locate_relays
@@ -33,9 +34,13 @@ from apexmesh.client.outgoing import CONTENT_NAME, Content, RecipientLike, XmlCo
 from apexmesh.client.pubsub import PubsubClient  # pubsub helpers (issue #7)
 from apexmesh.client.received import ReceivedData, decode_data
 from apexmesh.client.reports import SendResult
+from apexmesh.pubsub.topic_access import Audience
 
 __all__ = [
     "APEX_PROFILE",
+    "AccessClient",
+    "AccessRequestError",
+    "Audience",
     "CONTENT_NAME",
     "DEFAULT_QUEUE_LIMIT",
     "ApexClient",

@@ -26,16 +26,18 @@ attachment receives is sorted by a reader task: elements from ``apex=pubsub@D``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 from collections.abc import Iterable
+from typing import TypeVar
 
 from apexmesh.aio.tasks import stop_tasks
 from apexmesh.apex import _dtd
+from apexmesh.apex.access import AccessEntry
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option
+from apexmesh.client.access import AccessClient
 from apexmesh.client.attachment import Attachment
 from apexmesh.client.errors import ApexClientError, PubsubError
 from apexmesh.client.outgoing import Content, XmlContent, as_endpoint
@@ -67,10 +69,21 @@ from apexmesh.pubsub.subscription_elements import (
     content_cancel_from,
     subscription_reply_from,
 )
+from apexmesh.pubsub.topic_access import Audience, TopicAccess, Who, tokens_of
 from apexmesh.pubsub.topic_description import TopicDescription, TopicSettings
+
+#: Who may subscribe to and publish on a topic whose createtopic states nothing (the
+#: service's default, apexmesh/pubsub/topic_access.py).
+DEFAULT_SUBSCRIBERS = Audience.DOMAIN
+DEFAULT_PUBLISHERS = Audience.OWNER
+
+_T = TypeVar("_T")
 
 #: Seconds :meth:`PubsubClient.request` waits for the service's answer by default.
 DEFAULT_ANSWER_SECONDS = 10.0
+#: Seconds of a subscription's lease when the caller names none (an hour: long enough
+#: for a program that subscribes once, short enough that a forgotten one ends).
+DEFAULT_DURATION = 3600
 
 
 #: What an endpoint receives from the service: draft-schwartz's elements, and
@@ -124,12 +137,22 @@ class PubsubClient:
         self.domain = domain or attachment.endpoint.domain
         self.service = service_endpoint(self.domain)
         self._ids = itertools.count(first_trans_id)
-        self._messages: asyncio.Queue[AnyServiceMessage] = asyncio.Queue()
-        self._publications: asyncio.Queue[tuple[str, ReceivedData]] = asyncio.Queue()
-        self._others: asyncio.Queue[ReceivedData] = asyncio.Queue()
+        self._messages: asyncio.Queue[AnyServiceMessage | None] = asyncio.Queue()
+        self._publications: asyncio.Queue[tuple[str, ReceivedData] | None] = asyncio.Queue()
+        self._others: asyncio.Queue[ReceivedData | None] = asyncio.Queue()
+        #: Why the reader stopped (the attachment ended): what the queues raise once empty.
+        self._ended: ApexClientError | None = None
         self._waiting: dict[int, asyncio.Future[AnyServiceMessage]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._leases: set[asyncio.Task[None]] = set()
+        #: RFC 3341 operations against ``apex=access@domain`` over this attachment (its
+        #: answers are taken by this client's reader): who may use this client's topics.
+        self.access = AccessClient(
+            attachment,
+            domain=self.domain,
+            next_trans_id=self.next_trans_id,
+            before_send=self._start,
+        )
 
     def next_trans_id(self) -> int:
         return next(self._ids)
@@ -141,36 +164,60 @@ class PubsubClient:
             self._reader = asyncio.create_task(self._read(), name="pubsub-client-reader")
 
     async def _read(self) -> None:
-        with contextlib.suppress(ApexClientError):
-            while True:
-                received = await self.attachment.receive()
-                topic = publication_topic(received)
-                if topic is not None:
-                    self._publications.put_nowait((topic, received))
-                    continue
-                try:
-                    message = pubsub_message(received)
-                except ApexError:
-                    message = None
-                if message is None:
-                    self._others.put_nowait(received)
-                    continue
-                trans_id = _trans_id(message)
-                waiter = self._waiting.pop(trans_id, None) if trans_id is not None else None
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(message)
-                else:
-                    self._messages.put_nowait(message)
+        try:
+            await self._read_all()
+        except ApexClientError as exc:
+            # The attachment ended: every reader waiting (or coming) is told, once the
+            # queue in front of it is empty (None marks the end in each queue).
+            self._ended = exc
+            for queue in (self._messages, self._publications, self._others):
+                queue.put_nowait(None)
+
+    async def _take(self, queue: asyncio.Queue[_T | None]) -> _T:
+        item = await queue.get()
+        if item is None:
+            queue.put_nowait(None)  # for the next reader too
+            assert self._ended is not None  # noqa: S101 - None is put only then
+            raise self._ended
+        return item
+
+    async def _read_all(self) -> None:
+        while True:
+            received = await self.attachment.receive()
+            if self.access.feed(received):
+                continue
+            topic = publication_topic(received)
+            if topic is not None:
+                self._publications.put_nowait((topic, received))
+                continue
+            try:
+                message = pubsub_message(received)
+            except ApexError:
+                message = None
+            if message is None:
+                self._others.put_nowait(received)
+                continue
+            trans_id = _trans_id(message)
+            waiter = self._waiting.pop(trans_id, None) if trans_id is not None else None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(message)
+            else:
+                self._messages.put_nowait(message)
 
     async def next_message(self) -> AnyServiceMessage:
         """The next reply, topiclist or cancel nobody awaited with :meth:`request`."""
         self._start()
-        return await self._messages.get()
+        return await self._take(self._messages)
 
     async def next_publication(self) -> tuple[str, ReceivedData]:
-        """The next data forwarded for a topic: (topic, data)."""
+        """The next data a topic forwarded to this endpoint (section 4.7.1): (topic,
+        data), ``data.content`` the publication's content, ``data.originator`` the
+        topic endpoint ``apex=pubsub/TOPIC@D`` (the publisher is not named: the draft
+        forwards as the topic). Waits until one comes (wrap it in ``asyncio.timeout``);
+        raises AttachmentTerminatedError once the attachment ended and nothing is left
+        (only the reader's queue holds what came: subscribe first, then read)."""
         self._start()
-        return await self._publications.get()
+        return await self._take(self._publications)
 
     async def next_match(self) -> tuple[str, tuple[int, ...], ReceivedData]:
         """The next publication with the ids of this endpoint's subscriptions it
@@ -180,16 +227,33 @@ class PubsubClient:
 
     async def next_other(self) -> ReceivedData:
         self._start()
-        return await self._others.get()
+        return await self._take(self._others)
 
     # ------------------------------------------------------------------ operations
 
-    def create_topic_op(self, topic: str, *, robust: RobustSettings | None = None) -> CreateTopic:
-        """createtopic; ``robust``: a robust topic with these settings (docs/robust.md)."""
-        if robust is None:
-            return CreateTopic(topic=topic, trans_id=self.next_trans_id())
-        description = TopicDescription(settings=TopicSettings(robust=robust))
-        return CreateTopic(topic=topic, trans_id=self.next_trans_id(), description=description)
+    def create_topic_op(
+        self,
+        topic: str,
+        *,
+        robust: RobustSettings | None = None,
+        subscribers: Who | None = None,
+        publishers: Who | None = None,
+    ) -> CreateTopic:
+        """createtopic; ``robust``: a robust topic with these settings (docs/robust.md);
+        ``subscribers``, ``publishers``: its access statement (:meth:`create_topic`)."""
+        access = None
+        if subscribers is not None or publishers is not None:
+            access = TopicAccess.stating(
+                self.domain,
+                subscribers=DEFAULT_SUBSCRIBERS if subscribers is None else subscribers,
+                publishers=DEFAULT_PUBLISHERS if publishers is None else publishers,
+            )
+        description = TopicDescription()
+        if robust is not None:
+            description = TopicDescription(settings=TopicSettings(robust=robust))
+        return CreateTopic(
+            topic=topic, trans_id=self.next_trans_id(), description=description, access=access
+        )
 
     def delete_topic_op(self, topic: str) -> DeleteTopic:
         return DeleteTopic(topic=topic, trans_id=self.next_trans_id())
@@ -198,7 +262,11 @@ class PubsubClient:
         return ListTopics(trans_id=self.next_trans_id())
 
     def subscribe_op(
-        self, topic: str, *, duration: int, subscriber: Endpoint | str | None = None
+        self,
+        topic: str,
+        *,
+        duration: int = DEFAULT_DURATION,
+        subscriber: Endpoint | str | None = None,
     ) -> Subscribe:
         who = self.attachment.endpoint if subscriber is None else as_endpoint(subscriber)
         return Subscribe(
@@ -248,10 +316,28 @@ class PubsubClient:
             550, f"unexpected {type(answer).__name__.lower()}", trans_id=op.trans_id, topic=topic
         )
 
-    async def create_topic(self, topic: str, *, robust: RobustSettings | None = None) -> Reply:
-        """Section 4.2: the 250 reply; PubsubError (537, 553 ...) when refused.
-        ``robust``: create it robust (XEP-0040, docs/robust.md) with these settings."""
-        return await self._confirmed(self.create_topic_op(topic, robust=robust), topic)
+    async def create_topic(
+        self,
+        topic: str,
+        *,
+        robust: RobustSettings | None = None,
+        subscribers: Who | None = None,
+        publishers: Who | None = None,
+    ) -> Reply:
+        """Section 4.2: the 250 reply; PubsubError when refused (537 not allowed to
+        create topics, 553 the topic exists, is reserved or a name/actor is malformed,
+        504 schemas not supported). ``robust``: create it robust (XEP-0040,
+        docs/robust.md) with these settings.
+
+        Who may use it besides its creator (who always may, and may grant): anyone of
+        the domain subscribes, only the creator publishes, unless ``subscribers`` or
+        ``publishers`` say otherwise: an :class:`Audience` (``OWNER``, ``DOMAIN``,
+        ``ANYONE``), an actor pattern (``"barney@example.com"``, ``"*@rubble.com"``) or
+        several. The 250 comes once the topic's access entries are written."""
+        op = self.create_topic_op(
+            topic, robust=robust, subscribers=subscribers, publishers=publishers
+        )
+        return await self._confirmed(op, topic)
 
     async def delete_topic(self, topic: str) -> Reply:
         """Section 4.3: the 250 reply; PubsubError (537, 553 ...) when refused."""
@@ -268,9 +354,16 @@ class PubsubClient:
         raise PubsubError(code, text, trans_id=op.trans_id)
 
     async def subscribe(
-        self, topic: str, *, duration: int, subscriber: Endpoint | str | None = None
+        self,
+        topic: str,
+        *,
+        duration: int = DEFAULT_DURATION,
+        subscriber: Endpoint | str | None = None,
     ) -> Reply:
-        """Section 4.5: the 250 reply; PubsubError (537, 553 ...) when refused."""
+        """Section 4.5: a lease of ``duration`` seconds (an hour by default; renew it by
+        subscribing again, or use :meth:`keep_subscribed`); the 250 reply. PubsubError
+        when refused: 537 not allowed to subscribe, 553 no such topic or a duration that
+        is not positive. Publications then come from :meth:`next_publication`."""
         return await self._confirmed(
             self.subscribe_op(topic, duration=duration, subscriber=subscriber), topic
         )
@@ -279,7 +372,7 @@ class PubsubClient:
         self,
         topic: str,
         *,
-        duration: int,
+        duration: int = DEFAULT_DURATION,
         selector: str | None = None,
         selector_class: str = "JMS",
         cached: bool = False,
@@ -304,7 +397,7 @@ class PubsubClient:
         self,
         topic: str,
         *,
-        duration: int,
+        duration: int = DEFAULT_DURATION,
         selector: str | None = None,
         selector_class: str = "JMS",
         cached: bool = False,
@@ -349,11 +442,47 @@ class PubsubClient:
         return await self._confirmed(op, topic)
 
     async def cancel(self, topic: str, *, subscriber: Endpoint | str | None = None) -> Reply:
-        """Section 4.6: the 250 reply; PubsubError (537, 553 ...) when refused."""
+        """Section 4.6: the 250 reply; PubsubError (537, 553 no such topic) when refused."""
         return await self._confirmed(self.cancel_op(topic, subscriber=subscriber), topic)
 
+    # ------------------------------------------------------------------ topic access
+
+    def topic_owner(self, topic: str) -> str:
+        """The owner of a topic's access entries, ``apex=pubsub/TOPIC@domain``."""
+        return str(topic_endpoint(topic, self.domain))
+
+    async def grant(self, topic: str, actor: str, *roles: str) -> frozenset[str]:
+        """Let ``actor`` (an endpoint or pattern: ``*@example.com``, ``fred/*@d``) do
+        ``roles`` on ``topic``: ``"subscribe"``, ``"publish"`` or tokens
+        (``"core:data"``); returns the actions of its entry. Only who holds
+        ``access:set`` on the topic (its creator) may: AccessRequestError 537 otherwise,
+        553 for a malformed actor or an unknown token."""
+        if not roles:
+            raise ValueError("grant needs a role: 'subscribe', 'publish' or a token")
+        return await self.access.grant(self.topic_owner(topic), actor, tokens_of(roles))
+
+    async def deny(self, topic: str, actor: str, *roles: str) -> frozenset[str]:
+        """Take ``roles`` away from ``actor`` on ``topic``; none named: ``actor`` may do
+        nothing on it (an entry without actions, which also overrides broader grants).
+        AccessRequestError as :meth:`grant`."""
+        return await self.access.deny(self.topic_owner(topic), actor, tokens_of(roles))
+
+    async def revoke(self, topic: str, actor: str) -> bool:
+        """Remove ``actor``'s entry on ``topic`` (broader ones apply again); False when
+        it had none. AccessRequestError as :meth:`grant`."""
+        return await self.access.remove(self.topic_owner(topic), actor)
+
+    async def access_entries(self, topic: str) -> tuple[AccessEntry, ...]:
+        """The topic's access entries (its creator's first among them); who may read
+        them: who holds ``access:get`` on it, AccessRequestError 537 otherwise."""
+        return await self.access.entries(self.topic_owner(topic))
+
     def keep_subscribed(
-        self, topic: str, *, duration: int, subscriber: Endpoint | str | None = None
+        self,
+        topic: str,
+        *,
+        duration: int = DEFAULT_DURATION,
+        subscriber: Endpoint | str | None = None,
     ) -> asyncio.Task[None]:
         """Subscribe now and again at every half of ``duration`` (a repeated subscribe
         replaces the lease, section 4.5 step 5.2); cancel the task to stop renewing."""
@@ -413,6 +542,9 @@ class PubsubClient:
 
 
 __all__ = [
+    "DEFAULT_DURATION",
+    "DEFAULT_PUBLISHERS",
+    "DEFAULT_SUBSCRIBERS",
     "AnyServiceMessage",
     "PubsubClient",
     "publication_topic",

@@ -48,7 +48,7 @@ from apexmesh.apex.options import Option
 from apexmesh.client.attachment import Attachment
 from apexmesh.client.errors import ApexClientError
 from apexmesh.client.outgoing import Content, XmlContent
-from apexmesh.client.pubsub import pubsub_message
+from apexmesh.client.pubsub import DEFAULT_DURATION, pubsub_message
 from apexmesh.client.received import ReceivedData
 from apexmesh.client.reports import SendResult
 from apexmesh.client.robust_requests import OPERATIONS_BLOCK, RobustRequests
@@ -257,7 +257,7 @@ class RobustClient(RobustRequests):
         self,
         topic: str,
         *,
-        duration: int,
+        duration: int = DEFAULT_DURATION,
         timeout: float = 10.0,  # noqa: ASYNC109
     ) -> Reply:
         """Subscribe this endpoint to ``topic`` at ``apex=pubsub@domain`` (this client is

@@ -21,6 +21,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.client.attachment import Attachment
 from apexmesh.client.errors import PubsubError
 from apexmesh.client.outgoing import XmlContent
+from apexmesh.client.pubsub import DEFAULT_DURATION
 from apexmesh.client.robust_answers import Answers, Snapshot
 from apexmesh.pubsub.elements import Cancel, Subscribe, topic_endpoint
 from apexmesh.pubsub.robust.operations import (
@@ -75,7 +76,7 @@ class RobustRequests:
         self,
         topic: str,
         *,
-        duration: int,
+        duration: int = DEFAULT_DURATION,
         timeout: float = 10.0,  # noqa: ASYNC109
     ) -> Reply: ...
 
@@ -83,7 +84,7 @@ class RobustRequests:
         self,
         topic: str,
         *,
-        duration: int,
+        duration: int = DEFAULT_DURATION,
         selector: str | None = None,
         selector_class: str = "JMS",
     ) -> asyncio.Task[None]:
@@ -112,7 +113,7 @@ class RobustRequests:
         self,
         topic: str,
         *,
-        duration: int,
+        duration: int = DEFAULT_DURATION,
         selector: str,
         selector_class: str = "JMS",
         timeout: float = 10.0,  # noqa: ASYNC109

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from apexmesh.apex.endpoint import Endpoint
+from apexmesh.pubsub.topic_access import TopicAccess
 
 #: Sent instead of a reply when the operation was forwarded (4.5 step 4, 4.6 step 3).
 FORWARDED: Final = 0
@@ -127,10 +128,12 @@ OWNER_TOKENS: Final = (
 class OwnerGranted:
     """The creator owns the topic: an access entry on ``apex=pubsub/TOPIC@D`` for
     exactly the creator, with :data:`OWNER_TOKENS`, so it may subscribe, publish and
-    grant access on its own topic without an operator adding entries."""
+    grant access on its own topic without an operator adding entries; then the
+    createtopic's access statement (None: the default, apexmesh/pubsub/topic_access.py)."""
 
     topic: str
     owner: Endpoint
+    access: TopicAccess | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,7 +136,7 @@ def create_topic(
         changes=(
             TopicCreated(op.topic, originator, op.description.settings.to_json()),
             TupleAdded(op.topic),
-            OwnerGranted(op.topic, originator),
+            OwnerGranted(op.topic, originator, op.access),
         ),
         sends=done.sends,
     )

@@ -38,8 +38,10 @@ from apexmesh.apex.elements import Reply, reply_from
 from apexmesh.apex.endpoint import Endpoint, well_known
 from apexmesh.apex.errors import ApexError
 from apexmesh.beep.xml import Element
+from apexmesh.pubsub._fields import pubsub_tag
 from apexmesh.pubsub.robust.settings import ATTRIBUTES as ROBUST_ATTRIBUTES
 from apexmesh.pubsub.robust.settings import settings_from_attributes
+from apexmesh.pubsub.topic_access import TopicAccess, access_from
 from apexmesh.pubsub.topic_description import TopicDescription, description_from
 
 #: The well-known endpoint name of the service (section 5.1).
@@ -128,6 +130,9 @@ class CreateTopic:
     topic: str
     trans_id: int
     description: TopicDescription = field(default_factory=TopicDescription)
+    #: Who may subscribe and publish (``access`` children, apexmesh/pubsub/topic_access.py);
+    #: None: the default statement.
+    access: TopicAccess | None = None
 
     def __post_init__(self) -> None:
         _dtd.check_uniqid(self.trans_id, "createtopic")
@@ -138,7 +143,8 @@ class CreateTopic:
         robust = self.description.settings.robust
         if robust is not None:
             head += "".join(_dtd.attr(k, v) for k, v in robust.to_attributes().items())
-        return _dtd.container("createtopic", head, self.description.to_xml())
+        body = self.description.to_xml() + (b"" if self.access is None else self.access.to_xml())
+        return _dtd.container("createtopic", head, body)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -283,6 +289,9 @@ def createtopic_from(element: Element) -> CreateTopic:
     trans_id = _dtd.trans_id(attrs["transID"], "createtopic")
     try:
         children = _dtd.element_children(element)
+        stated = [child for child in children if pubsub_tag(child) == "access"]
+        children = [child for child in children if pubsub_tag(child) != "access"]
+        access = access_from(stated)
         description = description_from(children, trans_id, "createtopic")
         topic = check_topic(attrs["topic"], trans_id=trans_id)
         robust = settings_from_attributes(attrs, trans_id=trans_id)
@@ -291,7 +300,7 @@ def createtopic_from(element: Element) -> CreateTopic:
     if robust is not None:
         settings = dataclasses.replace(description.settings, robust=robust)
         description = dataclasses.replace(description, settings=settings)
-    return CreateTopic(topic=topic, trans_id=trans_id, description=description)
+    return CreateTopic(topic=topic, trans_id=trans_id, description=description, access=access)
 
 
 def deletetopic_from(element: Element) -> DeleteTopic:

@@ -349,12 +349,15 @@ class PubsubStore(JournalStore):
         re-read and decide again). Subscriptions only need the topic to exist: checking
         the version for them would make concurrent subscribers of one topic retry each
         other. Presence and access side effects of the changes are journalled too (kinds
-        ``presence``, ``access``); returns every entry journalled, ``work`` first."""
+        ``presence``, ``access``); returns every entry journalled, the side effects
+        first: an entry for an endpoint (an access entry of its topic) is then done
+        before the reply that tells it the operation succeeded (one chain per endpoint,
+        services/pubsub/journal.py)."""
         effects: list[JournalEntry] = []
         ops: list[list[str]] = []
         for change in changes:
             ops += self._writer.ops(domain, change, now_ms, effects)
-        entries = [*work, *effects]
+        entries = [*effects, *work]
         journal = self._keys.pubsub_journal(domain)
         ops += [["hset", journal, e.id, e.encode(self.pod_id, now_ms)] for e in work]
         done = await self._commit(

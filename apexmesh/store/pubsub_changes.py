@@ -207,12 +207,17 @@ class ChangeWriter:
             ]
         if isinstance(change, (OwnerGranted, OwnerRevoked)):
             action = "grant" if isinstance(change, OwnerGranted) else "revoke"
+            stated = change.access if isinstance(change, OwnerGranted) else None
+            # chain: done before the reply to the creator (same key, journalled first),
+            # so that a 250 to createtopic means the topic's entries are in place.
             entry = new_entry(
                 JournalKind.OWNER,
                 domain=domain,
                 topic=change.topic,
                 owner=str(change.owner),
                 action=action,
+                access="" if stated is None else stated.to_json(),
+                chain=str(change.owner),
             )
             effects.append(entry)
             return [

@@ -30,6 +30,7 @@ from apexmesh.apex.access import (
     Deny,
     Domains,
     Get,
+    List,
     OperationResult,
     OwnerRules,
     Query,
@@ -38,6 +39,7 @@ from apexmesh.apex.access import (
     SetNotice,
     TokenRegistry,
     answer_get,
+    answer_list,
     answer_query,
     authorize,
     check_inputs,
@@ -129,6 +131,8 @@ class AccessOperations:
                 result = self._answer(originator, answer.to_xml())
             elif isinstance(operation, Get):
                 result = self._answer(originator, answer_get(operation, rules).to_xml())
+            elif isinstance(operation, List):
+                result = self._answer(originator, answer_list(operation, rules).to_xml())
             else:
                 result = await self._set(operation, subject, originator)
         except AccessError as exc:
@@ -159,9 +163,17 @@ class AccessOperations:
                 trans_id=operation.trans_id,
             )
         notice = SetNotice(operation.trans_id, change.entry)
+        # An APEX service's entries (a topic's, apex=pubsub/TOPIC) are not notified: data
+        # to a topic endpoint is a publication, which would hand the notice to every
+        # subscriber; the service reads its entries from here when it needs them.
+        notifications = (
+            ()
+            if subject.is_service
+            else (OutboundData(str(subject), notice.to_xml().encode("utf-8")),)
+        )
         return OperationResult(
             OutboundData(originator, _reply(ApexReplyCode.SUCCESS, operation.trans_id)),
-            (OutboundData(str(subject), notice.to_xml().encode("utf-8")),),
+            notifications,
             ApexReplyCode.SUCCESS,
         )
 

@@ -29,6 +29,8 @@ from typing import Protocol
 
 import grpc
 
+from apexmesh.apex.access import AccessError, ActorPattern, Entries
+from apexmesh.apex.access_answers import get_xml, list_xml, parse_answer, set_xml
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.apex.errors import ApexError
@@ -44,6 +46,7 @@ from apexmesh.pubsub.elements import (
     topic_endpoint,
 )
 from apexmesh.pubsub.subscription_elements import ContentCancel
+from apexmesh.pubsub.topic_access import TopicAccess, default_access
 from apexmesh.pubsub.wire import access_get, access_set, element_payload, last_update, reply_code
 from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.relay import SubmitOutcome, SubmitSource
@@ -219,9 +222,12 @@ class JournalWorker:
             if kind is JournalKind.PRESENCE:
                 return await self._tuple(f["domain"], f["topic"], add=f["action"] == "add")
             if kind is JournalKind.OWNER:
-                return await self._grant_owner(
-                    f["domain"], f["topic"], Endpoint.parse(f["owner"]), f["action"] == "grant"
-                )
+                owner = Endpoint.parse(f["owner"])
+                grant = f["action"] == "grant"
+                done = await self._grant_owner(f["domain"], f["topic"], owner, grant)
+                if done and grant:
+                    return await self._state_access(f["domain"], f["topic"], owner, f.get("access"))
+                return done
             if kind is JournalKind.ACCESS:
                 return await self._grant_data(
                     f["domain"], f["topic"], Endpoint.parse(f["subscriber"]), f["action"] == "grant"
@@ -286,6 +292,50 @@ class JournalWorker:
         return await self._set_entry(
             domain, topic, owner, list(core.OWNER_TOKENS) if grant else [], only_if_found=not grant
         )
+
+    async def _state_access(
+        self, domain: str, topic: str, creator: Endpoint, stated: str | None
+    ) -> bool:
+        """The createtopic's access statement as the topic's entries, beside the
+        creator's (apexmesh/pubsub/topic_access.py); with none stated, the default, only
+        on a topic without entries of its own (an operator's seeded ones stay as they
+        are). False when the access service could not be reached (done again)."""
+        owner = str(topic_endpoint(topic, domain))
+        service = str(service_endpoint(domain))
+        mine = ActorPattern.exactly(creator).key
+        try:
+            if stated:
+                access = TopicAccess.from_json(stated)
+            else:
+                listed = await self._access.handle_operation(
+                    service, list_xml(self.next_id(), owner)
+                )
+                answer = parse_answer(listed.reply.content)
+                if not isinstance(answer, Entries):
+                    _log.warning("access refused listing %s: %r", owner, answer)
+                    return True
+                if any(entry.actor.key != mine for entry in answer.entries):
+                    return True  # the topic's entries were made before it: theirs
+                access = default_access(domain)
+            for grant in access.entries:
+                if grant.actor.key == mine:
+                    continue  # the creator's own entry is OWNER_TOKENS, always
+                got = await self._access.handle_operation(
+                    service, get_xml(self.next_id(), owner, str(grant.actor))
+                )
+                found = last_update(got.reply.content) or None
+                content = set_xml(
+                    self.next_id(), owner, str(grant.actor), sorted(grant.actions), found
+                )
+                result = await self._access.handle_operation(service, content)
+                if reply_code(result.reply.content) != ApexReplyCode.SUCCESS:
+                    _log.warning("access refused %s for %s: %r", owner, grant.actor, result.reply)
+        except grpc.aio.AioRpcError as exc:
+            _log.warning("access service unreachable: %s", exc.code())
+            return False
+        except (AccessError, ValueError) as exc:
+            _log.warning("access statement of %s not written: %s", owner, exc)
+        return True
 
     async def _set_entry(
         self,

@@ -356,3 +356,40 @@ async def test_step_2_valid_address_for_every_kind_of_owner(
         assert (tag, attrs.get("code")) != ("reply", "550"), attrs
     else:
         assert (tag, attrs) == ("reply", {"code": "550", "transID": "3"})
+
+
+async def test_list_reads_every_explicit_entry_back(operations: AccessOperations) -> None:
+    """apex-mesh's ``list`` (beside RFC 3341 4.3's get): every explicit entry with its
+    lastUpdate, read as the endpoint SDK reads it; ``access:get`` needed (537), and
+    the owner checked as for every operation (553)."""
+    from apexmesh.apex.access import Entries, Reply
+    from apexmesh.apex.access_answers import list_xml, parse_answer
+    from apexmesh.apex.codes import ApexReplyCode
+
+    await operations.handle("fred@example.com", SET_FRED.encode())
+    await operations.handle(
+        "fred@example.com",
+        b"<set transID='2'><access owner='fred@example.com' actor='mr.slate@example.com'"
+        b" actions='' /></set>",
+    )
+    result = await operations.handle("fred@example.com", list_xml(5, "fred@example.com"))
+    answer = parse_answer(result.reply.content)
+    assert isinstance(answer, Entries)
+    assert answer.trans_id == 5
+    listed = {str(e.actor): e.actions.tokens if e.actions else None for e in answer.entries}
+    assert listed == {
+        "*@example.com": frozenset({"core:data", "presence:subscribe"}),
+        "mr.slate@example.com": frozenset(),
+    }
+    assert all(entry.last_update is not None for entry in answer.entries)
+    denied = await operations.handle("barney@example.com", list_xml(6, "fred@example.com"))
+    assert parse_answer(denied.reply.content) == Reply(
+        ApexReplyCode.NOT_AUTHORIZED, 6, "barney@example.com lacks access:get for fred@example.com"
+    )
+    outside = parse_answer(
+        (await operations.handle("fred@example.com", list_xml(7, "fred@rubble.com"))).reply.content
+    )
+    assert isinstance(outside, Reply)
+    assert (outside.code, outside.trans_id) == (553, 7)
+    bad = await operations.handle("fred@example.com", b"<list transID='8' />")
+    assert element(bad.reply.content)[1]["code"] == "501"

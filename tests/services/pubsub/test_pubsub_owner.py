@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from apexmesh.apex.elements import Reply
-from apexmesh.client import PubsubError, XmlContent
+from apexmesh.client import Audience, PubsubError, XmlContent
 from tests.services.pubsub.conftest import Attach, PubsubMesh
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,10 @@ async def test_the_creator_subscribes_publishes_and_grants_on_its_topic(
 ) -> None:
     fred = await attach("fred@example.com", pod="a")
     wilma = await attach("wilma@example.com", pod="b")
-    assert await fred.pubsub.create_topic(TOPIC) == Reply(code=250, trans_id=1)
+    # "the owner only" (by default anyone of example.com could subscribe: issue #29)
+    assert await fred.pubsub.create_topic(TOPIC, subscribers=Audience.OWNER) == Reply(
+        code=250, trans_id=1
+    )
     # no operator entry names this topic: fred's own entry lets him subscribe...
     assert (await fred.pubsub.subscribe(TOPIC, duration=60)).code == 250
     # ... and publish (confirmed: 250 from the topic endpoint)
