@@ -22,6 +22,7 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import JournalEntry, JournalKind, PubsubStore, new_entry
 from services.pubsub.journal import JournalWorker
 from services.pubsub.metrics import PubsubMetrics
+from tests.support.polling import still_true, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -101,9 +102,9 @@ async def test_a_sliding_window_bounds_the_entries_in_flight(
     entries = [e for i in range(10) for e in _sends(f"user{i}@{DOMAIN}", 1, "a")]
     await store.journal(DOMAIN, entries, 0)
     starting = asyncio.create_task(worker.start(DOMAIN, entries))
-    await asyncio.sleep(0.1)
     # Four taken and in flight; the fifth waits for room (start has not returned).
-    assert relay.in_flight == 4
+    await wait_until(lambda: relay.in_flight >= 4)
+    await still_true(lambda: relay.in_flight == 4, 0.05)
     assert not starting.done()
     relay.release.set()
     tasks = await asyncio.wait_for(starting, 5)
@@ -143,9 +144,9 @@ async def test_one_endpoints_entries_keep_journal_order_across_batches(
     await store.journal(DOMAIN, [*first, *second], 0)
     tasks = await worker.start(DOMAIN, first)
     tasks += await worker.start(DOMAIN, second)
-    await asyncio.sleep(0.1)
     # Only the head of each endpoint's chain is with the relay.
-    assert relay.in_flight == 2
+    await wait_until(lambda: relay.in_flight >= 2)
+    await still_true(lambda: relay.in_flight == 2, 0.05)
     relay.release.set()
     await asyncio.gather(*tasks)
     for who in (mike, wilma):
@@ -237,7 +238,7 @@ async def test_announcements_are_done_through_the_announcer_in_order_per_message
         announce=announce,
     )
     tasks = await worker.start(DOMAIN, entries)
-    await asyncio.sleep(0.1)
+    await wait_until(lambda: len(done) >= 2)
     assert [content for _, content, _, _ in done] == [b"<other/>", b"<refused/>"]
     gate.set()
     await asyncio.gather(*tasks)
