@@ -154,7 +154,7 @@ def test_login_page_instead_of_a_bare_401(demo_mesh: DemoMesh) -> None:
 def test_every_view_fits_and_is_drawn(demo_mesh: DemoMesh, browser: webdriver.Chrome) -> None:
     # A session to look at: pebbles attached and waiting (closed at the end).
     listener = subprocess.Popen(
-        ["apexctl", "sub", "pebbles@rubble.com", "--wait", "300"],
+        ["apexctl", "sub", "--as", "pebbles@rubble.com", "--count", "1000", "--wait", "300"],
         env=demo_mesh.env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -226,7 +226,7 @@ def find_session(driver: webdriver.Chrome, endpoint: str) -> tuple[int, str]:
 
 def test_drain_undrain_and_close_a_session(demo_mesh: DemoMesh, browser: webdriver.Chrome) -> None:
     listener = subprocess.Popen(
-        ["apexctl", "sub", "pebbles@rubble.com", "--wait", "300"],
+        ["apexctl", "sub", "--as", "pebbles@rubble.com", "--count", "1000", "--wait", "300"],
         env=demo_mesh.env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
