@@ -71,7 +71,9 @@ def show(driver: webdriver.Chrome, hash_: str, view: str) -> None:
     wait(driver).until(lambda d: d.execute_script("return document.body.dataset.shown") == view)
     for selector in VIEWS[view]:
         element = wait(driver).until(
-            expected_conditions.visibility_of_element_located((By.CSS_SELECTOR, selector))
+            expected_conditions.visibility_of_element_located(
+                (By.CSS_SELECTOR, f"main:not([hidden]) {selector}")
+            )
         )
         assert element.is_displayed(), (view, selector)
 
