@@ -187,6 +187,12 @@ class RedisSide:
         self._connections: list[Redis] = []
         self._readers: list[asyncio.Task[None]] = []
 
+    @property
+    def pid(self) -> int:
+        """The redis-server's process id (its CPU is the baseline server's)."""
+        assert self.server is not None
+        return self.server.pid
+
     async def __aenter__(self) -> RedisSide:
         binary = shutil.which("redis-server")
         if binary is None:
@@ -208,9 +214,10 @@ class RedisSide:
                 await asyncio.sleep(0.05)  # not listening yet
         return self
 
-    async def subscribe(self, channels: Sequence[str], tally: Tally) -> None:
-        """One connection per subscriber, subscribed to its channel; every message goes
-        to ``tally``."""
+    async def subscribe(self, channels: Sequence[str | Sequence[str]], tally: Tally) -> None:
+        """One connection per entry, subscribed to its channel (or each of its channels:
+        one connection, several subscriptions, as a BEEP session with several topics);
+        every message goes to ``tally``."""
 
         async def reader(pubsub: Any) -> None:
             while True:
@@ -225,7 +232,8 @@ class RedisSide:
                 connection = Redis(host="127.0.0.1", port=self.port)
                 self._connections.append(connection)
                 pubsub = connection.pubsub(ignore_subscribe_messages=True)
-                opened.append(pubsub.subscribe(channel))
+                names = (channel,) if isinstance(channel, str) else tuple(channel)
+                opened.append(pubsub.subscribe(*names))
                 self._subscribers.append(pubsub)
             await asyncio.gather(*opened)
         self._readers = [asyncio.ensure_future(reader(p)) for p in self._subscribers]

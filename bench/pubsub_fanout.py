@@ -6,8 +6,9 @@ its own on a free port, and runs, each on both systems:
 
 * ``fanout``: one topic, 100 subscribers, each its own BEEP session (Redis: its own
   connection), half on each relay pod; 5,000 publications of 256 octets;
-* ``topics``: 10,000 topics with one subscriber each (10,000 sessions; Redis: 10,000
-  connections, one channel each); 100,000 publications spread over the topics;
+* ``topics``: 10,000 topics with one subscriber each, over 100 subscriber sessions of
+  100 topics each (Redis: 100 connections of 100 channels; ``--topic-sessions 0``: one
+  session per topic); 100,000 publications spread over the topics;
 * ``latency``: one topic, one subscriber, publications offered at 2,000/s for 5 s
   (open loop); p50 / p99 / p99.9 from when each was due to its delivery;
 * ``content`` (issue #18): one content-based topic, 1,000 subscribers on two relay pods,
@@ -40,6 +41,7 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +67,8 @@ from apexmesh.pubsub.subscription_elements import (
 )
 
 DOMAIN = "example.com"
+#: The bench's own process in CPU tables: publisher and subscribers of both systems.
+CLIENTS = "bench (endpoints)"
 #: Times an operation is sent before the bench gives up on its reply.
 REQUEST_ATTEMPTS = 5
 #: Sessions opened (or operations sent) at once while a scenario is set up.
@@ -80,6 +84,10 @@ class Result:
     delivered: int
     expected: int
     missing: int
+    #: CPU time of the servers (every process but the bench's) and of the bench's
+    #: endpoints per delivery, in microseconds (set by :func:`with_cpu`).
+    server_us: float = 0.0
+    client_us: float = 0.0
 
 
 def report(name: str, system: str, result: Result) -> None:
@@ -119,14 +127,21 @@ async def measured(
 class ApexSide:
     """The local mesh, a publisher on relay pod 1 and subscribers on both pods."""
 
-    def __init__(self, topics: Sequence[str]) -> None:
-        # No dashboard: its polls of every pod's admin API (all topics, all subscriptions)
-        # would take a pubsub pod's core with 10,000 topics, and measure nothing asked.
+    def __init__(
+        self,
+        topics: Sequence[str],
+        *,
+        dashboard: bool = False,
+        settings: dict[str, str] | None = None,
+    ) -> None:
+        # The dashboard only with --dashboard: it polls every pod's admin API each second,
+        # which is what that option measures (issue #33: its cost must not show here).
         self.mesh = LocalMesh(
             Path(tempfile.mkdtemp(prefix="apex-bench-pubsub-")),
             dev=True,
             topics=topics,
-            dashboard=False,
+            dashboard=dashboard,
+            settings=settings,
         )
         self.clients: list[ApexClient] = []
         self.publisher: Attachment | None = None
@@ -148,10 +163,34 @@ class ApexSide:
         found = {
             c.name: c.process.pid
             for c in self.mesh.children
-            if c.process is not None and ("example.com" in c.name)
+            if c.process is not None and ("example.com" in c.name or c.name == "dashboard")
         }
-        found["bench (endpoints)"] = os.getpid()
+        found[CLIENTS] = os.getpid()
         return found
+
+    async def gc_seconds(self) -> dict[str, float]:
+        """Seconds each relay and pubsub process spent in the garbage collector so far
+        (``apexmesh_gc_pause_seconds_total`` of its /metrics)."""
+
+        def scrape(port: int) -> float:
+            url = f"http://127.0.0.1:{port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                text = answer.read().decode()
+            return sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("apexmesh_gc_pause_seconds_total{")
+            )
+
+        children = [
+            c
+            for c in self.mesh.children
+            if c.process is not None and c.module in ("services.relay", "services.pubsub")
+        ]
+        found = await asyncio.gather(
+            *(asyncio.to_thread(scrape, int(c.info["http_port"])) for c in children)
+        )
+        return {c.name: seconds for c, seconds in zip(children, found, strict=True)}
 
     async def request(
         self, attachment: Attachment, target: str, xml: bytes, accept: tuple[int, ...] = (250,)
@@ -197,13 +236,14 @@ class ApexSide:
     async def subscribe(
         self,
         prefix: str,
-        topic_of: Sequence[str],
+        topic_of: Sequence[str | Sequence[str]],
         tally: Tally,
         selector_of: Callable[[int], str] | None = None,
     ) -> None:
-        """One subscriber session per entry of ``topic_of`` (its topic), alternating
-        between the two relay pods; each subscribes (with the JMS selector
-        ``selector_of(index)`` when given), then reads into ``tally``."""
+        """One subscriber session per entry of ``topic_of`` (its topic, or its topics:
+        one endpoint subscribed to each), alternating between the two relay pods; each
+        subscribes (with the JMS selector ``selector_of(index)`` when given), then reads
+        into ``tally``."""
         attachments: list[Attachment] = []
         service = f"apex=pubsub@{DOMAIN}"
         for start in range(0, len(topic_of), SETUP_WAVE):
@@ -211,21 +251,27 @@ class ApexSide:
             async def one(index: int) -> Attachment:
                 client = await self._connect(index % 2)
                 attachment = await client.attach(f"{prefix}{index}@{DOMAIN}")
-                op: Subscribe | ContentSubscribe = Subscribe(
-                    subscriber=attachment.endpoint,
-                    topic=topic_of[index],
-                    trans_id=1,
-                    duration=3600,
-                )
-                if selector_of is not None:
-                    op = ContentSubscribe(
+                entry = topic_of[index]
+                topics = (entry,) if isinstance(entry, str) else tuple(entry)
+
+                async def subscribe(topic: str, trans_id: int) -> None:
+                    op: Subscribe | ContentSubscribe = Subscribe(
                         subscriber=attachment.endpoint,
-                        topic=topic_of[index],
-                        trans_id=1,
+                        topic=topic,
+                        trans_id=trans_id,
                         duration=3600,
-                        selector=SelectorSpec(selector_class="JMS", text=selector_of(index)),
                     )
-                await self.request(attachment, service, op.to_xml())
+                    if selector_of is not None:
+                        op = ContentSubscribe(
+                            subscriber=attachment.endpoint,
+                            topic=topic,
+                            trans_id=trans_id,
+                            duration=3600,
+                            selector=SelectorSpec(selector_class="JMS", text=selector_of(index)),
+                        )
+                    await self.request(attachment, service, op.to_xml())
+
+                await asyncio.gather(*(subscribe(t, n) for n, t in enumerate(topics, start=1)))
                 return attachment
 
             indices = range(start, min(len(topic_of), start + SETUP_WAVE))
@@ -281,6 +327,9 @@ class Scenario:
     subscribers_per_topic: int
     publications: int
     rate: float | None
+    #: Subscriber sessions, each subscribed to topics/sessions topics (0: one per
+    #: subscriber).
+    sessions: int = 0
 
     def topic(self, index: int) -> str:
         if self.topics == 1:
@@ -294,12 +343,27 @@ class Scenario:
     def subscriber_topics(self) -> list[str]:
         return [t for t in self.names for _ in range(self.subscribers_per_topic)]
 
+    def subscriber_groups(self) -> list[str | list[str]]:
+        """What each subscriber session subscribes to: one topic each, or with
+        ``sessions`` the topics dealt round-robin over that many sessions."""
+        topics = self.subscriber_topics()
+        if not self.sessions:
+            return list(topics)
+        return [topics[start :: self.sessions] for start in range(self.sessions)]
+
+    @property
+    def shape(self) -> str:
+        if not self.sessions:
+            return "one per session"
+        each = len(self.subscriber_topics()) // self.sessions
+        return f"{self.sessions:,} sessions of {each:,} topics"
+
 
 async def run_redis(scenario: Scenario) -> Result:
     fanout = [scenario.subscribers_per_topic] * scenario.publications
     tally = Tally(fanout)
     async with RedisSide() as redis:
-        await redis.subscribe(scenario.subscriber_topics(), tally)
+        await redis.subscribe(scenario.subscriber_groups(), tally)
         if scenario.rate is None:
 
             async def publish() -> list[int]:
@@ -316,7 +380,8 @@ async def run_redis(scenario: Scenario) -> Result:
                     rate,
                 )
 
-        return await measured(tally, publish, fanout)
+        pids = {"redis-server": redis.pid, CLIENTS: os.getpid()}
+        return await with_cpu(pids, measured(tally, publish, fanout))
 
 
 async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
@@ -330,9 +395,9 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
     )
     tally = Tally(fanout)
     started = time.perf_counter()
-    await apex.subscribe(f"{scenario.name}-sub", scenario.subscriber_topics(), tally)
+    await apex.subscribe(f"{scenario.name}-sub", scenario.subscriber_groups(), tally)
     print(
-        f"  apex-mesh: {len(scenario.subscriber_topics()):,} subscribers, one per session, "
+        f"  apex-mesh: {len(scenario.subscriber_topics()):,} subscriptions, {scenario.shape}, "
         f"on two relay pods, subscribed in {time.perf_counter() - started:.1f} s",
         flush=True,
     )
@@ -352,22 +417,46 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
                 lambda i, due: apex.send(scenario.topic(i), i, due), scenario.publications, rate
             )
 
-    result = await with_cpu(apex, measured(tally, publish, fanout))
+    collected = await apex.gc_seconds()
+    pids = apex.pids()
+    cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    result = await with_cpu(pids, measured(tally, publish, fanout))
+    collected_after = await apex.gc_seconds()
+    print(
+        "    garbage collector, share of each process's CPU: "
+        + ", ".join(
+            f"{name} {(collected_after[name] - collected[name]) / spent:.1%}"
+            for name in collected
+            if name in pids and (spent := cpu_seconds(pids[name]) - cpu[name]) > 0.1
+        ),
+        flush=True,
+    )
     await apex.close_subscribers()
     return result
 
 
-async def with_cpu(apex: ApexSide, run: Awaitable[Result]) -> Result:
-    """``run``, printing how many cores each process of the mesh kept busy meanwhile."""
-    pids = apex.pids()
+async def with_cpu(pids: dict[str, int], run: Awaitable[Result]) -> Result:
+    """``run``, printing how many cores each process kept busy meanwhile and its CPU time
+    per delivery (from /proc), with the servers' sum (every process but this one, whose
+    subscribers and publisher are the same code cost on both sides)."""
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     clock = time.perf_counter()
     result = await run
     elapsed = time.perf_counter() - clock
-    busy = {name: (cpu_seconds(pid) - before[name]) / elapsed for name, pid in pids.items()}
+    spent = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    per = max(result.delivered, 1)
+    servers = sum(cpu for name, cpu in spent.items() if name != CLIENTS)
+    result.server_us = servers / per * 1e6
+    result.client_us = spent.get(CLIENTS, 0.0) / per * 1e6
     print(
-        "  apex-mesh CPU (cores busy): "
-        + ", ".join(f"{name} {load:.2f}" for name, load in busy.items() if load >= 0.01),
+        "    CPU per delivery: servers "
+        f"{result.server_us:.1f} us ("
+        + ", ".join(
+            f"{name} {cpu / per * 1e6:.1f} us, {cpu / elapsed:.2f} cores"
+            for name, cpu in spent.items()
+            if name != CLIENTS and cpu / elapsed >= 0.005
+        )
+        + f"); {CLIENTS} {result.client_us:.1f} us",
         flush=True,
     )
     return result
@@ -415,7 +504,7 @@ async def run_content(apex: ApexSide, subscribers: int, publications: int) -> tu
         flush=True,
     )
     mine = await with_cpu(
-        apex,
+        apex.pids(),
         measured(
             tally,
             lambda: windowed(
@@ -436,7 +525,16 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
         if name == "fanout":
             out.append(Scenario("fanout", 1, args.subscribers, args.publications, args.open_loop))
         elif name == "topics":
-            out.append(Scenario("topics", args.topics, 1, args.topic_publications, args.open_loop))
+            out.append(
+                Scenario(
+                    "topics",
+                    args.topics,
+                    1,
+                    args.topic_publications,
+                    args.open_loop,
+                    sessions=args.topic_sessions,
+                )
+            )
         elif name == "latency":
             count = int(args.rate * args.seconds)
             out.append(Scenario("latency", 1, 1, count, args.rate))
@@ -450,6 +548,24 @@ async def main(argv: list[str]) -> None:
     parser.add_argument("--publications", type=int, default=5_000, help="fanout: publications")
     parser.add_argument("--topics", type=int, default=10_000, help="topics: topic count")
     parser.add_argument("--topic-publications", type=int, default=100_000)
+    parser.add_argument(
+        "--topic-sessions",
+        type=int,
+        default=100,
+        help="topics: subscriber sessions, each subscribed to topics/sessions topics (0: one each)",
+    )
+    parser.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="run the dashboard beside the mesh (it polls every pod's admin API)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="APEXMESH_NAME=VALUE",
+        help="a setting given to every service (repeatable), e.g. APEXMESH_GC_THRESHOLDS=700,10,10",
+    )
     parser.add_argument("--rate", type=float, default=2_000.0, help="latency: offered rate")
     parser.add_argument("--seconds", type=float, default=5.0, help="latency: duration")
     parser.add_argument("--content-subscribers", type=int, default=1_000)
@@ -469,7 +585,10 @@ async def main(argv: list[str]) -> None:
     figures: list[dict[str, Any]] = []
     # A development run has no endpoint directory: the generated subscribers are valid
     # addresses (apexmesh/ops/localmesh.py).
-    async with ApexSide(topics) as apex:
+    settings = dict(item.split("=", 1) for item in args.set)
+    if settings:
+        print("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
+    async with ApexSide(topics, dashboard=args.dashboard, settings=settings) as apex:
         if "content" in args.scenario:
             print(
                 f"content: 1 topic x {args.content_subscribers:,} selectors (1 % each), "
@@ -513,6 +632,9 @@ async def main(argv: list[str]) -> None:
                 figures.append(
                     figure(f"{name}_latency_p99", mine.latency["p99"], "ms", redis.latency["p99"])
                 )
+            figures.append(
+                figure(f"{name}_server_cpu", mine.server_us, "us/delivery", redis.server_us)
+            )
             figures.append(figure(f"{name}_delivered", mine.delivered, "deliveries", mine.expected))
     print(json.dumps(figures))
 

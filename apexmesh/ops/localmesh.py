@@ -25,7 +25,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -146,6 +146,7 @@ class LocalMesh:
         topics: Sequence[str] = (),
         log_level: str = "INFO",
         dashboard: bool = True,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         self.python = python
@@ -157,6 +158,9 @@ class LocalMesh:
         self.log_level = log_level
         #: Run the web dashboard too (services/dashboard/).
         self.dashboard = dashboard
+        #: Settings (``APEXMESH_*`` variables) given to every service on top of the
+        #: mesh's own, e.g. a bench's receive window or GC thresholds.
+        self.settings = dict(settings or {})
         #: Bearer tokens of every service's admin API (apexmesh/ops/admin.py).
         self.admin_token = secrets.token_urlsafe(24)
         self.read_token = secrets.token_urlsafe(24)
@@ -573,6 +577,7 @@ class LocalMesh:
     async def _start_child(self, child: Child) -> None:
         env = {key: value for key, value in os.environ.items() if not key.startswith("APEXMESH_")}
         env.update(child.env)
+        env.update(self.settings)
         log = child.log.open("ab")
         try:
             child.process = await asyncio.create_subprocess_exec(

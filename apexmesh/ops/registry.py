@@ -3,7 +3,8 @@
 Each service owns a :class:`prometheus_client.CollectorRegistry` (tests run several
 services in one process, so the global default registry is not used). This adds what
 the default registry would have had: ``process_*`` (CPU seconds, resident memory, open
-file descriptors, start time), ``python_info`` and ``python_gc_*``; and
+file descriptors, start time), ``python_info`` and ``python_gc_*``; the collector's
+pauses (``apexmesh_gc_pause_seconds_total``, :mod:`apexmesh.ops.gc_tuning`); and
 ``apexmesh_build_info{service, version}`` (always 1), which dashboards join on.
 """
 
@@ -18,12 +19,13 @@ from prometheus_client import (
 )
 
 from apexmesh import __version__
+from apexmesh.ops.gc_tuning import GC_PAUSES
 
 
 def service_registry(service: str) -> CollectorRegistry:
     """A registry for ``service`` with the process, platform and GC collectors."""
     registry = CollectorRegistry()
-    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR, GC_PAUSES):
         registry.register(collector)
     Info("apexmesh_build", "The apex-mesh version a service runs.", registry=registry).info(
         {"service": service, "version": __version__}

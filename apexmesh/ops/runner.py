@@ -10,7 +10,9 @@ composition root and what to announce; the shape is the same for all of them:
   and errors the service declares fatal (a bad seed file) exit with 2;
 * one JSON line ``{"event": "listening", "service": NAME, ...ports}`` goes to stdout,
   which is how tests and scripts find a service started with port 0;
-* SIGTERM or SIGINT stops the app gracefully (its ``stop``), exit code 0.
+* SIGTERM or SIGINT stops the app gracefully (its ``stop``), exit code 0;
+* the garbage collector runs with the service's thresholds (:mod:`apexmesh.ops.gc_tuning`)
+  and everything the start made is frozen out of its sight.
 
 The event loop is uvloop's (libuv): the raw BEEP echo of bench/relay_throughput.py measured
 53k exchanges/s on the default selector loop and 59-64k on uvloop.
@@ -32,6 +34,7 @@ from typing import Protocol, TypeVar
 import uvloop
 from redis.exceptions import RedisError
 
+from apexmesh.ops import gc_tuning
 from apexmesh.ops.logs import setup_logging
 from apexmesh.ops.settings import SettingsError, log_level
 
@@ -62,10 +65,13 @@ def run_service(
     try:
         setup_logging(name, log_level(os.environ))
         settings = load_settings()
+        collector = gc_tuning.thresholds(name, os.environ)
     except SettingsError as exc:
         setup_logging(name)
         log.error("bad settings: %s", exc)  # noqa: TRY400  (expected: no traceback)
         return 2
+    gc.set_threshold(*collector)
+    gc_tuning.GC_PAUSES.install()
     return uvloop.run(_run(name, settings, build, announce, fatal, log))
 
 

@@ -23,6 +23,12 @@ wrong. The protocol (docs/access.md, "Cache protocol"):
 A stale decision can therefore live only as long as a notification takes to arrive, or
 ``resync_interval`` if notifications are lost. The fast path, :meth:`lookup`, is one
 dictionary probe and involves no I/O.
+
+**Misses in bursts.** A topic's first publications, or a new subscriber's, miss for many
+checks at once, from many callers. Misses are not fetched one call each: every miss of
+one turn of the event loop goes to the source in one ``check_many`` (one ``CheckMany``
+to the access service), and a check already being fetched is waited for, not asked
+again (issue #33: a cold topic cost a unary call per publication, in series).
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ class DecisionSource(Protocol):
         ...
 
 
+#: Most checks sent to the source in one call (a larger burst is several calls).
+MAX_BATCH: Final = 256
+
 #: Seconds closing the change subscription may take before it is abandoned.
 PUBSUB_CLOSE_SECONDS: Final = 5.0
 
@@ -91,8 +100,14 @@ class CachedAccessChecker:
         self._synced = False
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: Checks being fetched, and those waiting for this turn's fetch to start.
+        self._fetching: dict[CheckKey, asyncio.Future[tuple[Decision, int]]] = {}
+        self._next_batch: list[CheckKey] = []
+        self._fetches: set[asyncio.Task[None]] = set()
         self.hits = 0
         self.misses = 0
+        #: Calls made to the source (each one ``check_many`` of one or more checks).
+        self.fetches = 0
 
     async def start(self) -> None:
         """Subscribe to the change channel and wait until the cache is usable."""
@@ -106,6 +121,8 @@ class CachedAccessChecker:
         # cancelling that close midway leaves the subscription's connection open (a
         # socket leaked until garbage collection).
         await stop_task(task, grace=PUBSUB_CLOSE_SECONDS + 1)
+        for fetch in list(self._fetches):
+            await stop_task(fetch)
         self._invalidate_all()
         self._synced = False
 
@@ -154,19 +171,69 @@ class CachedAccessChecker:
         if not missing:
             return [decision for decision in found if decision is not None], self._version
         self.misses += len(missing)
-        generation = self._generation
-        fetched, version = await self._source.check_many(missing)
-        cacheable = self._synced and generation == self._generation and version == self._version
-        answers = dict(zip(missing, fetched, strict=True))
-        if cacheable:
-            self._store(answers)
-        if len(missing) < len(checks):
-            version = min(version, self._version)
+        waits = [self._fetch_later(key) for key in missing]
+        answers: dict[CheckKey, Decision] = {}
+        version = self._version if len(missing) < len(checks) else None
+        for key, wait in zip(missing, waits, strict=True):
+            # Shielded: a caller cancelled leaves the shared fetch to the others.
+            decision, fetched_at = await asyncio.shield(wait)
+            answers[key] = decision
+            version = fetched_at if version is None else min(version, fetched_at)
         decisions = [
             decision if decision is not None else answers[key]
             for key, decision in zip(checks, found, strict=True)
         ]
+        assert version is not None  # noqa: S101  (at least one check was missing)
         return decisions, version
+
+    def _fetch_later(self, key: CheckKey) -> asyncio.Future[tuple[Decision, int]]:
+        """The fetch of ``key`` already under way, or a place in this turn's batch."""
+        wait = self._fetching.get(key)
+        if wait is None:
+            loop = asyncio.get_running_loop()
+            wait = self._fetching[key] = loop.create_future()
+            if not self._next_batch:
+                loop.call_soon(self._start_batch)
+            self._next_batch.append(key)
+            if len(self._next_batch) >= MAX_BATCH:
+                self._start_batch()
+        return wait
+
+    def _start_batch(self) -> None:
+        batch, self._next_batch = self._next_batch, []
+        if not batch:
+            return  # sent already, once it was full
+        fetch = asyncio.get_running_loop().create_task(self._fetch(batch))
+        self._fetches.add(fetch)
+        fetch.add_done_callback(self._fetches.discard)
+
+    async def _fetch(self, batch: list[CheckKey]) -> None:
+        """One ``check_many`` for the batch; its answers cached when they may be."""
+        generation = self._generation
+        self.fetches += 1
+        waits = [self._fetching[key] for key in batch]
+        try:
+            fetched, version = await self._source.check_many(batch)
+        except asyncio.CancelledError:  # closing: the waiters are cancelled too
+            for wait in waits:
+                wait.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001  (each waiter gets it; the task ends quietly)
+            for wait in waits:
+                if not wait.done():
+                    wait.set_exception(exc)
+                    wait.exception()  # retrieved: a batch nobody waits for any more logs nothing
+            return
+        finally:
+            for key in batch:
+                self._fetching.pop(key, None)
+        cacheable = self._synced and generation == self._generation and version == self._version
+        answers = dict(zip(batch, fetched, strict=True))
+        if cacheable:
+            self._store(answers)
+        for key, wait in zip(batch, waits, strict=True):
+            if not wait.done():
+                wait.set_result((answers[key], version))
 
     def _store(self, answers: dict[CheckKey, Decision]) -> None:
         for key, decision in answers.items():

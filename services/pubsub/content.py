@@ -27,6 +27,7 @@ from apexmesh.pubsub import content_core
 from apexmesh.pubsub.body import Body, read_body
 from apexmesh.pubsub.content_core import CacheAction, CachedMessage, ContentPublishPlan
 from apexmesh.pubsub.message import ParsedMessage, parse_message
+from apexmesh.pubsub.plain import is_plain
 from apexmesh.pubsub.topic_index import SelectorCompiler, TopicIndex
 from apexmesh.store.pubsub_cache import TopicState
 from apexmesh.store.pubsub_messages import MessageStore, StoredMessage
@@ -38,8 +39,6 @@ DEFAULT_MAX_MESSAGE_OCTETS: Final = 1024 * 1024
 #: How long a message without an expiration-date stays cached (the service's default
 #: of 5.2.1), milliseconds.
 DEFAULT_MESSAGE_LIFETIME_MS: Final = 3_600_000
-
-_ENVELOPE: Final = b"message-content"
 
 
 class ContentSelection:
@@ -65,13 +64,9 @@ class ContentSelection:
     @staticmethod
     def applies(state: TopicState, body: bytes) -> bool:
         """Whether a publication needs selection: the topic has schemas or
-        content-based subscriptions, or the body is an envelope (to be cached)."""
-        return (
-            bool(state.settings)
-            or state.index is not None
-            or _ENVELOPE in body[:512]
-            or any(identifier for _, identifier in state.subscriptions)
-        )
+        content-based subscriptions, or the body is an envelope (to be cached); the
+        rule relays share (:func:`apexmesh.pubsub.plain.is_plain`)."""
+        return not is_plain(state, body)
 
     def index(self, domain: str, topic: str, state: TopicState) -> TopicIndex:
         """The topic's index, built from the cached subscriptions on first use."""

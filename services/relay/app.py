@@ -43,6 +43,7 @@ from apexmesh.store.connection import connect_redis
 from apexmesh.store.held import HeldStore
 from apexmesh.store.hops import HopLog
 from apexmesh.store.keys import Keys
+from apexmesh.store.pubsub_cache import SubscriberCache
 from services.relay.admin import RelayView, relay_routers
 from services.relay.edge import APEX_PROFILE, Mode, serve_link, start_handler
 from services.relay.holder import Holder
@@ -65,6 +66,8 @@ from services.relay.router import Router
 from services.relay.servicer import RelayServicer
 from services.relay.sessions import Sessions
 from services.relay.settings import RelaySettings
+from services.relay.timekeeper import wall_ms
+from services.relay.topics import TopicFanout
 from services.relay.tracing import HopTracer
 from services.relay.wellknown import WellKnownServices
 
@@ -155,6 +158,20 @@ class RelayApp:
             min_transit_ms=settings.min_transit_ms,
             flow_limits=settings.flow_limits,
         )
+        #: Subscriber lists of the topics published through this pod, for the plain
+        #: publications it fans out itself (services/relay/topics.py).
+        self.subscribers: SubscriberCache | None = None
+        if settings.topic_fanout and "pubsub" in settings.services:
+            self.subscribers = SubscriberCache(
+                self.redis, self.keys, clock=wall_ms, topics=settings.cached_topics
+            )
+            self.router.executor.topics = TopicFanout(
+                domains=frozenset(settings.domains),
+                cache=self.subscribers,
+                access=self.checker,
+                originate=self.router.originate,
+                clock=wall_ms,
+            )
         self.held = HeldStore(self.redis, self.keys, lease_ms=settings.lease_ms)
         if settings.hold_limits is not None:
             self.router.holder = Holder(
@@ -295,7 +312,8 @@ class RelayApp:
             sasl_mechanisms=self.sasl.mechanisms,
             sasl_server=self.sasl if self.sasl.mechanisms else None,
             max_message_octets=self.settings.max_message,
-            receive_window_octets=64 * 1024,
+            receive_window_octets=self.settings.receive_window,
+            seq_step_fraction=self.settings.seq_step,
             idle_seconds=300.0,
             require_privacy=self.settings.require_privacy,
             accept_nul_mime_header=self.settings.interop_vortex_nul,
@@ -364,6 +382,8 @@ class RelayApp:
     async def start(self) -> None:
         await self.redis.ping()
         await self.checker.start()
+        if self.subscribers is not None:
+            await self.subscribers.start()
         servicer = RelayServicer(self.router)
         self._grpc, self.grpc_port = await create_server(
             [lambda server: relay_pb2_grpc.add_RelayServiceServicer_to_server(servicer, server)],
@@ -468,6 +488,8 @@ class RelayApp:
         await self.mesh.close()
         await self.peers.close()
         await self.checker.aclose()
+        if self.subscribers is not None:
+            await self.subscribers.aclose()
         await self.router.services.aclose()
         for channel in (
             self._access_channel,

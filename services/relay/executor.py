@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from apexmesh.apex.access import CORE_DATA, Decision
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from services.relay.peers import PeerDelivery
     from services.relay.reports import Reporter
     from services.relay.timekeeper import Timekeeper
+    from services.relay.topics import TopicFanout
     from services.relay.wellknown import WellKnownServices
 
 _log = logging.getLogger(__name__)
@@ -71,6 +72,9 @@ ACCESS_UNAVAILABLE: Final = Decision(
     code=ApexReplyCode.SERVICE_NOT_AVAILABLE,
     text="access service not available",
 )
+
+#: Decisions made from the cache that still lack a fact (fetched by :meth:`Executor.decide`).
+_NEEDS_FACTS: Final = frozenset({RouteKind.NEED_ACCESS, RouteKind.NEED_LOCATION})
 
 
 class Executor:
@@ -108,6 +112,10 @@ class Executor:
         self._background: set[asyncio.Task[Any]] = set()
         self._to_pod = metrics.deliveries.labels("pod")
         self._to_local = metrics.deliveries.labels("local")
+        self._to_topic = metrics.deliveries.labels("topic")
+        #: Plain publications fanned out by this relay (services/relay/topics.py); None:
+        #: every publication goes to the pubsub pods.
+        self.topics: TopicFanout | None = None
 
     @property
     def holder(self) -> Holder | None:
@@ -120,20 +128,56 @@ class Executor:
 
     # ------------------------------------------------------------------ deciding
 
-    async def decide(self, plan: RecipientPlan, originator: Endpoint) -> Route[ApexChannel]:
-        """The decision for one recipient, fetching the facts it lacks."""
+    async def decide(
+        self,
+        plan: RecipientPlan,
+        originator: Endpoint,
+        known: Mapping[str, Decision] | None = None,
+        routed: Route[ApexChannel] | None = None,
+    ) -> Route[ApexChannel]:
+        """The decision for one recipient, fetching the facts it lacks (``known``:
+        access decisions fetched ahead for this data's recipients, by owner; ``routed``:
+        the decision already made from what is cached)."""
         facts: RelayFacts | Fetched = self.facts
-        routed = route(plan, originator, facts, domains=self.domains)
+        if routed is None:
+            routed = route(plan, originator, facts, domains=self.domains)
         if routed.kind is RouteKind.NEED_ACCESS:
-            decision = await self.decide_access(str(routed.endpoint), str(originator), CORE_DATA)
+            owner = str(routed.endpoint)
+            decision = None if known is None else known.get(owner)
+            if decision is None:
+                decision = await self.decide_access(owner, str(originator), CORE_DATA)
             facts = Fetched(self.facts, decision=decision)
             routed = route(plan, originator, facts, domains=self.domains)
         if routed.kind is RouteKind.NEED_LOCATION:
             located = await self.locations.lookup(routed.endpoint)
-            known = facts.access(str(routed.endpoint), str(originator))
-            facts = Fetched(self.facts, decision=known, located=located)
+            decided = facts.access(str(routed.endpoint), str(originator))
+            facts = Fetched(self.facts, decision=decided, located=located)
             routed = route(plan, originator, facts, domains=self.domains)
         return routed
+
+    async def decide_ahead(
+        self, plans: Sequence[RecipientPlan], originator: Endpoint, skip: frozenset[Endpoint]
+    ) -> dict[str, Decision]:
+        """The access decisions ``plans`` still lack, fetched in one call (a fan-out's
+        recipients: one ``CheckMany``, not one call per recipient in series); an
+        unreachable access service fails each closed (421)."""
+        facts = self.facts
+        owners = [
+            str(routed.endpoint)
+            for plan in plans
+            if plan.recipient.identity not in skip
+            and (routed := route(plan, originator, facts, domains=self.domains)).kind
+            is RouteKind.NEED_ACCESS
+        ]
+        if len(owners) < 2:
+            return {}
+        actor = str(originator)
+        try:
+            decisions = await self.access.check_many([(o, actor, CORE_DATA) for o in owners])
+        except Exception as exc:  # noqa: BLE001  (gRPC, Redis, timeouts: all fail closed)
+            _log.warning("access checks of %d recipients failed: %s", len(owners), exc)
+            return dict.fromkeys(owners, ACCESS_UNAVAILABLE)
+        return dict(zip(owners, decisions, strict=True))
 
     async def decide_access(self, owner: str, actor: str, token: str) -> Decision:
         """An access decision, from the cache when possible; an unreachable access
@@ -257,11 +301,18 @@ class Executor:
         routes: list[Route[ApexChannel]] = []
         #: How each recipient travelled (for traces, services/relay/tracing.py).
         where: dict[Endpoint, tuple[RouteKind, str]] = {}
-        for plan in job.plan.recipients:
+        plans = job.plan.recipients
+        known: dict[str, Decision] | None = None
+        for index, plan in enumerate(plans):
             endpoint = plan.recipient.identity
             if endpoint in job.held:
                 continue
-            routed = await self.decide(plan, originator)
+            routed = route(plan, originator, self.facts, domains=self.domains)
+            if routed.kind is RouteKind.NEED_ACCESS and known is None and index + 1 < len(plans):
+                # The first cold recipient: its decision and the others' in one call.
+                known = await self.decide_ahead(plans[index:], originator, job.held)
+            if routed.kind in _NEEDS_FACTS:
+                routed = await self.decide(plan, originator, known, routed)
             if routed.kind is RouteKind.DOMAIN:
                 routed = self.party.time_next_hop(job, routed)
             if routed.kind is RouteKind.DONE:
@@ -309,6 +360,17 @@ class Executor:
             )
         )
 
+    async def _publish(
+        self, topics: TopicFanout, job: Job, routed: Route[ApexChannel], payload: bytes
+    ) -> Outcome:
+        """A publication fanned out here when it is plain (services/relay/topics.py),
+        else delivered to the pubsub pods."""
+        outcome = await topics.publish(routed.endpoint, job.data, job.parts)
+        if outcome is not None:
+            self._to_topic.inc()
+            return outcome
+        return await self.services.deliver(routed.endpoint, job.data, payload, job.parts)
+
     async def _deliver(
         self, job: Job, routed: Route[ApexChannel], custody: Custody
     ) -> asyncio.Future[Outcome]:
@@ -318,9 +380,14 @@ class Executor:
         payload = job_payload(job, plan.forward)
         kind = routed.kind
         if kind is RouteKind.SERVICE:
-            delivery = self.services.deliver(routed.endpoint, job.data, payload, job.parts)
-            custody.settle_with(delivery)
-            return delivery
+            topics = self.topics
+            served: asyncio.Future[Outcome]
+            if topics is not None and topics.may_serve(routed.endpoint, job.data):
+                served = asyncio.ensure_future(self._publish(topics, job, routed, payload))
+            else:
+                served = self.services.deliver(routed.endpoint, job.data, payload, job.parts)
+            custody.settle_with(served)
+            return served
         if kind is RouteKind.LOCAL:
             assert routed.channel is not None  # noqa: S101  (LOCAL routes name one)
             self.metrics.count(self.metrics.deliveries, "local")

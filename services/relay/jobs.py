@@ -206,6 +206,8 @@ class Dispatcher:
     #: True while a task works through ``jobs`` (so a job routed now could pass one).
     running: bool = False
     task: asyncio.Task[None] | None = None
+    #: Called each time the dispatcher has nothing left (its owner may drop it).
+    on_idle: Callable[[], None] | None = None
 
     def submit(self, job: Job) -> None:
         """Route ``job`` now when nothing of its origin waits and it needs no waiting,
@@ -239,6 +241,8 @@ class Dispatcher:
                     _abandon(job)
         finally:
             self.running = False
+            if self.on_idle is not None and not self.jobs:
+                self.on_idle()
 
 
 def _abandon(job: Job) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -144,7 +145,10 @@ class Router:
             metrics=metrics,
         )
         services.originate = self.originate
-        self._service_dispatcher = self._new_dispatcher()
+        #: Data of this domain's services, in order per originating well-known endpoint
+        #: (a topic): one topic's wait (a cold access check, a full subscriber queue)
+        #: holds up no other's. Dropped once idle.
+        self._service_dispatchers: dict[Endpoint, Dispatcher] = {}
         self._dispatchers: dict[ApexChannel, Dispatcher] = {}
         #: Tells apex=presence about attachments (optional, services/relay/presence_hook.py).
         self.presence: PresenceHook | None = None
@@ -353,8 +357,18 @@ class Router:
         job = Job(data, plan, tuple(payload.parts.values()), raw, received_at)
         # A failure nobody would learn of is not custody: refused, so the service retries.
         custody = Custody(asyncio.get_running_loop(), refuse_transient=not may_owe_reports(job))
-        self._service_dispatcher.submit(dataclasses.replace(job, custody=custody))
+        dispatcher = self._service_dispatchers.get(originator)
+        if dispatcher is None:
+            dispatcher = self._new_dispatcher()
+            dispatcher.on_idle = functools.partial(self._service_idle, originator, dispatcher)
+        dispatcher.submit(dataclasses.replace(job, custody=custody))
+        if dispatcher.running:
+            self._service_dispatchers[originator] = dispatcher
         return custody.future
+
+    def _service_idle(self, originator: Endpoint, dispatcher: Dispatcher) -> None:
+        if self._service_dispatchers.get(originator) is dispatcher:
+            del self._service_dispatchers[originator]
 
     def forget(self, channel: ApexChannel) -> None:
         """The channel is gone; its dispatcher finishes what it holds and is dropped."""

@@ -75,6 +75,16 @@
   well-known service; ``APEXMESH_RELAY_DOMAIN_IN_FLIGHT`` (``1024``) data in flight to one
   other domain; ``APEXMESH_RELAY_RETRY_SERVICES`` (``pubsub``): services whose calls cut
   off mid-flight are retried with the same delivery id (they do the work once per id).
+- ``APEXMESH_RELAY_RECEIVE_WINDOW`` (``1048576``) and ``APEXMESH_RELAY_SEQ_STEP``
+  (``0.25``): the BEEP receive window each channel of the edge and the mesh listener
+  advertises (4096 .. 1 MiB, RFC 3081 3.1.3) and the fraction of it a SEQ must move the
+  window's edge by before it is sent; the data in flight on one channel of a sender is
+  capped by the window (docs/relay.md "Receive window", with the figures).
+- ``APEXMESH_RELAY_TOPIC_FANOUT`` (``1``): plain publications (a topic without schemas,
+  selectors or robust delivery, data without options) are fanned out by the relay that
+  took them, from the topics' subscriber lists it follows on the pubsub event log
+  (services/relay/topics.py); ``0`` sends every publication to the pubsub pods.
+  ``APEXMESH_RELAY_CACHED_TOPICS`` (``100000``): topics whose subscriber lists a pod keeps.
 - ``APEXMESH_RELAY_TRACE`` (``1``): record where each data with a statusRequest went
   (one Redis stream entry per such data; ``apexctl trace``, services/relay/tracing.py).
 - ``APEXMESH_ADMIN_TOKEN`` / ``APEXMESH_ADMIN_READ_TOKEN`` (or ``..._FILE``): bearer
@@ -92,12 +102,13 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from cryptography import x509
 
 from apexmesh.apex.endpoint import EndpointError, normalize_domain
 from apexmesh.apex.holding import HoldLimits
-from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
+from apexmesh.beep.limits import DEFAULT_WINDOW_OCTETS, MAX_MESSAGE_OCTETS, MAX_WINDOW_OCTETS
 from apexmesh.beep.sasl import cram_md5
 from apexmesh.beep.sasl.throttle import ThrottlePolicy
 from apexmesh.ops.settings import (
@@ -168,6 +179,11 @@ def read_credentials(path: Path) -> dict[str, str]:
     return credentials
 
 
+#: The receive window and SEQ step measured best for p2p (docs/relay.md "Receive window").
+DEFAULT_RECEIVE_WINDOW: Final = 1 << 20
+DEFAULT_SEQ_STEP: Final = 0.25
+
+
 @dataclass(frozen=True, slots=True)
 class RelaySettings:
     domains: tuple[str, ...]
@@ -217,6 +233,10 @@ class RelaySettings:
     sasl_throttle: ThrottlePolicy = field(default_factory=ThrottlePolicy)
     interop_vortex_nul: bool = False
     trace: bool = True
+    topic_fanout: bool = True
+    cached_topics: int = 100_000
+    receive_window: int = DEFAULT_RECEIVE_WINDOW
+    seq_step: float = DEFAULT_SEQ_STEP
     admin: AdminTokens = field(default_factory=AdminTokens)
     #: The credentials file (watched for changes, services/relay/reloading.py).
     sasl_file: Path | None = None
@@ -315,10 +335,29 @@ class RelaySettings:
             sasl_throttle=_sasl_throttle(env),
             interop_vortex_nul=env_flag(env, "APEXMESH_RELAY_INTEROP_VORTEX_NUL"),
             trace=env_flag(env, "APEXMESH_RELAY_TRACE", default=True),
+            receive_window=env_int(
+                env,
+                "APEXMESH_RELAY_RECEIVE_WINDOW",
+                DEFAULT_RECEIVE_WINDOW,
+                low=DEFAULT_WINDOW_OCTETS,
+                high=MAX_WINDOW_OCTETS,
+            ),
+            seq_step=_seq_step(env),
+            topic_fanout=env_flag(env, "APEXMESH_RELAY_TOPIC_FANOUT", default=True),
+            cached_topics=env_int(
+                env, "APEXMESH_RELAY_CACHED_TOPICS", 100_000, low=1, high=10_000_000
+            ),
             admin=admin_tokens(env, dev=dev),
             sasl_file=None if sasl_file is None else Path(sasl_file),
             reload_seconds=_reload_seconds(env),
         )
+
+
+def _seq_step(env: Mapping[str, str]) -> float:
+    step = env_float(env, "APEXMESH_RELAY_SEQ_STEP", DEFAULT_SEQ_STEP)
+    if not 0.01 <= step <= 1.0:
+        raise SettingsError("APEXMESH_RELAY_SEQ_STEP must be 0.01 .. 1 (a fraction of the window)")
+    return step
 
 
 def _flow_limits(env: Mapping[str, str]) -> FlowLimits:
@@ -338,7 +377,11 @@ _MAX_MILLISECS = 2_147_483_647
 
 
 def _reload_seconds(env: Mapping[str, str]) -> float:
-    seconds = env_float(env, "APEXMESH_RELAY_RELOAD_SECONDS", 10.0)
+    text = env.get("APEXMESH_RELAY_RELOAD_SECONDS", "").strip()
+    try:
+        seconds = float(text) if text else 10.0
+    except ValueError:
+        raise SettingsError(f"APEXMESH_RELAY_RELOAD_SECONDS={text!r} is not a number") from None
     if seconds != 0 and not 0.1 <= seconds <= 3600:
         raise SettingsError("APEXMESH_RELAY_RELOAD_SECONDS must be 0 or 0.1 .. 3600")
     return seconds

@@ -353,6 +353,37 @@ def test_window_sizes_configured_per_session() -> None:
         Session(Role.LISTENER, SessionConfig(receive_window_octets=1000))
 
 
+@pytest.mark.parametrize(("step", "window_back"), [(0.5, False), (0.25, True)])
+def test_seq_step_sets_how_soon_answered_octets_reopen_the_window(
+    step: float, window_back: bool
+) -> None:
+    """A SEQ goes out once answers moved the edge by the SEQ step (a fraction of the
+    window): 20 KiB answered of a 64 KiB window reopens it with a quarter, not with half."""
+    config = SessionConfig(profiles=(ECHO,), receive_window_octets=1 << 16, seq_step_fraction=step)
+    pair = Pair(listener=config)
+    ch = pair.open_channel()
+    pair.ini.send_msg(ch, body(b"w" * 100))
+    pair.pump()  # the first SEQ advertises the whole window
+    pair.lis.send_rpy(ch, 0, body(b"ok"))
+    pair.pump()
+    full = pair.ini._channels[ch].send_credit  # less the 102 octets answered
+    assert full == (1 << 16) - 102
+    for _ in range(20):
+        pair.ini.send_msg(ch, body(b"z" * 1022))  # 1,024 octets each
+    pair.pump()
+    for i in range(1, 21):
+        pair.lis.send_rpy(ch, i, body(b"ok"))
+    pair.pump()
+    credit = pair.ini._channels[ch].send_credit
+    if window_back:  # a SEQ went out after 16 answers; the last 4 KiB wait for the next
+        assert credit == (1 << 16) - 4 * 1024
+    else:  # 20 KiB is less than half the window: no SEQ yet
+        assert credit == full - 20 * 1024
+    with pytest.raises(LocalProtocolError):
+        Session(Role.LISTENER, SessionConfig(seq_step_fraction=0.0))
+    assert_clean(pair)
+
+
 def test_channel_close_ok_and_declined() -> None:
     pair = Pair()
     ch = pair.open_channel()

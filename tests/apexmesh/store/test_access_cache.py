@@ -147,3 +147,52 @@ async def test_a_full_cache_evicts_the_least_recent_decision_not_everything(
         assert checker._indexed <= 8
         checker._notified(f"{checker.version + 1} {FRED}")
         assert all(key[0] != FRED for key in checker._decisions)
+
+
+async def test_misses_of_one_turn_go_to_the_source_in_one_call(redis: Redis, keys: Keys) -> None:
+    """A burst of misses from many callers (a cold topic's first fan-outs) is one
+    ``check_many``, and a check already being fetched is not asked again."""
+    store = AccessEntryStore(redis, keys)
+    source = StoreSource(store)
+    async with CachedAccessChecker(source, redis, keys) as checker:
+        actors = [f"s{index}@example.com" for index in range(50)]
+        answers = await asyncio.gather(
+            *(checker.check(FRED, actor, "core:data") for actor in actors),
+            *(checker.check(FRED, actor, "core:data") for actor in actors[:10]),
+            checker.check_many([(FRED, actor, "core:data") for actor in actors[5:15]]),
+        )
+        assert source.calls == 1
+        assert checker.fetches == 1
+        assert all(not decision.allowed for decision in answers[:60])
+        assert len(checker) == 50
+        await checker.check(FRED, "late@example.com", "core:data")  # a later turn: its own
+        assert source.calls == 2
+
+
+async def test_a_failed_batch_fails_each_waiter_and_a_cancelled_one_leaves_the_rest(
+    redis: Redis, keys: Keys
+) -> None:
+    store = AccessEntryStore(redis, keys)
+    source = StoreSource(store)
+    gate = asyncio.Event()
+    failing = True
+
+    async def held() -> None:
+        await gate.wait()
+        if failing:
+            raise ConnectionError("access service down")
+
+    async with CachedAccessChecker(source, redis, keys) as checker:
+        source.before_return = held
+        first = asyncio.ensure_future(checker.check(FRED, "a@b.org", "core:data"))
+        second = asyncio.ensure_future(checker.check(FRED, "a@b.org", "core:data"))
+        await eventually(lambda: source.calls == 1)
+        first.cancel()
+        gate.set()
+        with pytest.raises(ConnectionError):
+            await second
+        assert first.cancelled()
+        assert checker.lookup(FRED, "a@b.org", "core:data") is None
+        failing = False
+        assert not (await checker.check(FRED, "a@b.org", "core:data")).allowed
+        assert source.calls == 2

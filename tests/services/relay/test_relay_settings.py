@@ -24,6 +24,14 @@ def test_flow_defaults() -> None:
     assert settings.service_calls == 256
     assert settings.domain_in_flight == 1024
     assert settings.retry_services == ("pubsub",)
+    assert (settings.receive_window, settings.seq_step) == (1 << 20, 0.25)
+
+
+def test_receive_window_and_seq_step_from_the_environment() -> None:
+    settings = RelaySettings.from_env(
+        {**BASE, "APEXMESH_RELAY_RECEIVE_WINDOW": "65536", "APEXMESH_RELAY_SEQ_STEP": "0.5"}
+    )
+    assert (settings.receive_window, settings.seq_step) == (65536, 0.5)
 
 
 def test_flow_bounds_from_the_environment() -> None:
@@ -52,8 +60,22 @@ def test_flow_bounds_from_the_environment() -> None:
         ("APEXMESH_RELAY_SLOW_CONSUMER_SECONDS", "0"),
         ("APEXMESH_RELAY_SLOW_CONSUMER_SECONDS", "lots"),
         ("APEXMESH_RELAY_POD_STREAM_IN_FLIGHT", "-1"),
+        ("APEXMESH_RELAY_RECEIVE_WINDOW", "1000"),
+        ("APEXMESH_RELAY_RECEIVE_WINDOW", str((1 << 20) + 1)),
+        ("APEXMESH_RELAY_SEQ_STEP", "0"),
+        ("APEXMESH_RELAY_SEQ_STEP", "2"),
     ],
 )
 def test_nonsense_bounds_are_refused_with_the_variable_named(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         RelaySettings.from_env({**BASE, name: value})
+
+
+def test_reload_interval() -> None:
+    """services/relay/reloading.py: 10 s by default, 0 = SIGHUP or request only."""
+    assert RelaySettings.from_env(BASE).reload_seconds == 10.0
+    off = RelaySettings.from_env({**BASE, "APEXMESH_RELAY_RELOAD_SECONDS": "0"})
+    assert off.reload_seconds == 0
+    for bad in ("0.01", "-1", "often", "7200"):
+        with pytest.raises(SettingsError, match="APEXMESH_RELAY_RELOAD_SECONDS"):
+            RelaySettings.from_env({**BASE, "APEXMESH_RELAY_RELOAD_SECONDS": bad})
