@@ -59,7 +59,7 @@ PREFIX = "dashcost"
 #: Commits in flight while seeding.
 WAVE = 400
 #: Seconds a process may take to come up.
-START_SECONDS = 600.0
+START_SECONDS = 1800.0
 
 
 async def seed(redis: Redis, topics: int) -> None:

@@ -45,7 +45,9 @@ def close(browser: webdriver.Chrome) -> None:
     """Quit the browser and its driver, and drop the HTTP connections to the driver
     (left to the garbage collector they would warn as unclosed sockets)."""
     browser.quit()
-    browser.command_executor.close()
+    executor = browser.command_executor
+    if not isinstance(executor, str):
+        executor.close()
     browser.service.stop()
 
 
