@@ -47,7 +47,7 @@ def close(browser: webdriver.Chrome) -> None:
     browser.quit()
     executor = browser.command_executor
     if not isinstance(executor, str):
-        executor.close()
+        executor.close()  # type: ignore[no-untyped-call]
     browser.service.stop()
 
 
