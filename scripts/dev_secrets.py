@@ -8,6 +8,8 @@ Writes, for this machine only (nothing here is ever committed):
 - ``sasl-credentials``: ``identity:password`` lines for the demo's endpoints, random
   passwords (also printed once, so you can attach);
 - ``redis.env``: the Redis password and the services' ``APEXMESH_REDIS_URL``;
+- ``redis-cluster.env``: the same, with the URL of the ``redis-cluster`` profile's three
+  nodes (``redis+cluster://``, docs/redis.md);
 - ``public/access-example.com.xml``: the access entries the access service seeds.
 
 The services run as UID 10001 in their images; run as root, the files are given to that
@@ -68,6 +70,12 @@ def main(argv: list[str]) -> int:
         out / "redis.env",
         f"REDIS_PASSWORD={redis_password}\n"
         f"APEXMESH_REDIS_URL=redis://:{redis_password}@redis:6379/0\n",
+        secret=False,
+    )
+    nodes = ",".join(f"redis-cluster-{n}:6379" for n in (1, 2, 3))
+    write(
+        out / "redis-cluster.env",
+        f"REDIS_PASSWORD={redis_password}\nAPEXMESH_REDIS_URL=redis+cluster://:{redis_password}@{nodes}\n",
         secret=False,
     )
     entries = "".join(

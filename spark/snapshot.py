@@ -43,8 +43,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from redis.asyncio import Redis
 
 from apexmesh.pubsub.catalogue import SNAPSHOT_SCHEMA, unpack_id
-from apexmesh.store.connection import connect_redis
-from apexmesh.store.keys import Keys
+from apexmesh.store.connection import connect_redis, keys_for
 from apexmesh.store.pubsub_snapshot import SnapshotMeta, SnapshotStore
 from spark import pause
 from spark.export import EVENT_SCHEMA, EVENTS_DIR, export, export_position, exported, rows_after
@@ -147,7 +146,7 @@ class SnapshotJob:
         self.settings = settings
         self._spark = spark
         self.redis = redis
-        self.keys = Keys(settings.redis_prefix)
+        self.keys = keys_for(settings.redis_url, settings.redis_prefix)
         self.store = SnapshotStore(redis, self.keys)
         self.storage = Storage.configured(settings.storage, settings.session_conf())
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)

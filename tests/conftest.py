@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 
 from apexmesh.store.keys import Keys
 from tests.support.demo_mesh import DemoMesh, start_demo
+from tests.support.polling import TIME_FACTOR, scaled
 from tests.support.redis_server import RedisServer
 
 if TYPE_CHECKING:
@@ -104,7 +105,24 @@ def demo_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoMesh]:
 KINDS = ("unit", "integration", "system")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _scale_timeouts(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-timeout's limit of every test (its marker's, else the ini's) times the one
+    time factor (APEXMESH_TEST_TIME_FACTOR, tests/README.md): a loaded run raises every
+    deadline alike, the tests' own and the harness's."""
+    if TIME_FACTOR == 1.0:
+        return
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = default
+        if marker is not None:
+            seconds = float(marker.args[0] if marker.args else marker.kwargs.get("timeout", 0))
+        if seconds > 0:
+            item.add_marker(pytest.mark.timeout(scaled(seconds)))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _scale_timeouts(config, items)
     unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(k) for k in KINDS)]
     if unmarked:
         raise pytest.UsageError(

@@ -50,10 +50,17 @@ async def connect(
         )
 
     local = None if local_host is None else (local_host, 0)
-    _, conn = await asyncio.wait_for(
-        loop.create_connection(factory, host, port, local_addr=local), timeout
-    )
-    await asyncio.wait_for(conn.wait_ready(), timeout)
+    # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose deadline passes as
+    # the connection completes drops the connected transport unclosed (a ResourceWarning
+    # on a loaded machine); a cancelled create_connection closes its own.
+    async with asyncio.timeout(timeout):
+        _, conn = await loop.create_connection(factory, host, port, local_addr=local)
+    try:
+        async with asyncio.timeout(timeout):
+            await conn.wait_ready()
+    except BaseException:
+        conn.abort()  # no greeting in time, or the peer went away: close the transport
+        raise
     return conn
 
 

@@ -22,7 +22,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from apexmesh.cli.base import app, fail, mesh, options, show, with_admin
 from apexmesh.cli.kube import trigger_snapshot
-from apexmesh.cli.output import err
+from apexmesh.cli.output import err, rfc3339
 from apexmesh.ops.adminclient import AdminClient, AdminError
 from apexmesh.ops.localmesh import snapshot_environment
 from apexmesh.ops.targets import SERVICES, Context, ContextError, Target
@@ -104,35 +104,41 @@ app.command("health", help="Alias of status.")(status)
 
 
 async def _status(context: Context, admin: AdminClient) -> tuple[int, str, list[dict[str, Any]]]:
-    if not context.services:
+    """Every pod, reachable or not: a pod Kubernetes cannot run (Pending, an image it
+    cannot pull, CrashLoopBackOff) counts as not ready with Kubernetes' reason, so a
+    service none of whose pods runs is CRITICAL, never missing from the check."""
+    if not context.services and not context.unavailable:
         return 3, "no services in the context", []
     probes = await asyncio.gather(*(admin.probe(t) for t in context.services))
+    pods: list[tuple[Target, bool, str]] = [
+        (p.target, p.ready, "; ".join(r for r in (p.target.problem, p.reason) if r)) for p in probes
+    ]
+    pods += [(t, False, t.problem) for t in context.unavailable]
+    order = {name: i for i, name in enumerate(SERVICES)}
+    pods.sort(key=lambda p: (order.get(p[0].service, 9), p[0].domain, p[0].name))
     rows = [
         {
-            "name": p.target.name,
-            "service": p.target.service,
-            "domain": p.target.domain,
-            "ready": p.ready,
-            "reason": p.reason,
+            "name": t.name,
+            "service": t.service,
+            "domain": t.domain,
+            "ready": ready,
+            "reason": reason,
         }
-        for p in probes
+        for t, ready, reason in pods
     ]
-    ready = sum(p.ready for p in probes)
-    dead = sorted(
-        {
-            f"{p.target.service}@{p.target.domain}"
-            for p in probes
-            if not any(
-                q.ready
-                for q in probes
-                if (q.target.service, q.target.domain) == (p.target.service, p.target.domain)
-            )
-        }
-    )
-    summary = f"{ready}/{len(probes)} services ready"
+    ready_count = sum(ready for _, ready, _ in pods)
+    groups: dict[str, bool] = {}
+    for target, ready, _ in pods:
+        key = f"{target.service}@{target.domain}"
+        groups[key] = groups.get(key, False) or ready
+    dead = sorted(key for key, any_ready in groups.items() if not any_ready)
+    summary = f"{ready_count}/{len(pods)} services ready"
+    failing = [f"{t.name} ({t.problem})" for t, ready, _ in pods if not ready and t.problem]
+    if failing:
+        summary += f"; {', '.join(failing)}"
     if dead:
         return 2, f"{summary}; no ready pod: {', '.join(dead)}", rows
-    return (0 if ready == len(probes) else 1), summary, rows
+    return (0 if ready_count == len(pods) else 1), summary, rows
 
 
 @servers_app.command("ls")
@@ -178,7 +184,9 @@ def servers_info(ctx: typer.Context, name: str) -> None:
     """Everything one pod says about itself."""
 
     async def work(context: Context, admin: AdminClient) -> dict[str, Any]:
-        return dict(await admin.get(_named(context, name), "/info"))
+        info = dict(await admin.get(_named(context, name), "/info"))
+        info["started_at"] = rfc3339(info.get("started_at"))
+        return info
 
     show(ctx, with_admin(ctx, work))
 
@@ -235,7 +243,36 @@ def _split(topic: str) -> tuple[str, str]:
     return name, domain
 
 
-TopicArg = Annotated[str, typer.Argument(help="TOPIC@DOMAIN, e.g. demo.news@example.com")]
+async def _resolve(context: Context, admin: AdminClient, topic: str) -> tuple[str, str]:
+    """(name, domain) of ``topic``: ``TOPIC@DOMAIN`` as it is; a bare name, as ``pub``
+    and ``sub`` take it, in the only domain with pubsub, else in the one domain that has
+    a topic of that name."""
+    if "@" in topic:
+        return _split(topic)
+    domains = sorted({t.domain for t in context.of("pubsub")})
+    if not domains:
+        raise ContextError("the context has no pubsub service")
+    if len(domains) == 1:
+        return topic, domains[0]
+    found = []
+    for domain in domains:
+        try:
+            await admin.get(_topic_target(context, domain), f"/topics/{domain}/{topic}")
+        except AdminError as exc:
+            if exc.status != 404:
+                raise
+            continue
+        found.append(domain)
+    if not found:
+        raise ContextError(f"no topic {topic} in {', '.join(domains)}")
+    if len(found) > 1:
+        raise ContextError(f"{topic} is a topic of {' and '.join(found)}: say {topic}@DOMAIN")
+    return topic, found[0]
+
+
+TopicArg = Annotated[
+    str, typer.Argument(help="A topic (demo.news, as pub and sub take it) or TOPIC@DOMAIN.")
+]
 
 
 @topics_app.command("describe")
@@ -243,7 +280,7 @@ def topics_describe(ctx: typer.Context, topic: TopicArg) -> None:
     """One topic and its subscriptions."""
 
     async def work(context: Context, admin: AdminClient) -> dict[str, Any]:
-        name, domain = _split(topic)
+        name, domain = await _resolve(context, admin, topic)
         return dict(await admin.get(_topic_target(context, domain), f"/topics/{domain}/{name}"))
 
     show(ctx, with_admin(ctx, work), title=topic)
@@ -254,10 +291,20 @@ def topics_create(ctx: typer.Context, topic: TopicArg) -> None:
     """Create a topic (as apex=pubsub of its domain)."""
 
     async def work(context: Context, admin: AdminClient) -> dict[str, Any]:
-        name, domain = _split(topic)
+        domains = sorted({t.domain for t in context.of("pubsub")})
+        if "@" not in topic and len(domains) != 1:
+            raise ContextError(f"name the domain of the new topic: {topic}@DOMAIN")
+        name, domain = _split(topic) if "@" in topic else (topic, domains[0])
         target = _topic_target(context, domain)
-        answer = await admin.call(target, "POST", "/topics", json={"domain": domain, "topic": name})
-        return {"topic": topic, **answer}
+        try:
+            answer = await admin.call(
+                target, "POST", "/topics", json={"domain": domain, "topic": name}
+            )
+        except AdminError as exc:
+            if exc.status == 409:
+                raise fail(f"topic {name}@{domain} exists") from None
+            raise
+        return {"topic": f"{name}@{domain}", **answer}
 
     show(ctx, with_admin(ctx, work))
 
@@ -267,11 +314,16 @@ def topics_delete(ctx: typer.Context, topic: TopicArg) -> None:
     """Delete a topic; its subscribers get their cancels."""
 
     async def work(context: Context, admin: AdminClient) -> dict[str, Any]:
-        name, domain = _split(topic)
-        answer = await admin.call(
-            _topic_target(context, domain), "DELETE", f"/topics/{domain}/{name}"
-        )
-        return {"topic": topic, **answer}
+        name, domain = await _resolve(context, admin, topic)
+        try:
+            answer = await admin.call(
+                _topic_target(context, domain), "DELETE", f"/topics/{domain}/{name}"
+            )
+        except AdminError as exc:
+            if exc.status == 404:
+                raise fail(f"no topic {name}@{domain}: nothing deleted") from None
+            raise
+        return {"topic": f"{name}@{domain}", **answer}
 
     show(ctx, with_admin(ctx, work))
 
@@ -281,7 +333,7 @@ def topics_purge(ctx: typer.Context, topic: TopicArg) -> None:
     """Drop every pubsub pod's cache of a topic (they re-read it from Redis)."""
 
     async def work(context: Context, admin: AdminClient) -> list[dict[str, Any]]:
-        name, domain = _split(topic)
+        name, domain = await _resolve(context, admin, topic)
         pods = context.of("pubsub", domain)
         if not pods:
             raise ContextError(f"no pubsub service for {domain}")
@@ -321,7 +373,15 @@ def sessions_ls(ctx: typer.Context) -> None:
         for target, result in await admin.gather(context.of("relay"), "/sessions"):
             if isinstance(result, AdminError):
                 raise result
-            rows += [{**s, "id": f"{target.name}/{s['id']}", "pod": target.name} for s in result]
+            rows += [
+                {
+                    **s,
+                    "id": f"{target.name}/{s['id']}",
+                    "pod": target.name,
+                    "opened_at": rfc3339(s["opened_at"]),
+                }
+                for s in result
+            ]
         return rows
 
     show(
@@ -451,12 +511,17 @@ def drain(
     wait: Annotated[
         float, typer.Option(help="Seconds to wait for its sessions to end (0: do not wait).")
     ] = 0.0,
+    undo: Annotated[
+        bool, typer.Option("--undo", help="Undo a drain: accept sessions again, ready.")
+    ] = False,
 ) -> None:
     """Stop a relay pod accepting sessions (readiness goes false); optionally wait
-    until its sessions are gone."""
+    until its sessions are gone. ``--undo`` makes it listen and report ready again."""
 
     async def work(context: Context, admin: AdminClient) -> dict[str, Any]:
         target = _named(context, pod, "relay")
+        if undo:
+            return dict(await admin.call(target, "POST", "/undrain"))
         state = dict(await admin.call(target, "POST", "/drain"))
         if wait <= 0:
             return state
@@ -472,7 +537,7 @@ def drain(
         return state
 
     state = with_admin(ctx, work)
-    show(ctx, state)
+    show(ctx, {**state, "since": rfc3339(state.get("since"))})
     if wait > 0 and state["sessions"]:
         raise typer.Exit(1)
 

@@ -57,6 +57,11 @@ def _api(context: Context) -> Any:
     return client.CoreV1Api(api_client), client.BatchV1Api(api_client)
 
 
+def core_api(context: Context) -> Any:
+    """The CoreV1Api of the context's cluster (Secrets, for ``apexctl credentials``)."""
+    return _api(context)[0]
+
+
 def _port(pod: Any, name: str) -> int | None:
     for container in pod.spec.containers or ():
         for port in container.ports or ():
@@ -75,6 +80,59 @@ def _domains(pod: Any) -> str:
             if variable.name.startswith("APEXMESH_") and variable.name.endswith("DOMAINS"):
                 return str(variable.value or "")
     return ""
+
+
+def problem(pod: Any) -> str:
+    """What keeps a pod from serving, as ``kubectl get pods`` would say it: its phase
+    when not Running, each waiting or failed container's reason (ErrImagePull,
+    ImagePullBackOff, CrashLoopBackOff with its restarts and last exit code,
+    CreateContainerConfigError ...) and message, an unschedulable pod's condition;
+    "" for a Running pod whose containers all run."""
+    status = pod.status
+    if status is None:
+        return "Unknown: no status"
+    phase = status.phase or "Unknown"
+    found: list[str] = []
+    containers = [*(status.init_container_statuses or ()), *(status.container_statuses or ())]
+    for container in containers:
+        state = container.state
+        if state is None:
+            continue
+        restarts = int(container.restart_count or 0)
+        if state.waiting is not None and state.waiting.reason:
+            text = f"{container.name}: {state.waiting.reason}"
+            if restarts:
+                text += f" (restarts {restarts}"
+                last = container.last_state
+                if last is not None and last.terminated is not None:
+                    text += f", last exit code {last.terminated.exit_code}"
+                text += ")"
+            if state.waiting.message:
+                text += f" - {state.waiting.message}"
+            found.append(text)
+        elif state.terminated is not None and phase != "Succeeded":
+            reason = state.terminated.reason or "Terminated"
+            found.append(f"{container.name}: {reason} (exit code {state.terminated.exit_code})")
+    if phase == "Running" and not found:
+        return ""
+    if not found:
+        found.extend(
+            f"{condition.reason or 'Unschedulable'} - {condition.message or ''}"
+            for condition in status.conditions or ()
+            if condition.type == "PodScheduled" and condition.status == "False"
+        )
+        if status.reason:
+            found.append(f"{status.reason} - {status.message or ''}".rstrip(" -"))
+    return f"{phase}: {'; '.join(found) or 'not running'}"
+
+
+def _selected(labels: dict[str, str], release: str) -> bool:
+    """The selector checked here too: an API server (or a proxy, or an emulator) that
+    ignores ``labelSelector`` must not mix another release's pods in."""
+    part_of, _, mesh = PART_OF.partition("=")
+    if labels.get(part_of) != mesh:
+        return False
+    return not release or labels.get("app.kubernetes.io/instance") == release
 
 
 def fullname(release: str) -> str:
@@ -190,18 +248,29 @@ def reached(context: Context) -> Iterator[Context]:
     reach = Reach(core, context.namespace)
     direct = context.reach == "direct"
     targets: list[Target] = []
+    unavailable: list[Target] = []
     try:
         for pod in sorted(pods, key=lambda p: p.metadata.name):
             labels = pod.metadata.labels or {}
             service = labels.get(COMPONENT, "")
             status = pod.status
-            if service not in SERVICES or status is None or status.phase != "Running":
+            if service not in SERVICES or not _selected(labels, context.release):
                 continue
             http, edge = _port(pod, "http"), _port(pod, EDGE_PORT)
-            if http is None:
-                continue
             domains = _domains(pod)
             name = pod.metadata.name
+            trouble = problem(pod)
+            if status is None or status.phase != "Running" or not status.pod_ip or http is None:
+                unavailable.append(
+                    Target(
+                        name=name,
+                        service=service,
+                        domain=domains.split(",")[0].strip(),
+                        admin_url="",
+                        problem=trouble or "no http port",
+                    )
+                )
+                continue
 
             def address(port: int, pod_name: str = name, ip: str = status.pod_ip) -> str:
                 if direct:
@@ -215,9 +284,16 @@ def reached(context: Context) -> Iterator[Context]:
                     domain=domains.split(",")[0].strip(),
                     admin_url=f"http://{address(http)}",
                     edge="" if edge is None else address(edge),
+                    problem=trouble,
                 )
             )
-        yield replace(context, services=tuple(targets), admin_token=admin, read_token=read)
+        yield replace(
+            context,
+            services=tuple(targets),
+            unavailable=tuple(unavailable),
+            admin_token=admin,
+            read_token=read,
+        )
     finally:
         reach.close()
 
@@ -247,4 +323,4 @@ def trigger_snapshot(context: Context, job_name: str) -> str:
     return f"{context.namespace}/{job_name}"
 
 
-__all__ = ["Reach", "reached", "trigger_snapshot"]
+__all__ = ["Reach", "core_api", "problem", "reached", "trigger_snapshot"]

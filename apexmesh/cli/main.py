@@ -14,7 +14,15 @@ from typing import Annotated, Any
 
 import typer
 
-from apexmesh.cli import commands, contexts, messages, topic_access  # noqa: F401  (they add commands)
+from apexmesh.cli import (  # noqa: F401  (they add commands)
+    bench,
+    catalogue,
+    commands,
+    contexts,
+    messages,
+    operate,
+    topic_access,
+)
 from apexmesh.cli.base import app, context_app, fail, mesh, show
 from apexmesh.cli.output import err
 

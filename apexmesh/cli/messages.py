@@ -140,28 +140,36 @@ def trace(
 ) -> None:
     """Send one data with a statusRequest and show every hop it took and its report."""
     result = _trace(ctx, sender, recipient, message, password_file, receive=True)
+    refused = not result["report"] or any(r["code"] != 250 for r in result["report"])
     fmt = options(ctx).fmt
     if fmt is not Format.TABLE:
         show(ctx, result)
-        return
-    rows = [
-        {
-            "pod": hop["pod"],
-            "from": hop["origin"],
-            "recipient": o["recipient"],
-            "route": o["route"],
-            "code": o["code"],
-            "text": o["text"],
-            "ms": hop["concluded_ms"] - hop["received_ms"],
-            "cid": hop["cid"],
-        }
-        for hop in result["hops"]
-        for o in hop["outcomes"]
-    ]
-    emit(rows, fmt, title=f"{sender} -> {recipient}, transID {result['trans_id']}: hops")
-    emit(result["report"], fmt, title="statusResponse")
-    if result["received"]:
-        err.print(f"{recipient} received it (attached by apexctl)")
+    else:
+        rows = [
+            {
+                "pod": hop["pod"],
+                "from": hop["origin"],
+                "recipient": o["recipient"],
+                "route": o["route"],
+                "code": o["code"],
+                "text": o["text"],
+                "at": hop["received_at"],
+                "ms": hop["took_ms"],
+                "cid": hop["cid"],
+            }
+            for hop in result["hops"]
+            for o in hop["outcomes"]
+        ]
+        emit(rows, fmt, title=f"{sender} -> {recipient}, transID {result['trans_id']}: hops")
+        emit(result["path"], fmt, title="path", columns=["pod", "step", "code"])
+        emit(result["report"], fmt, title="statusResponse")
+        if result["received"]:
+            err.print(f"{recipient} received it at {result['received'].get('at', '?')}")
+        elif result["receiver"]:
+            err.print(f"{recipient} was not attached by apexctl: {result['receiver']}")
+    if refused:
+        err.print("[red]refused:[/red] the statusResponse is not 250 for every recipient")
+        raise typer.Exit(1)
 
 
 CHEAT = """\
@@ -171,7 +179,7 @@ export APEXCTL_CONTEXT=/tmp/apex-mesh-XXXX/apexctl.yaml
 apexctl context add prod --kube-context prod --namespace apex --release apex
 apexctl status                                  # Nagios exit codes
 apexctl servers ls ; apexctl servers ping
-apexctl topics ls ; apexctl topics describe demo.news@example.com
+apexctl topics ls ; apexctl topics describe demo.news   # or demo.news@example.com
 apexctl topics create alerts@example.com ; apexctl topics purge alerts@example.com
 apexctl subscriptions ls
 apexctl sessions ls ; apexctl sessions kill relay-example.com-1/3
@@ -183,7 +191,15 @@ apexctl presence ls
 apexctl pub --as fred@example.com barney@example.com 'hello'
 apexctl sub --as barney@example.com demo.news --count 1
 apexctl trace fred@example.com barney@example.com
-apexctl drain relay-example.com-2 --wait 60
+apexctl drain relay-example.com-2 --wait 60 ; apexctl drain relay-example.com-2 --undo
+apexctl held purge dino@example.com             # asks first (--yes: does not)
+apexctl credentials add pebbles@example.com --generate   # live, no restart
+apexctl credentials passwd fred@example.com ; apexctl credentials rm pebbles@example.com
+apexctl certs check --warn-days 30              # Nagios exit codes
+apexctl log-level DEBUG --service relay --logger apexmesh.rpc ; apexctl log-level
+apexctl catalogue export --output catalogue.yaml ; apexctl catalogue import catalogue.yaml
+apexctl bench sub demo.news --as fred@example.com --sub-as barney@example.com --count 10000
+apexctl bench request barney@example.com --as fred@example.com --count 2000
 apexctl -o yaml topics ls ; apexctl --json servers ls
 kubectl apex topics ls                          # the same, as a kubectl plugin
 """

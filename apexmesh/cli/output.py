@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -64,6 +65,14 @@ def emit(
     out.print(table)
 
 
+def rfc3339(epoch: float | None) -> str:
+    """The one time format of apexctl's output: RFC 3339 in UTC, to the second
+    (``2026-12-02T13:05:09Z``); "" for no time."""
+    if not epoch:
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -76,4 +85,4 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-__all__ = ["Format", "emit", "err", "out"]
+__all__ = ["Format", "emit", "err", "out", "rfc3339"]

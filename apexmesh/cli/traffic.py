@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from apexmesh.apex.endpoint import Endpoint
+from apexmesh.cli.output import rfc3339
 from apexmesh.client import ApexClient, connect_endpoint
 from apexmesh.client.attachment import Attachment
 from apexmesh.client.pubsub import PubsubClient
@@ -145,27 +146,43 @@ async def subscribe(
                 await pubsub.aclose()
 
 
+async def ready_relays(admin: AdminClient, context: Context, domain: str) -> list[Target]:
+    """The relays of ``domain`` that are ready (a draining pod refuses new sessions and
+    attaches: trace and bench never pick one); ContextError when none is."""
+    relays = relays_of(context, domain)
+    probes = await asyncio.gather(*(admin.probe(t) for t in relays))
+    ready = [p.target for p in probes if p.ready]
+    if not ready:
+        raise ContextError(f"no relay of {domain} is ready")
+    return ready
+
+
 async def _maybe_receiver(
-    context: Context, credentials: Credentials, recipient: str, avoid: Target
-) -> tuple[contextlib.AsyncExitStack, Attachment | None]:
-    """Attach ``recipient`` on another pod when apexctl can (see the module docstring)."""
+    context: Context,
+    credentials: Credentials,
+    admin: AdminClient,
+    recipient: str,
+    avoid: Target,
+) -> tuple[contextlib.AsyncExitStack, Attachment | None, Target | None, str]:
+    """Attach ``recipient`` on another ready pod when apexctl can (module docstring);
+    the attachment, its relay, and why there is none."""
     stack = contextlib.AsyncExitStack()
     who = Endpoint.parse(recipient)
     if credentials.of(str(who)) is None:
-        return stack, None
+        return stack, None, None, "apexctl has no password for it"
     try:
-        relays = relays_of(context, who.domain)
-    except ContextError:
-        return stack, None
+        relays = await ready_relays(admin, context, who.domain)
+    except ContextError as exc:
+        return stack, None, None, str(exc)
     relay = next((r for r in relays if r.name != avoid.name), relays[0])
     try:
         attachment, _ = await stack.enter_async_context(
             attached(context, credentials, recipient, relay)
         )
-    except Exception:  # noqa: BLE001  (attached elsewhere, refused: trace without it)
+    except Exception as exc:  # noqa: BLE001  (attached elsewhere, refused: said in the result)
         await stack.aclose()
-        return contextlib.AsyncExitStack(), None
-    return stack, attachment
+        return contextlib.AsyncExitStack(), None, None, f"not attached at {relay.name}: {exc}"
+    return stack, attachment, relay, ""
 
 
 async def trace(
@@ -183,9 +200,13 @@ async def trace(
     docstring); ``receive`` false never attaches the recipient (``apexctl request``:
     the recipient is someone else's application)."""
     sender_domain = Endpoint.parse(sender).domain
-    first = relays_of(context, sender_domain)[0]
+    first = (await ready_relays(admin, context, sender_domain))[0]
+    receiver_relay: Target | None = None
+    why_not = "not asked to receive"
     if receive:
-        stack, receiver = await _maybe_receiver(context, credentials, recipient, first)
+        stack, receiver, receiver_relay, why_not = await _maybe_receiver(
+            context, credentials, admin, recipient, first
+        )
     else:
         stack, receiver = contextlib.AsyncExitStack(), None
     async with stack, attached(context, credentials, sender, first) as (attachment, relay):
@@ -210,15 +231,47 @@ async def trace(
                     for d in report.destinations
                 )
     hops = await _hops(context, admin, sender, trans_id, expected=_domains(sender, recipient))
+    if received is not None and receiver_relay is not None:
+        received["at"] = receiver_relay.name
     return {
         "originator": sender,
         "recipient": recipient,
         "trans_id": trans_id,
         "sent_via": relay.name,
         "received": received,
+        "receiver": "" if receiver is not None else why_not,
         "report": reports,
         "hops": hops,
+        "path": path_of(relay.name, hops, received),
     }
+
+
+def path_of(
+    sent_via: str, hops: list[dict[str, Any]], received: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Every pod the data crossed, in order: the pod apexctl sent through, each traced
+    hop's routes, and the pod that delivered it. A pod that only delivers data handed
+    over by another pod of its domain records no hop of its own; its row comes from
+    the forwarding pod's route (``pod NAME``) and, when apexctl attached the recipient,
+    from what that attachment received."""
+    steps: list[dict[str, Any]] = [{"pod": sent_via, "step": "sent by apexctl", "code": ""}]
+    for hop in hops:
+        for outcome in hop["outcomes"]:
+            steps.append(
+                {
+                    "pod": hop["pod"],
+                    "step": f"routed {outcome['recipient']}: {outcome['route']}",
+                    "code": outcome["code"],
+                }
+            )
+            kind, _, where = outcome["route"].partition(" ")
+            if kind in ("pod", "local") and where and outcome["code"] == 250:
+                steps.append(
+                    {"pod": where, "step": f"delivered to {outcome['recipient']}", "code": 250}
+                )
+    if received is not None and received.get("at"):
+        steps.append({"pod": received["at"], "step": f"received by {received['by']}", "code": ""})
+    return steps
 
 
 def _domains(*endpoints: str) -> set[str]:
@@ -247,7 +300,18 @@ async def _hops(
         if expected <= {h["domain"] for h in hops}:
             break
         await asyncio.sleep(0.25)
-    return sorted(hops, key=lambda h: (h["received_ms"], h["pod"]))
+    ordered = sorted(hops, key=lambda h: (h["received_ms"], h["pod"]))
+    for hop in ordered:  # one time format in apexctl's output: RFC 3339
+        hop["received_at"] = rfc3339_ms(hop["received_ms"])
+        hop["concluded_at"] = rfc3339_ms(hop["concluded_ms"])
+        hop["took_ms"] = hop.pop("concluded_ms") - hop.pop("received_ms")
+    return ordered
+
+
+def rfc3339_ms(epoch_ms: int) -> str:
+    """RFC 3339 UTC to the millisecond (hops of one trace are milliseconds apart)."""
+    seconds, millis = divmod(int(epoch_ms), 1000)
+    return f"{rfc3339(seconds)[:-1]}.{millis:03d}Z"
 
 
 __all__ = ["Credentials", "attached", "publish", "subscribe", "trace"]

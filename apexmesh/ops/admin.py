@@ -11,7 +11,7 @@ Every route needs a bearer token (RFC 6750), compared in constant time:
 
 * the **read** token may call every ``GET``;
 * the **admin** token may call everything (changes: drain, close a session, create or
-  delete a topic, grant or deny access).
+  delete a topic, grant or deny access, a logger's level: ``PUT /v1/log-level``).
 
 No token answers 401 with ``WWW-Authenticate: Bearer``; a read token on a change answers
 403. Each refusal is an authentication failure (:mod:`apexmesh.ops.audit`): counted and
@@ -186,6 +186,17 @@ class ServiceInfo(BaseModel):
     )
 
 
+#: The levels ``PUT /v1/log-level`` accepts (the logging module's names).
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class LogLevel(BaseModel):
+    """A logger's level (``apexctl log-level``); the root logger when ``logger`` is ""."""
+
+    level: str = Field(description="DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    logger: str = Field("", max_length=200, description='a logger name; "" is the root')
+
+
 #: A readiness probe: returns None when ready, or the reason it is not.
 ReadinessProbe = Callable[[], Awaitable[str | None]]
 
@@ -234,7 +245,28 @@ def create_admin_app(service: str, spec: AdminSpec, ready: ReadinessProbe) -> Fa
             details={} if details is None else details(),
         )
 
+    change = guard.changer()
+
+    @info.get("/log-level", response_model=LogLevel, summary="A logger's level now")
+    async def get_log_level(logger: str = "") -> LogLevel:
+        found = logging.getLogger(logger or None)
+        return LogLevel(level=logging.getLevelName(found.getEffectiveLevel()), logger=logger)
+
+    @change.put(
+        "/log-level",
+        response_model=LogLevel,
+        summary="Set a logger's level at runtime (until the process restarts)",
+    )
+    async def put_log_level(wanted: LogLevel) -> LogLevel:
+        level = wanted.level.upper()
+        if level not in LOG_LEVELS:
+            raise HTTPException(400, f"level must be one of {', '.join(LOG_LEVELS)}")
+        logging.getLogger(wanted.logger or None).setLevel(level)
+        _log.warning("log level of %s set to %s", wanted.logger or "the root logger", level)
+        return LogLevel(level=level, logger=wanted.logger)
+
     app.include_router(info, prefix=API_VERSION, tags=["service"])
+    app.include_router(change, prefix=API_VERSION, tags=["service"])
     for router in spec.routers:
         app.include_router(router, prefix=API_VERSION)
     for error in REDIS_UNAVAILABLE:
@@ -263,7 +295,9 @@ __all__ = [
     "AdminSpec",
     "GUARDED",
     "GUARDED_ONE",
+    "LOG_LEVELS",
     "Guard",
+    "LogLevel",
     "Problem",
     "ReadinessProbe",
     "Role",

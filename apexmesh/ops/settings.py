@@ -153,13 +153,28 @@ def required_domains(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     return domains
 
 
+_REDIS_SCHEMES: Final = frozenset(
+    {
+        "redis",
+        "rediss",
+        "unix",
+        "redis+sentinel",
+        "rediss+sentinel",
+        "redis+cluster",
+        "rediss+cluster",
+    }
+)
+
+
 def check_redis_url(url: str, *, dev: bool) -> str:
-    """Accept ``redis://``, ``rediss://`` or ``unix://``; outside development require TLS
-    (``rediss://``) or a password, so state is never served by an open Redis."""
+    """Accept ``redis://``, ``rediss://`` or ``unix://``, and the Sentinel and Cluster
+    forms ``redis[s]+sentinel://`` and ``redis[s]+cluster://`` (docs/redis.md); outside
+    development require TLS (``rediss``) or a password, so state is never served by an
+    open Redis."""
     parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
+    if parts.scheme not in _REDIS_SCHEMES:
         raise SettingsError(f"APEXMESH_REDIS_URL scheme {parts.scheme!r} is not redis")
-    if not dev and parts.scheme != "rediss" and not parts.password:
+    if not dev and not parts.scheme.startswith("rediss") and not parts.password:
         raise SettingsError(
             "APEXMESH_REDIS_URL has neither TLS nor a password; set APEXMESH_DEV=1 for development"
         )

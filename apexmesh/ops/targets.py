@@ -52,6 +52,9 @@ class Target:
     admin_url: str
     #: ``host:port`` of a relay's apex-edge BEEP listener ("" for other services).
     edge: str = ""
+    #: Why Kubernetes says the pod cannot serve ("Pending: ImagePullBackOff ...",
+    #: "CrashLoopBackOff ..."); "" when it has nothing to say (apexmesh/cli/kube.py).
+    problem: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,9 @@ class Context:
     #: Kubernetes contexts: ``portforward`` (through the API server, the default) or
     #: ``direct`` (pod IPs, for apexctl run inside the cluster).
     reach: str = ""
+    #: Kubernetes contexts: pods of the mesh that are not running (Pending, Failed ...),
+    #: with their :attr:`Target.problem`; no admin API to reach (``apexctl status``).
+    unavailable: tuple[Target, ...] = ()
     #: Where the context was read from ("" when built in memory).
     source: str = field(default="", compare=False)
 
@@ -111,6 +117,7 @@ class Context:
     def to_mapping(self) -> dict[str, Any]:
         body = asdict(self)
         body.pop("source")
+        body.pop("unavailable")
         body["services"] = [asdict(t) for t in self.services]
         return {"apiVersion": API_VERSION, **{k: v for k, v in body.items() if v not in ("", ())}}
 

@@ -16,6 +16,8 @@ and followed by the Spark job's DataFrame code too (its tests compare both):
   creation or renewal, its lease has not ended at the snapshot time
   (``expires_ms >= at_ms``), and its topic exists and was created before it (a topic
   deleted and created again starts with no subscription, whatever the log says);
+- a ``topic.modified`` (draft-wyman 6.2.2) replaces an existing topic's ``settings``
+  and nothing else (its creation, and so its subscriptions, stand);
 - entries of schema v1 read as v2 with the new fields empty; an unknown event type is
   ignored (counted in :attr:`Catalogue.unknown`).
 
@@ -26,6 +28,7 @@ whole log would (:meth:`Catalogue.apply` skips ids at or below :attr:`position`)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +48,8 @@ _SEQ_LIMIT: Final = 1 << SEQ_BITS
 
 TOPIC_CREATED: Final = "topic.created"
 TOPIC_DELETED: Final = "topic.deleted"
+#: Draft-wyman 6.2.2: an existing topic's settings changed (its creation stands).
+TOPIC_MODIFIED: Final = "topic.modified"
 SUB_CREATED: Final = "subscription.created"
 SUB_RENEWED: Final = "subscription.renewed"
 SUB_ENDED: Final = "subscription.ended"
@@ -211,6 +216,10 @@ class Catalogue:
         elif kind == TOPIC_DELETED:
             if self.topics.pop(name, None) is not None and index is not None:
                 index.topic_deleted(*name)
+        elif kind == TOPIC_MODIFIED:
+            row = self.topics.get(name)
+            if row is not None:
+                self.topics[name] = dataclasses.replace(row, settings=event.get("settings", ""))
         elif kind in SUBSCRIPTION_EVENTS:
             identity = (*name, event.get("subscriber", ""), event.get("subscription_id", ""))
             if index is not None:
@@ -292,6 +301,7 @@ __all__ = [
     "SNAPSHOT_SCHEMA",
     "SUBSCRIPTION_EVENTS",
     "TOPIC_EVENTS",
+    "TOPIC_MODIFIED",
     "Catalogue",
     "SubscriptionRow",
     "TopicRow",

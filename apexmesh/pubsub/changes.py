@@ -43,6 +43,11 @@ class Subscription:
     selector_class: str = ""
     selector: str = ""
     cached: bool = False
+    #: When the subscription was first made (ms since the epoch; 0 when unknown, e.g.
+    #: a record written before this field): a renewal keeps it, so the Subscriptions
+    #: topic's ``subscription-date`` (draft-wyman 6.3, "the origination date of the
+    #: subscription") does not move with every renewal.
+    since_ms: int = 0
 
     @property
     def key(self) -> tuple[Endpoint, int | None]:
@@ -58,6 +63,19 @@ class TopicCreated:
     originator: Endpoint
     #: The topic's schemas (draft-wyman 6.2.3) as ``TopicSettings.to_json`` text.
     settings: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicModified:
+    """Draft-wyman 6.2.2: an existing topic's description changed by its creator (a
+    createtopic or a Topics-topic message naming it): new schemas, same topic, same
+    subscriptions. ``creator`` and ``created_ms`` are the record's, kept."""
+
+    topic: str
+    originator: Endpoint
+    settings: str
+    creator: Endpoint
+    created_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +185,7 @@ class Announced:
 
 Change = (
     TopicCreated
+    | TopicModified
     | TopicDeleted
     | Subscribed
     | Unsubscribed
@@ -217,6 +236,7 @@ __all__ = [
     "Subscription",
     "TopicCreated",
     "TopicDeleted",
+    "TopicModified",
     "TupleAdded",
     "TupleRemoved",
     "Unsubscribed",

@@ -45,7 +45,7 @@ from apexmesh.pubsub.changes import (
 from apexmesh.pubsub.elements import topic_of
 from apexmesh.pubsub.inre import delivery_ids
 from apexmesh.pubsub.matcher import Matcher
-from apexmesh.pubsub.message import MessageContent, ParsedMessage
+from apexmesh.pubsub.message import Expiry, MessageContent, ParsedMessage
 from apexmesh.pubsub.schema import TopicSchemas
 from apexmesh.pubsub.selection.registry import SelectorClasses
 from apexmesh.pubsub.selection.types import MessageView, Selector
@@ -194,6 +194,7 @@ def subscribe(
         selector_class="" if spec is None else spec.selector_class,
         selector="" if spec is None else spec.text.strip(),
         cached=op.cached,
+        since_ms=previous.since_ms if previous is not None and previous.since_ms else now_ms,
     )
     replay: tuple[CachedMessage, ...] = ()
     if op.cached:
@@ -328,6 +329,48 @@ class ContentPublishPlan:
     step: str
     text: str = ""
     deliveries: Mapping[Endpoint, tuple[int, ...]] | None = None
+    #: The envelope's transID (5.2.1), None for a body sent without one: what the
+    #: deliveries' InRe options carry (5.10.1.1's example: the message's 105) and the
+    #: 561 reply to the publisher echoes (5.9.1).
+    trans_id: int | None = None
+
+
+def check_headers(message: MessageContent, topic: str, originator: Endpoint) -> None:
+    """5.2.1: the envelope's ``topic`` is "the name of the topic to which the message is
+    published" and ``publisher`` "the publisher of the message". A header naming
+    another topic or another publisher does not describe this publication: 561
+    ("invalid message structure", Appendix A, the only refusal of a publication the
+    draft defines). Without this, anyone allowed to publish could name another
+    publisher and replace its cached message (same message-id, higher revision).
+    A redistributing server (``apex=pubsub/TOPIC@D``, 5.7) forwards others' messages
+    and the service announces as itself: their publisher header is not theirs."""
+    if message.topic != topic:
+        raise ApexError(
+            ApexReplyCode.INVALID_MESSAGE,
+            f"the message's topic header names {message.topic[:64]!r}, not {topic[:64]!r}",
+            trans_id=message.trans_id,
+        )
+    if topic_of(originator) is not None:
+        return
+    try:
+        named = Endpoint.parse(message.publisher)
+    except ValueError:
+        named = None
+    if named != originator:
+        raise ApexError(
+            ApexReplyCode.INVALID_MESSAGE,
+            f"the message's publisher header names {message.publisher[:64]!r}, "
+            f"not its originator {str(originator)[:64]!r}",
+            trans_id=message.trans_id,
+        )
+
+
+def expired(message: MessageContent, now_ms: int) -> bool:
+    """Whether the message was no longer valid when published (an absolute
+    expiration-date at or before now, 5.2.1: "the date after which the message will no
+    longer be valid"). ``0`` is distributed once, ``*`` and none are valid."""
+    expires = message.expires_ms(None) if message.expiry is Expiry.AT else None
+    return expires is not None and expires <= now_ms
 
 
 def publish(
@@ -341,6 +384,7 @@ def publish(
     matcher: Matcher[SubscriptionKey],
     subscriptions: Mapping[SubscriptionKey, ContentSubscription],
     now_ms: int,
+    topic: str | None = None,
 ) -> ContentPublishPlan:
     """Draft-schwartz 4.7.1 with the content-based steps: 550 (no topic), 537 (no
     ``core:data``), 561 (the body does not conform to the message schema), then the
@@ -350,7 +394,13 @@ def publish(
     not XML (text or not processed: 561 on a topic with a message schema);
     ``view`` is what selectors read of it (:meth:`apexmesh.pubsub.body.Body.view`),
     None for a body not processed, which only subscriptions without a selector
-    receive (7.2, 7.3)."""
+    receive (7.2, 7.3).
+
+    ``topic``: the topic published to, which an envelope's headers must name with the
+    originator as publisher (:func:`check_headers`, 561); a message already expired is
+    answered 250 and delivered to nobody (:func:`expired`: 5.9.1 names no refusal for
+    it, and an invalid message must reach no subscriber)."""
+    trans_id = message.envelope.trans_id if isinstance(message, ParsedMessage) else None
     if not exists:
         return ContentPublishPlan(code=ApexReplyCode.ACTION_NOT_TAKEN, step="4.7.1/1")
     if not allowed:
@@ -360,11 +410,18 @@ def publish(
         return ContentPublishPlan(code=ApexReplyCode.INVALID_MESSAGE, step="5.9.1", text=text)
     try:
         if isinstance(message, ParsedMessage):
+            if topic is not None:
+                check_headers(message.envelope, topic, originator)
             schemas.check(message.content)
         elif message is not None:
             schemas.check_body(message)
     except ApexError as exc:
-        return ContentPublishPlan(code=exc.code, step="5.9.1", text=str(exc))
+        return ContentPublishPlan(code=exc.code, step="5.9.1", text=str(exc), trans_id=trans_id)
+    if isinstance(message, ParsedMessage) and expired(message.envelope, now_ms):
+        text = "expired before it was published: delivered to nobody"
+        return ContentPublishPlan(
+            code=250, step="5.2.1/expired", text=text, deliveries={}, trans_id=trans_id
+        )
     horizon = originator if topic_of(originator) is not None else None
     keys = matcher.without_selector() if view is None else matcher.match(view)
     matched = (
@@ -372,7 +429,9 @@ def publish(
         for key in keys
         if key[0] != horizon and (sub := subscriptions.get(key)) is not None and sub.active(now_ms)
     )
-    return ContentPublishPlan(code=250, step="5.10", deliveries=delivery_ids(matched))
+    return ContentPublishPlan(
+        code=250, step="5.10", deliveries=delivery_ids(matched), trans_id=trans_id
+    )
 
 
 __all__ = [
@@ -389,7 +448,9 @@ __all__ = [
     "cache_action",
     "cancel",
     "cancel_changes",
+    "check_headers",
     "compile_selection",
+    "expired",
     "publish",
     "replayed",
     "same_selection",

@@ -275,6 +275,7 @@ def accept_subscribe(
         originator=originator,
         trans_id=op.trans_id,
         expires_ms=now_ms + op.duration * 1000,
+        since_ms=previous.since_ms if previous is not None and previous.since_ms else now_ms,
     )
     changes: list[Change] = [Subscribed(subscription, renewed=previous is not None)]
     if grant_data and previous is None:

@@ -9,7 +9,11 @@ message schemas (8.3, 8.4, corrected) and the messages the service publishes to 
 The draft's schemas cannot be compiled as printed: 8.3 declares the ``endpoint`` attribute
 twice (the DTD of 8.1 makes the second ``info``) and ``message-schema`` twice, both use a
 2000 working-draft namespace and a target namespace the examples' content is not in, and
-``xs:any`` stands directly in ``xs:complexType``. :data:`TOPICS_SCHEMA` and
+``xs:any`` stands directly in ``xs:complexType``; 8.3 makes a selector schema's
+``class`` required where the DTD of 8.1 declares only ``uri`` for it and 5.5's example
+(``<selector-schema uri='...' />``) has none (every class the service offers then
+applies): a topic
+created so must still be announced, so ``class`` is optional here. :data:`TOPICS_SCHEMA` and
 :data:`SUBSCRIPTIONS_SCHEMA` are the evident intent, in XML Schema 1.0, describing the
 ``content`` element (see :mod:`apexmesh.pubsub.schema`).
 """
@@ -67,7 +71,7 @@ TOPICS_SCHEMA: Final = b"""<xs:schema xmlns:xs='http://www.w3.org/2001/XMLSchema
             <xs:sequence>
               <xs:any processContents='skip' minOccurs='0' maxOccurs='unbounded'/>
             </xs:sequence>
-            <xs:attribute name='class' type='xs:string' use='required'/>
+            <xs:attribute name='class' type='xs:string'/>
             <xs:attribute name='uri' type='xs:string'/>
           </xs:complexType>
         </xs:element>

@@ -289,6 +289,10 @@ class CachedAccessChecker:
         while True:
             pubsub = self._redis.pubsub()
             try:
+                if self._keys.cluster:
+                    # The cluster client's pub/sub routes by its slot table, which the
+                    # first command loads (and a failover reloads).
+                    await self._redis.ping()
                 await pubsub.subscribe(channel)
                 # The subscription is confirmed before the version is read, so no change
                 # can slip between the two unnoticed.

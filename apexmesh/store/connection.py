@@ -1,4 +1,4 @@
-"""One bounded, blocking Redis connection pool per process, sized from settings.
+"""One bounded Redis client per process, sized from settings: standalone, Sentinel or Cluster.
 
 redis-py's default pool opens a new socket for every concurrent command: a burst (10,000
 sessions closing at once, 100 pipelined subscribes) opens thousands of connections and
@@ -10,59 +10,346 @@ before it fails with a :class:`redis.exceptions.ConnectionError` (the caller's u
 Redis failure path). Bursts queue instead of failing, and the stores coalesce what
 queues (:mod:`apexmesh.store.batching`), so a burst costs a few round trips.
 
+Three deployments, told apart by the URL's scheme (docs/redis.md):
+
+- ``redis://``, ``rediss://``, ``unix://``: one Redis (with AOF), the names of
+  :class:`~apexmesh.store.keys.Keys` as they always were.
+- ``redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/PRIMARY-NAME[/DB]`` (or
+  ``rediss+sentinel://``): a primary with replicas, managed by Sentinel. The client asks
+  the sentinels for the primary on every new connection, so after a failover the next
+  command reaches the promoted replica (commands meanwhile fail to their callers' Redis
+  failure paths): no restart. The password is the primary's; the sentinels are asked
+  without one unless ``?sentinel_password=...`` is given.
+- ``redis+cluster://[:PASSWORD@]HOST:PORT[,HOST:PORT...]`` (or ``rediss+cluster://``):
+  Redis Cluster through redis-py's cluster client (slots discovered from any of the
+  nodes given); keys then carry hash tags (``Keys(cluster=True)``, :func:`keys_for`).
+
 Settings (every service, read by :meth:`RedisPoolSettings.from_env`):
 
-- ``APEXMESH_REDIS_MAX_CONNECTIONS`` (``64``): sockets of the pool, 2..10000. Long-lived
-  subscriptions (the access cache's change channel, the pubsub event follower) each keep
-  one of them.
+- ``APEXMESH_REDIS_MAX_CONNECTIONS`` (``64``): sockets of the pool, 2..10000 (per node in
+  a cluster). Long-lived subscriptions (the access cache's change channel, the pubsub
+  event follower) each keep one of them.
 - ``APEXMESH_REDIS_POOL_TIMEOUT_SECONDS`` (``5.0``): how long a command waits for a free
   connection.
+- ``APEXMESH_REDIS_WAIT_REPLICAS`` (``0``; the chart sets ``1`` with replicas): the held
+  data and robust publication stores acknowledge a write only once ``WAIT`` says this many
+  replicas have it (:class:`Durability`, docs/redis.md "What an acknowledgement promises").
+- ``APEXMESH_REDIS_WAIT_TIMEOUT_MS`` (``1000``): how long that ``WAIT`` may take; a write
+  not confirmed in time fails (:class:`NotReplicated`) and is not acknowledged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, cast
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 
 from apexmesh.ops.settings import SettingsError, env_float, env_int
+from apexmesh.store.keys import Keys
 
 #: Default number of connections of a process's pool.
 DEFAULT_MAX_CONNECTIONS: Final = 64
 #: Default seconds a command waits for a free connection.
 DEFAULT_POOL_TIMEOUT: Final = 5.0
+#: Default milliseconds a ``WAIT`` for replicas may take.
+DEFAULT_WAIT_TIMEOUT_MS: Final = 1000
+
+#: URL schemes of a Sentinel-managed primary and of a Redis Cluster.
+SENTINEL_SCHEMES: Final = frozenset({"redis+sentinel", "rediss+sentinel"})
+CLUSTER_SCHEMES: Final = frozenset({"redis+cluster", "rediss+cluster"})
+#: Every scheme :func:`connect_redis` accepts.
+SCHEMES: Final = frozenset({"redis", "rediss", "unix"}) | SENTINEL_SCHEMES | CLUSTER_SCHEMES
+
+#: Retries of a cluster command that met a broken connection: with the backoff below
+#: they span about 15 s, longer than a cluster's failover of a primary to its replica
+#: (``cluster-node-timeout`` plus election), so that delays commands instead of failing.
+FAILOVER_RETRIES: Final = 40
+_BACKOFF: Final = ExponentialBackoff(cap=0.5, base=0.05)
+#: Seconds a reply may take on a Sentinel or Cluster connection (a long script, a
+#: blocked read); a standalone client waits as long as its connection lives.
+SOCKET_TIMEOUT: Final = 30.0
+
+
+class NotReplicated(RedisError):  # noqa: N818 (a Redis failure, named for what it says)
+    """A write is on the primary but ``WAIT`` did not see the replicas it asks for in
+    time: the caller must not acknowledge it (a retry may store it twice, never lose it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """When a store may acknowledge a write: ``replicas`` > 0 sends ``WAIT replicas
+    timeout_ms`` on the write's own connection after it (:func:`replicated`)."""
+
+    replicas: int = 0
+    timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS
 
 
 @dataclass(frozen=True, slots=True)
 class RedisPoolSettings:
-    """How big the process's Redis pool is and how long a command waits for room."""
+    """How big the process's Redis pool is, how long a command waits for room, and how
+    many replicas an acknowledged write waits for."""
 
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     timeout: float = DEFAULT_POOL_TIMEOUT
+    durability: Durability = Durability()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> RedisPoolSettings:
-        """Read ``APEXMESH_REDIS_MAX_CONNECTIONS`` and
-        ``APEXMESH_REDIS_POOL_TIMEOUT_SECONDS`` (see the module docstring)."""
+        """Read the ``APEXMESH_REDIS_*`` pool and durability settings (module docstring)."""
         size = env_int(
             env, "APEXMESH_REDIS_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, low=2, high=10_000
         )
         timeout = env_float(env, "APEXMESH_REDIS_POOL_TIMEOUT_SECONDS", DEFAULT_POOL_TIMEOUT)
         if timeout > 600:
             raise SettingsError("APEXMESH_REDIS_POOL_TIMEOUT_SECONDS must be at most 600")
-        return cls(max_connections=size, timeout=timeout)
+        replicas = env_int(env, "APEXMESH_REDIS_WAIT_REPLICAS", 0, low=0, high=16)
+        wait_ms = env_int(
+            env, "APEXMESH_REDIS_WAIT_TIMEOUT_MS", DEFAULT_WAIT_TIMEOUT_MS, low=1, high=60_000
+        )
+        return cls(max_connections=size, timeout=timeout, durability=Durability(replicas, wait_ms))
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (its keys need hash tags)."""
+    return urlsplit(url).scheme in CLUSTER_SCHEMES
+
+
+def keys_for(url: str, prefix: str) -> Keys:
+    """The key space of a deployment reached through ``url``: tagged on a cluster."""
+    return Keys(prefix, cluster=is_cluster_url(url))
+
+
+def _hosts(netloc: str, scheme: str) -> list[tuple[str, int]]:
+    hosts = []
+    for item in netloc.rpartition("@")[2].split(","):
+        host, colon, port = item.strip().rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise SettingsError(f"APEXMESH_REDIS_URL ({scheme}): {item!r} is not host:port")
+        hosts.append((host.strip("[]"), int(port)))
+    return hosts
+
+
+def _password(netloc: str) -> tuple[str | None, str | None]:
+    auth, at, _ = netloc.rpartition("@")
+    if not at:
+        return None, None
+    user, colon, password = auth.partition(":")
+    return (unquote(user) or None), (unquote(password) if colon else None)
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """Sentinel's pool (the primary's address asked on each new connection) with the
+    bounded, waiting behaviour of :class:`BlockingConnectionPool`."""
 
 
 def connect_redis(url: str, pool: RedisPoolSettings) -> Redis:
-    """The process's Redis client over a bounded, blocking pool (no I/O until used);
-    the client owns the pool, so its ``aclose()`` closes every connection."""
-    return Redis.from_pool(
-        BlockingConnectionPool.from_url(
-            url, max_connections=pool.max_connections, timeout=pool.timeout
+    """The process's Redis client over a bounded pool (no I/O until used); the client
+    owns its pool, so its ``aclose()`` closes every connection.
+
+    A cluster's client is a :class:`~redis.asyncio.cluster.RedisCluster`, typed here as
+    :class:`Redis`: the stores use only commands both implement (one-slot scripts,
+    pipelines, pub/sub), which the cluster tests run (tests/apexmesh/store/cluster)."""
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise SettingsError(f"APEXMESH_REDIS_URL scheme {parts.scheme!r} is not redis")
+    user, password = _password(parts.netloc)
+    tls = parts.scheme.startswith("rediss")
+    # Broken connections only: a command that timed out may have run (a script would run
+    # twice), so a timeout fails to the caller.
+    retry = Retry(_BACKOFF, FAILOVER_RETRIES, (RedisConnectionError,))
+    if parts.scheme in CLUSTER_SCHEMES:
+        cluster = _BoundedCluster(
+            pool.max_connections,
+            pool.timeout,
+            startup_nodes=[ClusterNode(h, p) for h, p in _hosts(parts.netloc, parts.scheme)],
+            username=user,
+            password=password,
+            ssl=tls,
+            # Per node; the client's semaphore keeps commands in flight to the pool's
+            # size, and pipelines may use the rest.
+            max_connections=2 * pool.max_connections,
+            retry=retry,
+            socket_timeout=SOCKET_TIMEOUT,
         )
+        _CLUSTERS[cluster] = (url, pool)
+        return cast(Redis, cluster)
+    if parts.scheme in SENTINEL_SCHEMES:
+        client = _sentinel_client(parts.path, parts.query, parts, user, password, tls, pool)
+    else:
+        client = Redis.from_pool(
+            BlockingConnectionPool.from_url(
+                url, max_connections=pool.max_connections, timeout=pool.timeout
+            )
+        )
+    if pool.durability.replicas:
+        _DURABILITY[client] = pool.durability
+    return client
+
+
+#: The durability each client was made with (:func:`durability_of`).
+_DURABILITY: Final[weakref.WeakKeyDictionary[Any, Durability]] = weakref.WeakKeyDictionary()
+
+
+def durability_of(redis: Redis) -> Durability:
+    """The :class:`Durability` the process's client was made with (``connect_redis``'s
+    settings), so the stores that acknowledge writes follow the process's one setting
+    without each service passing it. None asked (replicas 0) for a cluster client: a
+    cluster pipeline cannot carry ``WAIT`` on the write's connection (docs/redis.md)."""
+    return _DURABILITY.get(redis, _NO_WAIT)
+
+
+_NO_WAIT: Final = Durability()
+
+
+class _BoundedCluster(RedisCluster):
+    """redis-py's cluster client fails a command that finds its node's connections all
+    busy (``MaxConnectionsError``) where the standalone pool waits: this one lets at most
+    ``size`` commands be in flight and makes the others wait up to ``timeout`` seconds,
+    then fail with a :class:`~redis.exceptions.ConnectionError` (the pool's behaviour)."""
+
+    def __init__(self, size: int, timeout: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._room = asyncio.Semaphore(size)
+        self._wait = timeout
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            await asyncio.wait_for(self._room.acquire(), self._wait)
+        except TimeoutError:
+            raise RedisConnectionError(f"no free connection in {self._wait} s") from None
+        try:
+            return await super().execute_command(*args, **kwargs)
+        finally:
+            self._room.release()
+
+
+#: How each cluster client was made, so that :func:`dedicated_client` can make a sibling.
+_CLUSTERS: Final[weakref.WeakKeyDictionary[Any, tuple[str, RedisPoolSettings]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def dedicated_client(redis: Redis) -> Redis:
+    """A client of the same Redis on connections of its own that does not retry: what a
+    long-lived follower (a blocked XREAD) holds, so that a lost read reaches its error
+    path (resynchronise) instead of waiting in a hidden retry. The caller closes it."""
+    made = _CLUSTERS.get(redis)
+    if made is None:
+        return redis.client()
+    url, pool = made
+    parts = urlsplit(url)
+    user, password = _password(parts.netloc)
+    return cast(
+        Redis,
+        RedisCluster(
+            startup_nodes=[ClusterNode(h, p) for h, p in _hosts(parts.netloc, parts.scheme)],
+            username=user,
+            password=password,
+            ssl=parts.scheme.startswith("rediss"),
+            max_connections=pool.max_connections,
+            retry=Retry(NoBackoff(), 0),
+            socket_timeout=SOCKET_TIMEOUT,
+        ),
     )
 
 
-__all__ = ["RedisPoolSettings", "connect_redis"]
+class _SentinelRedis(Redis):
+    """The primary's client; closing it closes its connections to the sentinels too."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        pool = self.connection_pool
+        if isinstance(pool, SentinelConnectionPool):
+            for sentinel in pool.sentinel_manager.sentinels:
+                await sentinel.aclose()
+
+
+def _sentinel_client(
+    path: str,
+    query: str,
+    parts: Any,
+    user: str | None,
+    password: str | None,
+    tls: bool,
+    pool: RedisPoolSettings,
+) -> Redis:
+    names = [segment for segment in path.split("/") if segment]
+    if not names or len(names) > 2 or (len(names) == 2 and not names[1].isdigit()):
+        raise SettingsError("APEXMESH_REDIS_URL (sentinel): the path is /PRIMARY-NAME[/DB]")
+    options = parse_qs(query)
+    sentinel_password = options.get("sentinel_password", [None])[0]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        _hosts(parts.netloc, parts.scheme),
+        sentinel_kwargs={"password": sentinel_password, "socket_timeout": 1.0},
+        socket_timeout=SOCKET_TIMEOUT,
+        socket_connect_timeout=2.0,
+    )
+    client: Redis = sentinel.master_for(
+        names[0],
+        redis_class=_SentinelRedis,
+        connection_pool_class=_BlockingSentinelPool,
+        db=int(names[1]) if len(names) == 2 else 0,
+        username=user,
+        password=password,
+        ssl=tls,
+        max_connections=pool.max_connections,
+        timeout=pool.timeout,
+        # redis-py's own retry (no backoff retries of ours): with retries, its connection
+        # kept dialling the dead primary's address for as long as they lasted (measured
+        # 19 s); without, a command fails fast until the sentinels name the promoted
+        # replica, then the next one reaches it (2.3 s after a SIGKILL here).
+        check_connection=True,
+    )
+    return client
+
+
+async def replicated(
+    redis: Redis, durability: Durability, calls: Sequence[Any], *, keys: Sequence[str]
+) -> list[Any]:
+    """Run ``calls`` (each ``f(pipe)``, queuing one command) in one pipeline, then, when
+    ``durability`` asks for replicas, ``WAIT`` on that same connection (WAIT counts the
+    replicas that have this connection's writes). Returns the calls' results; raises
+    :class:`NotReplicated` when fewer replicas confirmed in time. ``keys`` name what is
+    written (for the message)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for call in calls:
+            await call(pipe)
+        if durability.replicas:
+            pipe.execute_command("WAIT", durability.replicas, durability.timeout_ms)
+        results = list(await pipe.execute())
+    if durability.replicas:
+        confirmed = int(results.pop())
+        if confirmed < durability.replicas:
+            raise NotReplicated(
+                f"{', '.join(keys)}: {confirmed} of {durability.replicas} replicas confirmed "
+                f"in {durability.timeout_ms} ms"
+            )
+    return results
+
+
+__all__ = [
+    "CLUSTER_SCHEMES",
+    "FAILOVER_RETRIES",
+    "SCHEMES",
+    "SENTINEL_SCHEMES",
+    "Durability",
+    "NotReplicated",
+    "RedisPoolSettings",
+    "connect_redis",
+    "dedicated_client",
+    "durability_of",
+    "is_cluster_url",
+    "keys_for",
+    "replicated",
+]

@@ -26,7 +26,11 @@ so the relay answers the code of :mod:`apexmesh.apex.holding` instead of droppin
 Durability: :meth:`HeldStore.hold` returns once Redis has executed the script, so the
 relay answers ``ok`` only for data that no relay process holds in memory alone: the death
 of any relay process loses nothing. Surviving the death of Redis itself is Redis's
-persistence (AOF; ``appendfsync always`` for no loss at all) and replication.
+persistence (AOF; ``appendfsync always`` for no loss at all) and replication: with
+``APEXMESH_REDIS_WAIT_REPLICAS`` set (Sentinel deployments), :meth:`HeldStore.hold` and
+:meth:`HeldStore.hold_many` return only once ``WAIT`` saw that many replicas take the
+write, else raise :class:`~apexmesh.store.connection.NotReplicated` (docs/redis.md, "What
+an acknowledgement promises").
 
 Delivery is at-least-once: a drainer that dies after the recipient's ``ok`` and before
 :meth:`HeldStore.ack` leaves the entry held, and the next drainer delivers it again; an
@@ -38,14 +42,15 @@ Times are integer milliseconds of the caller's clock (epoch milliseconds on ever
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
 from apexmesh.apex.holding import QUOTA_CODE, HoldLimits
 from apexmesh.store.batching import Coalescer
+from apexmesh.store.connection import durability_of, replicated
 from apexmesh.store.keys import Keys
 
 # Common ARGV of the scripts below (key prefixes come from Keys, never spelled here):
@@ -412,18 +417,26 @@ class HeldStore:
         script: ``Refused(reason=ATTACHED)`` then says "deliver it instead". Every drain
         starts after its attach claimed that record, so data held this way is always
         seen by the next attach's drain: holding and attaching cannot race."""
-        result = await self._hold(
-            keys=self._reports_key,
-            args=self._hold_args(
-                endpoint,
-                domain,
-                payload,
-                now=now,
-                deadline=deadline,
-                limits=limits,
-                report_at=report_at,
-                attachment=self._keys.attachment(endpoint) if unless_attached else "",
-            ),
+        args = self._hold_args(
+            endpoint,
+            domain,
+            payload,
+            now=now,
+            deadline=deadline,
+            limits=limits,
+            report_at=report_at,
+            attachment=self._keys.attachment(endpoint) if unless_attached else "",
+        )
+        durability = durability_of(self._redis)
+        if not durability.replicas:
+            return _hold_result(await self._hold(keys=self._reports_key, args=args))
+        # With replicas, the answer waits for WAIT on the script's own connection: the
+        # relay's ok then means a replica has the data too (docs/redis.md).
+        (result,) = await replicated(
+            self._redis,
+            durability,
+            [lambda pipe: self._hold(keys=self._reports_key, args=args, client=pipe)],
+            keys=[self._keys.held_queue(endpoint)],
         )
         return _hold_result(result)
 
@@ -462,22 +475,45 @@ class HeldStore:
         its own; the results are in the order of ``requests``."""
         if not requests:
             return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for request in requests:
-                await self._hold(
-                    keys=self._reports_key,
-                    args=self._hold_args(
-                        request.endpoint,
-                        request.domain,
-                        request.payload,
-                        now=request.now,
-                        deadline=request.deadline,
-                        limits=limits,
-                        report_at=request.report_at,
-                    ),
-                    client=pipe,
+        if self._keys.cluster:
+            # A cluster client refuses scripts in a pipeline; one call after the other
+            # keeps the order (the ids of one endpoint are its arrival order).
+            return [
+                _hold_result(
+                    await self._hold(
+                        keys=self._reports_key,
+                        args=self._hold_args(
+                            r.endpoint,
+                            r.domain,
+                            r.payload,
+                            now=r.now,
+                            deadline=r.deadline,
+                            limits=limits,
+                            report_at=r.report_at,
+                        ),
+                    )
                 )
-            results = await pipe.execute()
+                for r in requests
+            ]
+
+        def call(request: HoldRequest) -> Callable[[Any], Awaitable[Any]]:
+            args = self._hold_args(
+                request.endpoint,
+                request.domain,
+                request.payload,
+                now=request.now,
+                deadline=request.deadline,
+                limits=limits,
+                report_at=request.report_at,
+            )
+            return lambda pipe: self._hold(keys=self._reports_key, args=args, client=pipe)
+
+        results = await replicated(
+            self._redis,
+            durability_of(self._redis),
+            [call(request) for request in requests],
+            keys=[self._keys.held_queue(requests[0].endpoint)],
+        )
         return [_hold_result(result) for result in results]
 
     async def read(self, endpoint: str, *, after: int = 0, limit: int = 100) -> list[HeldEntry]:

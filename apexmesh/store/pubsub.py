@@ -88,7 +88,8 @@ for _, member in ipairs(due) do
                     kind = 'expired', pod = ARGV[5], at_ms = ARGV[1], domain = d,
                     topic = t, subscriber = who, subscription_id = sid,
                     originator = rec.originator, trans_id = rec.trans_id,
-                    expires_ms = rec.expires_ms})
+                    expires_ms = rec.expires_ms, selector_class = rec.selector_class or '',
+                    selector = rec.selector or '', since_ms = rec.since_ms or ''})
                 redis.call('HSET', KEYS[2], id, entry)
                 redis.call('XADD', KEYS[3], '*', 'v', '2', 'type', 'subscription.ended',
                     'domain', d, 'topic', t, 'subscriber', who, 'subscription_id', sid,
@@ -136,6 +137,8 @@ class TopicView:
     content: tuple[Subscription, ...] = ()
     #: The topic's schemas as ``TopicSettings.to_json`` text ("" for the defaults).
     settings: str = ""
+    #: When the topic was created (ms since the epoch; 0 when unknown).
+    created_ms: int = 0
 
     @property
     def every_subscription(self) -> tuple[Subscription, ...]:
@@ -165,6 +168,16 @@ def _creator(record: object) -> Endpoint | None:
         return Endpoint.parse(str(json.loads(_text(record))["creator"]))
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _created_ms(record: object) -> int:
+    """When a topic's record says it was created (0 when absent or unreadable)."""
+    if record is None:
+        return 0
+    try:
+        return int(json.loads(_text(record))["created_ms"])
+    except (ValueError, KeyError, TypeError):
+        return 0
 
 
 class PubsubStore(JournalStore):
@@ -224,6 +237,7 @@ class PubsubStore(JournalStore):
             _creator(record),
             content=content,
             settings=topic_settings(record),
+            created_ms=_created_ms(record),
         )
 
     async def subject_subscriptions(

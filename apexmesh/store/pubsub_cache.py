@@ -61,6 +61,7 @@ from apexmesh.common.cache import BoundedCache
 from apexmesh.pubsub.changes import Subscription
 from apexmesh.pubsub.topic_index import TopicIndex
 from apexmesh.store.batching import Coalescer
+from apexmesh.store.connection import dedicated_client
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_records import subscription_from, topic_settings
 
@@ -194,6 +195,10 @@ def apply_event(state: TopicState, event: Mapping[str, str]) -> bool:
         state.settings = event.get("settings", "") if state.exists else ""
         state.index = None  # other schemas: built again on the next publication
         return True
+    if kind == "topic.modified":  # draft-wyman 6.2.2: new schemas, same subscriptions
+        state.settings = event.get("settings", "")
+        state.index = None
+        return True
     subscription_id = event.get("subscription_id", "")
     try:
         subscriber = Endpoint.parse(event.get("subscriber", ""))
@@ -316,7 +321,7 @@ class SubscriberCache:
     async def _follow(self) -> None:
         # A connection of its own, held: the follower never queues behind a burst of
         # commands for the pool (a late event would leave the cache stale meanwhile).
-        own = self._redis.client()
+        own = dedicated_client(self._redis)
         try:
             await self._read_log(own)
         finally:
@@ -518,12 +523,14 @@ class SubscriberCache:
 
     async def _locate_many(self, endpoints: Sequence[Endpoint]) -> list[str]:
         answer = await self._placement(
+            # Not read: it names the slot (relay's group) so a cluster runs it there.
+            keys=[self._keys.attachment(str(endpoints[0]))] if self._keys.cluster else [],
             args=[
                 self._attachment_prefix,
                 self._pod_prefix,
                 self._pod_suffix,
                 *(str(endpoint) for endpoint in endpoints),
-            ]
+            ],
         )
         return [_text(address) for address in answer]
 

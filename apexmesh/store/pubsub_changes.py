@@ -26,6 +26,7 @@ from apexmesh.pubsub.changes import (
     Subscribed,
     TopicCreated,
     TopicDeleted,
+    TopicModified,
     TupleAdded,
     TupleRemoved,
     Unsubscribed,
@@ -131,6 +132,28 @@ class ChangeWriter:
                 ["hset", keys.pubsub_topics(), topic_field(domain, change.topic), record],
                 self._event(
                     "topic.created",
+                    domain,
+                    change.topic,
+                    now_ms,
+                    originator=str(change.originator),
+                    settings=change.settings,
+                ),
+            ]
+        if isinstance(change, TopicModified):
+            # The record as created, with the new settings; its own event type, so the
+            # catalogue's rule "a topic created again starts with no subscription" does
+            # not end the topic's subscriptions.
+            record = json.dumps(
+                {
+                    "created_ms": str(change.created_ms),
+                    "creator": str(change.creator),
+                    "settings": change.settings,
+                }
+            )
+            return [
+                ["hset", keys.pubsub_topics(), topic_field(domain, change.topic), record],
+                self._event(
+                    "topic.modified",
                     domain,
                     change.topic,
                     now_ms,

@@ -31,6 +31,8 @@ def subscription_record(sub: Subscription) -> str:
         "trans_id": str(sub.trans_id),
         "expires_ms": str(sub.expires_ms),
     }
+    if sub.since_ms:
+        record["since_ms"] = str(sub.since_ms)
     if sub.subscription_id is not None:
         record.update(
             subscription_id=str(sub.subscription_id),
@@ -56,6 +58,7 @@ def subscription_from(topic: str, name: str, record: Mapping[str, object]) -> Su
         selector_class=str(record.get("selector_class", "") or ""),
         selector=str(record.get("selector", "") or ""),
         cached=bool(record.get("cached")),
+        since_ms=int(str(record.get("since_ms", "") or 0)),
     )
 
 

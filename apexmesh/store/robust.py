@@ -45,6 +45,7 @@ from redis.typing import EncodableT
 from apexmesh.pubsub.robust.permissions import PermissionTable
 from apexmesh.pubsub.robust.publish_types import Image
 from apexmesh.pubsub.robust.seq import Resolution
+from apexmesh.store.connection import Durability, durability_of, replicated
 from apexmesh.store.keys import Keys
 from apexmesh.store.robust_keys import RobustKeys
 from apexmesh.store.robust_reads import (
@@ -262,15 +263,31 @@ class Retention:
 
 
 async def _owned(
-    script: AsyncScript, keys: list[str], args: Sequence[EncodableT], topic: str
+    script: AsyncScript,
+    keys: list[str],
+    args: Sequence[EncodableT],
+    topic: str,
+    redis: Redis | None = None,
 ) -> Any:
-    """Run an owner-checked script; its NOTOWNER error is :class:`NotOwner`."""
+    """Run an owner-checked script; its NOTOWNER error is :class:`NotOwner`. With
+    ``redis`` (a publication's commit), the answer waits for the replicas the process's
+    client asks for (``WAIT``, :func:`~apexmesh.store.connection.replicated`): an
+    acknowledged robust publication is then on a replica too (docs/redis.md)."""
     try:
-        return await script(keys=keys, args=args)
+        durability = Durability() if redis is None else durability_of(redis)
+        if redis is None or not durability.replicas:
+            return await script(keys=keys, args=args)
+        results = await replicated(
+            redis,
+            durability,
+            [lambda pipe: script(keys=keys, args=args, client=pipe)],
+            keys=keys[1:2],
+        )
     except ResponseError as exc:
         if "NOTOWNER" in str(exc):
             raise NotOwner(topic) from None
         raise
+    return results[0]
 
 
 class RobustStore:
@@ -366,7 +383,7 @@ class RobustStore:
             k.upstream(domain, topic),
             *link_keys,
         ]
-        values = list(await _owned(self._commit, keys, args, topic))
+        values = list(await _owned(self._commit, keys, args, topic, self._redis))
         if int(values[0]) == -2:
             first, _, stream_id = _text(values[1]).partition(" ")
             return Committed(int(first), stream_id, (), repeated=True)

@@ -108,7 +108,12 @@ class RobustTopics:
         k = self.keys
         subscribers = await self._redis.hkeys(k.epochs(domain, topic))
         pipe = self._redis.pipeline(transaction=True)
-        pipe.srem(k.topics(domain), topic)
+        if k.keys.cluster:
+            # The domain's set is in another slot than the topic's keys: it goes first,
+            # on its own (a heartbeat that still finds the topic meanwhile finds no keys).
+            await self._redis.srem(k.topics(domain), topic)
+        else:
+            pipe.srem(k.topics(domain), topic)
         pipe.delete(
             k.stream(domain, topic),
             k.sources(domain, topic),

@@ -24,8 +24,7 @@ from apexmesh.ops.registry import service_registry
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.access_entries import AccessEntryStore
-from apexmesh.store.connection import connect_redis
-from apexmesh.store.keys import Keys
+from apexmesh.store.connection import connect_redis, keys_for
 from services.access.admin import access_routers
 from services.access.http import create_http_app
 from services.access.servicer import AccessMetrics, AccessOperations, AccessServicer
@@ -45,7 +44,7 @@ class AccessApp:
         self.settings = settings
         self.registry = service_registry("access")
         self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
-        self.keys = Keys(settings.redis_prefix)
+        self.keys = keys_for(settings.redis_url, settings.redis_prefix)
         self.tokens = TokenRegistry().with_tokens(settings.extra_tokens)
         self.store = AccessEntryStore(self.redis, self.keys)
         self.metrics = AccessMetrics.create(self.registry)

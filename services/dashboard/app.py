@@ -2,10 +2,13 @@
 
 The page (``/``) and its assets (``/static/...``, served by this app: no CDN, so the
 dashboard works on an air-gapped cluster) are behind a session cookie a browser gets
-once from ``/login?token=TOKEN``. ``/api/state`` is the current picture as JSON and
-``/api/events`` pushes it as server-sent events each time a poll round ends, so the page
-updates without reloading. ``/healthz``, ``/readyz`` and ``/metrics`` are open, like
-every service's.
+from the login page (``/login``: a form asking for the token, or ``/login?token=TOKEN``
+as the printed link does); ``/`` without it sends the browser to that page rather than
+answering a bare 401. ``/api/state`` is the current picture as JSON and ``/api/events``
+pushes it as server-sent events each time a poll round ends, so the page updates
+without reloading; the rest of ``/api`` (:mod:`services.dashboard.views`) is read when a
+page asks, and holds the operator's actions. ``/healthz``, ``/readyz`` and ``/metrics``
+are open, like every service's.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import json
 import logging
 import secrets
 from collections.abc import AsyncIterator
+from html import escape
 from pathlib import Path
 from typing import Annotated, Any, Final
+from urllib.parse import parse_qs
 
-from fastapi import Cookie, FastAPI, HTTPException, Query
-from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
+from fastapi import Cookie, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import Gauge
 
@@ -29,6 +34,7 @@ from apexmesh.ops.http import HttpServer, create_ops_app
 from apexmesh.ops.registry import service_registry
 from services.dashboard.collector import Collector
 from services.dashboard.settings import DashboardSettings
+from services.dashboard.views import views_router
 
 _log = logging.getLogger(__name__)
 
@@ -49,7 +55,7 @@ class DashboardApp:
     def __init__(self, settings: DashboardSettings) -> None:
         self.settings = settings
         self.registry = service_registry("dashboard")
-        self.collector = Collector(settings.context)
+        self.collector = Collector(settings.context, settings.poll_seconds)
         Gauge(
             "apexmesh_dashboard_targets",
             "Services the dashboard reads.",
@@ -68,28 +74,52 @@ class DashboardApp:
 
         app = create_ops_app("dashboard", self.registry, ready)
 
-        def check(cookie: str | None) -> None:
+        def valid(cookie: str | None) -> bool:
             if not settings.token:
-                return  # development run without a token
-            if cookie is None or not secrets.compare_digest(cookie, session):
-                raise HTTPException(401, "log in with /login?token=...")
+                return True  # development run without a token
+            return cookie is not None and secrets.compare_digest(cookie, session)
 
-        @app.get("/login", include_in_schema=False)
-        async def login(token: Annotated[str, Query()] = "") -> RedirectResponse:
+        def check(apexmesh_dashboard: Annotated[str | None, Cookie()] = None) -> None:
+            if not valid(apexmesh_dashboard):
+                raise HTTPException(401, "log in at /login")
+
+        def login_page(error: str = "", status: int = 200) -> HTMLResponse:
+            text = (STATIC / "login.html").read_text(encoding="utf-8")
+            text = text.replace("{{context}}", escape(settings.context.name))
+            text = text.replace("{{error}}", escape(error))
+            return HTMLResponse(text, status_code=status)
+
+        def logged_in(token: str) -> Response:
             if settings.token and not secrets.compare_digest(
                 token.encode(), settings.token.encode()
             ):
                 _log.warning("dashboard login refused", extra={"mechanism": "token"})
-                raise HTTPException(401, "wrong token")
+                return login_page("That token is not this dashboard's.", 401)
             response = RedirectResponse("/", status_code=303)
             response.set_cookie(COOKIE, session, httponly=True, samesite="strict")
+            return response
+
+        @app.get("/login", include_in_schema=False)
+        async def login(token: Annotated[str | None, Query()] = None) -> Response:
+            return login_page() if token is None else logged_in(token)
+
+        @app.post("/login", include_in_schema=False)
+        async def login_form(request: Request) -> Response:
+            form = parse_qs((await request.body()).decode("utf-8", "replace"))
+            return logged_in((form.get("token") or [""])[0].strip())
+
+        @app.post("/logout", include_in_schema=False)
+        async def logout() -> Response:
+            response = RedirectResponse("/login", status_code=303)
+            response.delete_cookie(COOKIE)
             return response
 
         @app.get("/", response_class=HTMLResponse, include_in_schema=False)
         async def page(
             apexmesh_dashboard: Annotated[str | None, Cookie()] = None,
-        ) -> HTMLResponse:
-            check(apexmesh_dashboard)
+        ) -> Response:
+            if not valid(apexmesh_dashboard):
+                return RedirectResponse("/login", status_code=303)
             return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))
 
         @app.get("/api/state", include_in_schema=False)
@@ -110,6 +140,7 @@ class DashboardApp:
                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
             )
 
+        app.include_router(views_router(self.collector, check))
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
         return app
 

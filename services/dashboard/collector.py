@@ -1,9 +1,15 @@
 """What the dashboard shows, read from the services every poll: one JSON-ready state.
 
 Each round reads every service's ``/readyz`` and ``/metrics`` and, through the admin
-API with the read token, the relays' ``/info`` and new traced hops, pubsub's topics and
-subscriptions, and held data. Rates are the difference of two rounds' counters divided
-by the time between them (the way Prometheus' ``rate()`` does it, over one interval).
+API with the read token, the relays' ``/info`` and new traced hops, held data, and per
+pubsub domain its counts (``/summary``) and the first page of its topics and
+subscriptions: what the page draws, never a whole listing, so that watching a mesh of
+100,000 topics costs a pubsub pod what 20 rows cost (issue #33). Other pages of a list,
+a pod's sessions, access and presence entries are read when a browser asks for them
+(:mod:`services.dashboard.views`). Rates are the difference of two rounds' counters
+divided by the time between them (the way Prometheus' ``rate()`` does it, over one
+interval); the last hour of them is kept in memory for the charts
+(:mod:`services.dashboard.history`).
 Links come from the relays' own settings (their service addresses and routes), so the
 topology drawn is the one configured, not a guess.
 """
@@ -16,10 +22,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from apexmesh.ops.adminclient import AdminClient, AdminError
 from apexmesh.ops.targets import Context, Target
+from services.dashboard.history import RateHistory
 
 #: Counters whose rate each node shows: (family, label filter, what the rate means).
 RATES: Final = {
@@ -34,6 +42,13 @@ RATES: Final = {
 }
 #: Traced hops kept for the trace view.
 MAX_HOPS: Final = 500
+#: Rows of the topics and subscriptions tables read each round (the first page).
+FIRST_PAGE: Final = 20
+#: Every how many rounds what seldom changes is read again: ``/info`` of services but
+#: the relays (whose sessions and drain state the page shows live). Each HTTP call
+#: costs a pod about a millisecond of CPU, so a round makes as few as it can: a
+#: pubsub pod answers ``/readyz``, ``/metrics`` and one ``/summary`` (issue #33).
+SLOW_ROUNDS: Final = 10
 
 
 def counter_sums(
@@ -67,20 +82,24 @@ class _Node:
 class Collector:
     """Polls a context's services and keeps the latest :meth:`state`."""
 
-    def __init__(self, context: Context) -> None:
+    def __init__(self, context: Context, poll_seconds: float = 1.0) -> None:
         self.context = context
         self.client = AdminClient(context, timeout=3.0)
+        self._probes = httpx.AsyncClient(timeout=3.0)
+        self.history = RateHistory(poll_seconds)
         self._nodes = {t.name: _Node(t) for t in context.services}
         self._hops: deque[dict[str, Any]] = deque(maxlen=MAX_HOPS)
         self._hop_cursor: dict[str, str] = {}
         self._topics: list[dict[str, Any]] = []
         self._subscriptions: list[dict[str, Any]] = []
+        self._summaries: list[dict[str, Any]] = []
         self._held: list[dict[str, Any]] = []
         self.version = 0
         self.changed = asyncio.Condition()
 
     async def aclose(self) -> None:
         await self.client.aclose()
+        await self._probes.aclose()
 
     async def poll(self) -> None:
         """One round; wakes the event streams."""
@@ -90,13 +109,29 @@ class Collector:
             self.version += 1
             self.changed.notify_all()
 
-    async def _read_node(self, node: _Node) -> None:
-        probe = await self.client.probe(node.target)
-        node.ready, node.reason = probe.ready, probe.reason
+    async def _probe(self, node: _Node) -> None:
+        """Readiness from ``/readyz`` alone (an answer says the process lives)."""
         try:
-            node.info = await self.client.get(node.target, "/info")
-        except AdminError as exc:
-            node.reason = node.reason or str(exc)
+            answer = await self._probes.get(f"{node.target.admin_url}/readyz")
+        except httpx.HTTPError as exc:
+            node.ready, node.reason = False, str(exc) or type(exc).__name__
+            return
+        node.ready = answer.status_code == 200
+        node.reason = ""
+        if not node.ready:
+            try:
+                node.reason = str(answer.json().get("reason", "")) or "not ready"
+            except ValueError:
+                node.reason = answer.text or "not ready"
+
+    async def _read_node(self, node: _Node) -> None:
+        await self._probe(node)
+        slow = self.version % SLOW_ROUNDS == 0 or not node.info
+        if slow or node.target.service == "relay":
+            try:
+                node.info = await self.client.get(node.target, "/info")
+            except AdminError as exc:
+                node.reason = node.reason or str(exc)
         text = await self.client.metrics(node.target)
         now = time.monotonic()
         wanted = RATES.get(node.target.service, ())
@@ -107,7 +142,12 @@ class Collector:
                 key: round(max(0.0, value - node.counters.get(key, 0.0)) / elapsed, 2)
                 for key, value in counters.items()
             }
+            self.history.add(node.target.name, time.time(), node.rates)
         node.counters, node.read_at = counters, now
+
+    def target(self, name: str) -> Target | None:
+        node = self._nodes.get(name)
+        return None if node is None else node.target
 
     async def _first(self, service: str) -> list[Target]:
         """One ready target per domain of ``service`` (any pod answers for its domain)."""
@@ -118,15 +158,21 @@ class Collector:
         return list(chosen.values())
 
     async def _read_pubsub(self) -> None:
+        """Per domain: its counts and the first page of topics and subscriptions."""
         topics: list[dict[str, Any]] = []
         subscriptions: list[dict[str, Any]] = []
+        summaries: list[dict[str, Any]] = []
         for target in await self._first("pubsub"):
             try:
-                topics += await self.client.get(target, "/topics")
-                subscriptions += await self.client.get(target, "/subscriptions")
+                summary = await self.client.get(target, "/summary", first=FIRST_PAGE)
             except AdminError:
                 continue
+            mine = target.domain
+            summaries += [d for d in summary["domains"] if d["domain"] == mine]
+            topics += [t for t in summary.get("topics", []) if t["domain"] == mine]
+            subscriptions += [t for t in summary.get("subscriptions", []) if t["domain"] == mine]
         self._topics, self._subscriptions = topics, subscriptions
+        self._summaries = summaries
 
     async def _read_held(self) -> None:
         held: list[dict[str, Any]] = []
@@ -203,6 +249,7 @@ class Collector:
                     "attachments": details.get("attachments"),
                     "draining": bool(details.get("draining", False)),
                     "uptime_seconds": node.info.get("uptime_seconds") if node.info else None,
+                    "details": details,
                 }
             )
         return {
@@ -212,6 +259,7 @@ class Collector:
             "domains": sorted({n.target.domain for n in self._nodes.values() if n.target.domain}),
             "nodes": nodes,
             "links": self._links(),
+            "pubsub": self._summaries,
             "topics": self._topics,
             "subscriptions": self._subscriptions,
             "held": self._held,

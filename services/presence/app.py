@@ -28,8 +28,7 @@ from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.rpc.server import create_server, graceful_stop
-from apexmesh.store.connection import connect_redis
-from apexmesh.store.keys import Keys
+from apexmesh.store.connection import connect_redis, keys_for
 from apexmesh.store.presence import PresenceStore
 from services.presence.admin import presence_routers
 from services.presence.http import create_http_app
@@ -55,7 +54,7 @@ class PresenceApp:
         self.settings = settings
         self.registry = service_registry("presence")
         self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
-        self.keys = Keys(settings.redis_prefix)
+        self.keys = keys_for(settings.redis_url, settings.redis_prefix)
         self.store = PresenceStore(self.redis, self.keys)
         self.metrics = PresenceMetrics.create(self.registry)
         self.relays = RelaySubmitter(settings.relay_addresses, timeout=settings.relay_timeout)

@@ -39,8 +39,7 @@ from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.relay import RelaySubmitter
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
-from apexmesh.store.connection import connect_redis
-from apexmesh.store.keys import Keys
+from apexmesh.store.connection import connect_redis, keys_for
 from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache
 from apexmesh.store.pubsub_leader import elector_for
@@ -77,7 +76,7 @@ class PubsubApp:
         self.settings = settings
         self.registry = service_registry("pubsub")
         self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
-        self.keys = Keys(settings.redis_prefix)
+        self.keys = keys_for(settings.redis_url, settings.redis_prefix)
         self.store = PubsubStore(self.redis, self.keys, settings.pod_id)
         self.metrics = PubsubMetrics.create(self.registry)
         self.subscribers = SubscriberCache(

@@ -116,9 +116,15 @@ class ContentSelection:
             matcher=index.matcher,
             subscriptions=index.subscriptions,
             now_ms=self._clock(),
+            topic=topic,
         )
         self._metrics.selector_match.observe(time.perf_counter() - started)
-        if plan.code == ApexReplyCode.SUCCESS and isinstance(read.message, ParsedMessage):
+        if (
+            plan.code == ApexReplyCode.SUCCESS
+            and plan.deliveries is not None
+            and (isinstance(read.message, ParsedMessage))
+            and plan.step != "5.2.1/expired"
+        ):
             await self._cache(domain, topic, read.message, body)
         return plan
 

@@ -4,7 +4,8 @@ commit with the journal of the reply (the same store script as every operation),
 then replay the cached messages a ``cached`` subscribe selected.
 
 - **subscribe**: the access check of 4.5 step 1 (``pubsub:subscribe`` on the topic; on
-  ``WKT=Subscriptions`` a subscriber may subscribe only for itself, 6.3.1), the topic
+  ``WKT=Subscriptions`` for another subscriber only with that one's own grant of
+  ``pubsub:subscribe``, 6.3.1 and 7.6), the topic
   and its schemas, the subject's subscriptions to the topic (a repeated selector renews
   its subscription under its id), a new id from Redis (unique per service and
   subscriber endpoint, 5.8) when it is a new one; 566/567 from the topic's selector
@@ -103,8 +104,13 @@ class ContentOperations:
         allowed = forwarded or await self._allowed(
             topic_endpoint(op.topic, domain), originator, SUBSCRIBE_TOKEN, op.trans_id
         )
-        if op.topic == SUBSCRIPTIONS and op.subscriber != originator:
-            allowed = False  # 6.3.1: only one's own subscriptions
+        if allowed and op.topic == SUBSCRIPTIONS and op.subscriber != originator:
+            # 7.6: a subscribe naming another subscriber overrides the default; 6.3.1
+            # "limit their access to other endpoints' subscription information": the
+            # subject must have granted the originator pubsub:subscribe in its own
+            # access entry (owner: the subject). The records still go to the subject
+            # (the subscriber is where data goes, draft-schwartz 4.5) and are its own.
+            allowed = await self._allowed(op.subscriber, originator, SUBSCRIBE_TOKEN, op.trans_id)
         store = self._store
         for _ in range(ATTEMPTS):
             view = await store.read_topic(domain, op.topic, core.concerned(op.topic, op.subscriber))
@@ -165,7 +171,10 @@ class ContentOperations:
                     op.topic,
                     sub.subscriber,
                     sub.subscription_id or 0,
-                    [published[id(entry.message)] for entry in replay],
+                    [
+                        (entry.message.envelope.trans_id, published[id(entry.message)])
+                        for entry in replay
+                    ],
                 )
             return outcome
         raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, f"topic {op.topic} is busy")

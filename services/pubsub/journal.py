@@ -36,6 +36,7 @@ from apexmesh.apex.endpoint import Endpoint, EndpointError
 from apexmesh.apex.errors import ApexError
 from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
 from apexmesh.pubsub import core
+from apexmesh.pubsub.changes import Subscription
 from apexmesh.pubsub.core import Send
 from apexmesh.pubsub.elements import (
     CANCEL_TOKEN,
@@ -94,6 +95,11 @@ def _chain_key(entry: JournalEntry) -> str:
     return fields.get("recipient") or fields.get("subscriber") or fields.get("chain") or entry.id
 
 
+#: ``lease_ended(domain, subscription, at_ms, key)``: publish the subscription's lease-end
+#: record on the Subscriptions topic; True once done.
+LeaseEnded = Callable[[str, Subscription, int, str], Awaitable[bool]]
+
+
 class JournalWorker:
     """Does journal entries (sends through the relays, presence tuples, access entries)
     within a window of ``concurrency`` and forgets each once done."""
@@ -122,6 +128,8 @@ class JournalWorker:
         self._tails: dict[str, asyncio.Future[None]] = {}
         self._running: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
+        #: Draft-wyman 6.3's record of a lease end (set by the service; None: none).
+        self.lease_ended: LeaseEnded | None = None
 
     def next_id(self) -> int:
         """A transID for the service's own operations (access entries)."""
@@ -260,9 +268,25 @@ class JournalWorker:
                 subscription_id=int(f["subscription_id"]),
             )
         self._metrics.expired.inc()
-        return await self._submit(
+        sent = await self._submit(
             entry, service_endpoint(f["domain"]), Endpoint.parse(f["originator"]), cancel.to_xml()
         )
+        if not sent or self.lease_ended is None:
+            return sent
+        # Draft-wyman 6.3: the Subscriptions topic hears of the lease end too (redone
+        # with the entry until published; the cancel's resend has the same submission id).
+        ended = Subscription(
+            topic=f["topic"],
+            subscriber=subscriber,
+            originator=Endpoint.parse(f["originator"]),
+            trans_id=int(f["trans_id"]),
+            expires_ms=int(f["expires_ms"]),
+            subscription_id=int(f["subscription_id"]) if f.get("subscription_id") else None,
+            selector_class=f.get("selector_class", ""),
+            selector=f.get("selector", ""),
+            since_ms=int(f.get("since_ms") or 0),
+        )
+        return await self.lease_ended(f["domain"], ended, int(f["at_ms"]), f"expired:{entry.id}")
 
     async def _tuple(self, domain: str, topic: str, *, add: bool) -> bool:
         """Sections 4.2/4.3 step 3.2: the topic's tuple in apex=pubsub's presence entry."""

@@ -24,6 +24,8 @@ relay took is counted (``apexmesh_pubsub_fanout_failures``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import hashlib
 import logging
 import uuid
@@ -40,7 +42,8 @@ from apexmesh.apex.errors import ApexError
 from apexmesh.apex.memo import ParseMemo
 from apexmesh.apex.options import Option
 from apexmesh.pubsub import core
-from apexmesh.pubsub.elements import topic_endpoint
+from apexmesh.pubsub.content_core import ContentPublishPlan
+from apexmesh.pubsub.elements import service_endpoint, topic_endpoint, topic_of
 from apexmesh.pubsub.fanout import FanoutChunk, plan_fanout
 from apexmesh.pubsub.inre import inre_option
 from apexmesh.pubsub.wire import delivered_content, element_payload, forward_payload
@@ -55,9 +58,16 @@ _log = logging.getLogger(__name__)
 DataCheck = Callable[[Endpoint, Endpoint], Awaitable[bool]]
 
 
+#: Content-based selection of one publication as delivered (data, body octets, parts):
+#: the plan (561, the deliveries with their subscription ids), or None when the topic
+#: needs none. The robust path asks it once it knows the body is a publication.
+Select = Callable[[Data, bytes, Sequence[MimePart]], Awaitable[ContentPublishPlan | None]]
+
+
 class RobustHook(Protocol):
     """A publication to a robust topic (:meth:`services.pubsub.robust_service.
-    RobustService.publication`): its (code, text), or None for a topic that is not."""
+    RobustService.publication`): its (code, text), or None for a topic that is not.
+    ``select``: draft-wyman's selection of the topic (selectors, schemas, the cache)."""
 
     async def __call__(
         self,
@@ -70,7 +80,13 @@ class RobustHook(Protocol):
         state: TopicState,
         allowed: bool,
         forwarded: bool,
+        select: Select | None = None,
     ) -> tuple[int, str] | None: ...
+
+
+#: ``refused(domain, publisher, trans_id, code, text)``: a reply element sent to the
+#: publisher from ``apex=pubsub@domain`` (draft-wyman 5.9.1's 561, through the journal).
+RefusalReply = Callable[[str, Endpoint, int, int, str], Awaitable[None]]
 
 
 #: Why a chunk was not taken, by the submitter's outcome source.
@@ -93,16 +109,30 @@ def delivery_key(delivery_id: str, payload: bytes) -> str:
     return f"{delivery_id}:{hashlib.blake2b(payload, digest_size=16).hexdigest()}"
 
 
-#: transID of the InRe options the service writes (an option needs one; data has none
-#: to echo, and a fixed one keeps successive publications' recipients alike).
-INRE_TRANS_ID = 1
+#: Largest transID (RFC 3340's uniqID, 1..2,147,483,647).
+_MAX_TRANS_ID = 2_147_483_647
 
 
-def inre(deliveries: Mapping[Endpoint, tuple[int, ...]]) -> dict[Endpoint, tuple[Option, ...]]:
-    """The InRe option of each recipient with subscription ids (5.10.1)."""
-    return {
-        endpoint: (inre_option(ids, INRE_TRANS_ID),) for endpoint, ids in deliveries.items() if ids
-    }
+class TransIds:
+    """transIDs for InRe options of publications sent without an envelope (no transID
+    of their own to carry): one per publication, counting up from a random start so
+    that pods (and restarts) do not hand out the same run."""
+
+    def __init__(self) -> None:
+        self._next = 1 + int.from_bytes(uuid.uuid4().bytes[:4], "big") % _MAX_TRANS_ID
+
+    def __call__(self) -> int:
+        value = self._next
+        self._next = 1 if value >= _MAX_TRANS_ID else value + 1
+        return value
+
+
+def inre(
+    deliveries: Mapping[Endpoint, tuple[int, ...]], trans_id: int
+) -> dict[Endpoint, tuple[Option, ...]]:
+    """The InRe option of each recipient with subscription ids (5.10.1), carrying
+    ``trans_id``: the message's own (5.10.1.1's example: the envelope's 105)."""
+    return {endpoint: (inre_option(ids, trans_id),) for endpoint, ids in deliveries.items() if ids}
 
 
 class Publisher:
@@ -134,6 +164,10 @@ class Publisher:
         self._memo = ParseMemo()
         #: Robust topics (docs/robust.md), set by the service once built.
         self.robust: RobustHook | None = None
+        #: InRe transIDs of publications without an envelope.
+        self.trans_ids = TransIds()
+        #: Where 5.9.1's reply goes (set by the service; None: the code alone).
+        self.refused: RefusalReply | None = None
 
     async def publish(
         self,
@@ -157,7 +191,14 @@ class Publisher:
             raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
         owner = topic_endpoint(topic, domain)
         allowed = state.exists and (trusted or await self._allowed(owner, originator))
+        selection = self._selection
         if self.robust is not None:  # None back for a topic that is not robust
+            select: Select | None = None
+            if selection is not None and allowed:
+                select = functools.partial(
+                    self._robust_selection, selection, domain, topic, originator, state
+                )
+
             served = await self.robust(
                 domain,
                 topic,
@@ -167,10 +208,10 @@ class Publisher:
                 state=state,
                 allowed=allowed,
                 forwarded=forwarded,
+                select=select,
             )
             if served is not None:
                 return served
-        selection = self._selection
         delivered = None
         if selection is not None and allowed:
             delivered = delivered_content(payload, self._memo)
@@ -215,8 +256,11 @@ class Publisher:
             raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
         if selected.code != ApexReplyCode.SUCCESS:
             self._metrics.publications.labels(str(selected.code)).inc()
+            if selected.code == ApexReplyCode.INVALID_MESSAGE:
+                await self.refuse(domain, originator, selected.trans_id, selected.text)
             return selected.code, selected.text
         deliveries = selected.deliveries or {}
+        trans_id = selected.trans_id if selected.trans_id is not None else self.trans_ids()
         return await self.fan_out(
             domain,
             topic,
@@ -224,8 +268,56 @@ class Publisher:
             parts,
             tuple(deliveries),
             delivery_key(delivery_id, payload),
-            inre(deliveries),
+            inre(deliveries, trans_id),
         )
+
+    async def _robust_selection(
+        self,
+        selection: ContentSelection,
+        domain: str,
+        topic: str,
+        originator: Endpoint,
+        state: TopicState,
+        data: Data,
+        body: bytes,
+        parts: Sequence[MimePart],
+    ) -> ContentPublishPlan | None:
+        """A robust topic's publication through the same selection as any (docs/robust.md
+        "Robust and content-based"): 561 answered as for any topic, the deliveries with
+        their ids for the sequencer to number, the envelope cached."""
+        if not selection.applies(state, body):
+            return None
+        try:
+            plan = await selection.select(domain, topic, originator, state, data, body, parts)
+        except (RedisError, OSError) as exc:
+            _log.warning("publication to %s@%s: store unavailable: %s", topic, domain, exc)
+            raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
+        if plan.code == ApexReplyCode.INVALID_MESSAGE:
+            await self.refuse(domain, originator, plan.trans_id, plan.text)
+        if plan.code != ApexReplyCode.SUCCESS:
+            self._metrics.publications.labels(str(plan.code)).inc()
+        elif plan.trans_id is None:
+            plan = dataclasses.replace(plan, trans_id=self.trans_ids())
+        return plan
+
+    async def refuse(
+        self, domain: str, originator: Endpoint, trans_id: int | None, text: str
+    ) -> None:
+        """Draft-wyman 5.9.1: a message that does not conform "a "reply" element having
+        code 561 will be sent to the originator", echoing the envelope's transID;
+        besides the code answered to the delivering relay (a statusResponse when the
+        publisher asked for one). A body sent without the envelope (5.2 requires one)
+        has no transID to echo and gets the code alone (a reply's transID is
+        #REQUIRED). Never to a topic endpoint (a redistributing server: data to it is
+        a publication) nor to the service."""
+        if self.refused is None or trans_id is None or topic_of(originator) is not None:
+            return
+        if originator == service_endpoint(domain):
+            return
+        try:
+            await self.refused(domain, originator, trans_id, ApexReplyCode.INVALID_MESSAGE, text)
+        except (RedisError, OSError) as exc:  # the code still reaches the relay
+            _log.warning("561 reply to %s not journalled: %s", originator, exc)
 
     async def fan_out(
         self,
@@ -290,13 +382,13 @@ class Publisher:
         topic: str,
         subscriber: Endpoint,
         subscription_id: int,
-        envelopes: Sequence[bytes],
+        envelopes: Sequence[tuple[int, bytes]],
     ) -> None:
-        """Draft-wyman 5.8 ``cached``: the cached messages a new subscription selected,
-        each forwarded to its subscriber through the fan-out like a publication, with
-        the subscription's InRe."""
+        """Draft-wyman 5.8 ``cached``: the cached messages a new subscription selected
+        (each with its envelope's transID), each forwarded to its subscriber through the
+        fan-out like a publication, with the subscription's InRe."""
         owner = topic_endpoint(topic, domain)
-        for envelope in envelopes:
+        for trans_id, envelope in envelopes:
             data, _body, parts = delivered_content(element_payload(owner, subscriber, envelope))
             key = f"replay:{subscriber}:{subscription_id}:{delivery_key('', envelope)}"
             code, text = await self.fan_out(
@@ -306,7 +398,7 @@ class Publisher:
                 parts,
                 (subscriber,),
                 key,
-                inre({subscriber: (subscription_id,)}),
+                inre({subscriber: (subscription_id,)}, trans_id),
             )
             if code != ApexReplyCode.SUCCESS:
                 _log.warning("replay to %s of %s: %d %s", subscriber, topic, code, text)
@@ -344,4 +436,12 @@ class Publisher:
         return outcome.code
 
 
-__all__ = ["DataCheck", "Publisher", "RobustHook"]
+__all__ = [
+    "DataCheck",
+    "Publisher",
+    "RefusalReply",
+    "RobustHook",
+    "Select",
+    "TransIds",
+    "inre",
+]

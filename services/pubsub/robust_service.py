@@ -37,7 +37,7 @@ from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache, TopicState
 from apexmesh.store.robust import RobustStore
 from apexmesh.store.robust_topics import RobustTopics, holder_value
-from services.pubsub.publishing import Publisher
+from services.pubsub.publishing import Publisher, Select
 from services.pubsub.robust_ops import AnswerSender, RobustOperations, Served
 from services.pubsub.robust_owner import OwnedTopic, Sequencers
 from services.pubsub.robust_serving import (
@@ -140,8 +140,10 @@ class RobustService:
         state: TopicState,
         allowed: bool,
         forwarded: bool,
+        select: Select | None = None,
     ) -> tuple[int, str] | None:
-        """A publication to ``topic`` served, or None when the topic is not robust."""
+        """A publication to ``topic`` served, or None when the topic is not robust
+        (``select``: the topic's content-based selection)."""
         settings = self.settings_of(state)
         if settings is None:
             return None
@@ -156,6 +158,7 @@ class RobustService:
             delivered=delivered_content(payload, self._memo),
             allowed=allowed,
             forwarded=forwarded,
+            select=select,
         )
 
     async def operation(self, domain: str, originator: Endpoint, request: Request) -> Served:

@@ -43,7 +43,9 @@ from apexmesh.apex.errors import ApexError
 from apexmesh.apex.options import Option
 from apexmesh.common.cache import BoundedCache
 from apexmesh.pubsub import core
+from apexmesh.pubsub.content_core import ContentPublishPlan
 from apexmesh.pubsub.elements import service_endpoint, topic_endpoint
+from apexmesh.pubsub.inre import inre_option
 from apexmesh.pubsub.robust._wire import OPTION_NAME
 from apexmesh.pubsub.robust.contribution import CONTRIBUTE_TOKEN
 from apexmesh.pubsub.robust.elements import (
@@ -63,7 +65,7 @@ from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache, TopicState
 from apexmesh.store.pubsub_journal import JournalEntry, JournalKind
 from apexmesh.store.robust import NotOwner
-from services.pubsub.publishing import Publisher, delivery_key
+from services.pubsub.publishing import Publisher, Select, delivery_key
 from services.pubsub.robust_content import (
     RobustSettingsReader,
     content_type_of,
@@ -157,8 +159,13 @@ class RobustSequencing:
         delivered: tuple[Data, bytes, tuple[MimePart, ...]],
         allowed: bool,
         forwarded: bool,
+        select: Select | None = None,
     ) -> tuple[int, str]:
-        """(code, text) for the delivering relay; raises ApexError with its code."""
+        """(code, text) for the delivering relay; raises ApexError with its code.
+        ``select``: the topic's content-based selection (draft-wyman 5.9, 5.10), done
+        on the owner pod before sequencing: a refusal (561) is answered and nothing
+        sequenced; a message already expired is answered 250 and not sequenced; else
+        only the selected subscribers' links number it, each with its InRe."""
         data, body, _parts = delivered
         if is_permissions(body):
             return await self._permissions(
@@ -176,6 +183,7 @@ class RobustSequencing:
         if header.source is not None and header.source != originator:
             source, contributor = header.source, originator
         key = delivery_key(delivery_id, payload)
+        chosen: ContentPublishPlan | None = None
         for _ in range(2):
             found = await self.sequencers.owned_or_forwarded(
                 domain, topic, settings, originator, payload, delivery_id, forwarded
@@ -184,6 +192,14 @@ class RobustSequencing:
                 return found
             if contributor is not None:  # checked by the owner alone: one bucket each
                 await self._contribution(topic, source, contributor, settings)
+            if select is not None and chosen is None:
+                data, body, parts = delivered
+                chosen = await select(data, body, parts)
+                select = None
+                if chosen is not None and chosen.code != ApexReplyCode.SUCCESS:
+                    return chosen.code, chosen.text
+                if chosen is not None and chosen.step == "5.2.1/expired":
+                    return ApexReplyCode.SUCCESS, chosen.text
             try:
                 outcome, source_seq = await self._sequence(
                     found,
@@ -195,6 +211,7 @@ class RobustSequencing:
                     delivered,
                     key if delivery_id else "",
                     key,
+                    chosen=chosen,
                 )
             except NotOwner:
                 self.sequencers.lost(domain, topic)
@@ -296,9 +313,13 @@ class RobustSequencing:
         key: str,
         *,
         upstream: str = "",
+        chosen: ContentPublishPlan | None = None,
     ) -> tuple[Sequenced, int]:
         """Commit (under the topic's lock), then fan out after the previous fan-out.
-        ``delivery``: the relay's delivery key ("" when it gave no delivery id)."""
+        ``delivery``: the relay's delivery key ("" when it gave no delivery id).
+        ``chosen``: the content-based selection's deliveries (None: every subscriber):
+        a subscriber it did not select is not numbered for this publication, exactly
+        as one the permission table does not let see it, so its link has no gap."""
         data, body, parts = delivered
         earlier = self._done.get(key)
         if earlier is not None:
@@ -323,7 +344,11 @@ class RobustSequencing:
                 # Under the lock: a permission change commits under it too, so each
                 # publication uses the table of its position in the stream.
                 table = owned.table
-                subscribers = [(r, table.allows(r, header.permtoken)) for r in plan.recipients]
+                selected = None if chosen is None else (chosen.deliveries or {})
+                subscribers = [
+                    (r, table.allows(r, header.permtoken) and (selected is None or r in selected))
+                    for r in plan.recipients
+                ]
                 image, drop = await self._image(owned, source, header, body)
                 committed = await self.sequencers.store.commit_publication(
                     domain,
@@ -378,8 +403,13 @@ class RobustSequencing:
                 ),
                 OPTION_TRANS_ID,
             )
+            ids = {} if chosen is None else (chosen.deliveries or {})
+            trans_id = OPTION_TRANS_ID if chosen is None else (chosen.trans_id or OPTION_TRANS_ID)
             for recipient, link in numbered:
-                options[recipient] = (links.for_link(link.seq, link.epoch),)
+                own = ids.get(recipient)
+                options[recipient] = (links.for_link(link.seq, link.epoch),) + (
+                    (inre_option(own, trans_id),) if own else ()
+                )
                 self.schedule.touch((domain, topic, str(recipient)), now, interval)
         await self._fan_out(owned, data, parts, tuple(options), key, options)
         return Sequenced.COMMITTED, committed.source_seq

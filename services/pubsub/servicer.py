@@ -67,6 +67,7 @@ from apexmesh.pubsub.subscription_elements import (
     is_content_form,
 )
 from apexmesh.pubsub.topic_index import SelectorCompiler
+from apexmesh.pubsub.topic_updates import is_modification, modify_topic
 from apexmesh.pubsub.wire import (
     delivered_content,
 )
@@ -200,6 +201,7 @@ class PubsubService:
             timeout=timeout,
             announce=self.well_known.perform,
         )
+        self.journal.lease_ended = self.well_known.lease_ended
         self.redistribution = Redistribution(
             store=store,
             journal=self.journal,
@@ -229,6 +231,9 @@ class PubsubService:
             timeout=timeout,
         )
         self.publisher.robust = self.robust.publication
+        self.publisher.refused = lambda d, to, trans_id, code, text: self._send(
+            d, to, Reply(code=code, trans_id=trans_id, text=text[:200]).to_xml(), code
+        )
         self._last_scan = 0
         #: Domains this pod currently leads.
         self.leading: set[str] = set()
@@ -340,16 +345,28 @@ class PubsubService:
                     outcome = refused(originator, op.trans_id, int(exc.code), str(exc)[:200])
                     await self._decided(domain, outcome, None, None)
                     return outcome
+
+            def create_or_modify(v: TopicView) -> Outcome:
+                # 6.2.2: the creator's createtopic of its existing topic modifies it.
+                if v.creator is not None and is_modification(
+                    op, originator, exists=v.exists, creator=v.creator
+                ):
+                    return modify_topic(
+                        op,
+                        originator,
+                        allowed=allowed,
+                        creator=v.creator,
+                        created_ms=v.created_ms,
+                        current=v.settings,
+                    )
+                return core.create_topic(
+                    op, originator, allowed=allowed, exists=v.exists, schemas_supported=True
+                )
+
             return await self._run(
                 domain,
                 op.topic,
-                self.well_known.announcing(
-                    domain,
-                    op,
-                    lambda v: core.create_topic(
-                        op, originator, allowed=allowed, exists=v.exists, schemas_supported=True
-                    ),
-                ),
+                self.well_known.announcing(domain, op, create_or_modify),
                 subscription=False,
                 subscribers=(),
             )
@@ -378,7 +395,29 @@ class PubsubService:
             return await self._run(
                 domain,
                 op.topic,
-                lambda v: core.subscribe(
+                lambda v: self.well_known.subscriptions_announced(
+                    domain,
+                    core.subscribe(
+                        op,
+                        originator,
+                        domain=domain,
+                        allowed=allowed,
+                        exists=v.exists,
+                        subscriptions=v.subscriptions,
+                        now_ms=self._clock(),
+                        grant_data=grant,
+                    ),
+                    op.duration,
+                ),
+                subscribers=core.concerned(op.topic, op.subscriber),
+            )
+        allowed = await self._allowed(owner, originator, CANCEL_TOKEN, op.trans_id)
+        return await self._run(
+            domain,
+            op.topic,
+            lambda v: self.well_known.subscriptions_announced(
+                domain,
+                core.cancel(
                     op,
                     originator,
                     domain=domain,
@@ -388,21 +427,8 @@ class PubsubService:
                     now_ms=self._clock(),
                     grant_data=grant,
                 ),
-                subscribers=core.concerned(op.topic, op.subscriber),
-            )
-        allowed = await self._allowed(owner, originator, CANCEL_TOKEN, op.trans_id)
-        return await self._run(
-            domain,
-            op.topic,
-            lambda v: core.cancel(
-                op,
-                originator,
-                domain=domain,
-                allowed=allowed,
-                exists=v.exists,
-                subscriptions=v.subscriptions,
-                now_ms=self._clock(),
-                grant_data=grant,
+                0,
+                v.subscriptions,
             ),
             subscribers=core.concerned(op.topic, op.subject(originator)),
         )

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from apexmesh.apex import _dtd
@@ -38,7 +38,14 @@ from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.pubsub._fields import pubsub_tag
-from apexmesh.pubsub.changes import Announced, Outcome, Subscription, TopicCreated
+from apexmesh.pubsub.changes import (
+    Announced,
+    Outcome,
+    Subscribed,
+    Subscription,
+    TopicCreated,
+    Unsubscribed,
+)
 from apexmesh.pubsub.elements import CreateTopic, DeleteTopic, service_endpoint, topic_endpoint
 from apexmesh.pubsub.message import MAX_REVISION, Expiry, MessageContent, message_from
 from apexmesh.pubsub.topic_description import TopicDescription, description_from
@@ -176,24 +183,36 @@ class WellKnownTopics:
         )
 
     def subscription_announcement(
-        self, domain: str, sub: Subscription, *, status: str, duration: int
+        self,
+        domain: str,
+        sub: Subscription,
+        *,
+        status: str,
+        duration: int,
+        now_ms: int | None = None,
     ) -> Announced | None:
-        """6.3: a content-based subscription's record (``ACTIVE`` when made or renewed,
-        cached until its lease ends; ``CANCELLED`` when it was cancelled, then no longer
-        cached), to commit with that change; None for a plain subscription or one to a
-        well-known topic."""
-        if sub.subscription_id is None or sub.topic in (TOPICS, SUBSCRIPTIONS):
+        """6.3: a subscription's record (``ACTIVE`` when made or renewed, cached until
+        its lease ends; ``CANCELLED`` when it was cancelled, ``EXPIRED`` when its lease
+        ended, then no longer cached), to commit with that change; None for one to a
+        well-known topic. A plain (draft-schwartz) subscription has no id: its record
+        says ``subscription-id`` 0 (8.4 requires the element; the service never hands
+        out 0) and an empty selector. ``subscription-date`` is when the subscription
+        was first made (kept on renewal, "the origination date")."""
+        if sub.topic in (TOPICS, SUBSCRIPTIONS):
             return None
-        now = self._clock()
+        now = self._clock() if now_ms is None else now_ms
         service = service_endpoint(domain)
-        message_id = message_id_of(domain, str(sub.subscriber), str(sub.subscription_id))
+        if sub.subscription_id is None:
+            message_id = message_id_of(domain, str(sub.subscriber), sub.topic, "plain")
+        else:
+            message_id = message_id_of(domain, str(sub.subscriber), str(sub.subscription_id))
         record = SubscriptionRecord(
             subscriber=sub.subscriber,
-            subscription_id=sub.subscription_id,
+            subscription_id=sub.subscription_id or 0,
             topic=sub.topic,
             selector_class=sub.selector_class,
             selector=sub.selector,
-            subscription_date=_when(now),
+            subscription_date=_when(sub.since_ms or now),
             duration=duration,
             current_status=status,
         )
@@ -203,7 +222,7 @@ class WellKnownTopics:
         # one is distributed once ('0') and its record retired.
         active = status == "ACTIVE"
         message = MessageContent(
-            trans_id=1,
+            trans_id=max(1, sub.trans_id),
             topic=SUBSCRIPTIONS,
             publisher=str(service),
             publication_date=_when(now),
@@ -213,13 +232,60 @@ class WellKnownTopics:
             revision_id=(now // 1000) % (MAX_REVISION + 1),
             body=record.to_xml(),
         )
+        name = "plain" if sub.subscription_id is None else str(sub.subscription_id)
         return Announced(
             topic=SUBSCRIPTIONS,
             content=message.to_xml(),
-            key=f"wkt:{domain}:{sub.subscriber}:{sub.subscription_id}:{status}:{now}",
+            key=f"wkt:{domain}:{sub.subscriber}:{sub.topic}:{name}:{status}:{now}",
             chain=f"wkt:{domain}:{SUBSCRIPTIONS}:{message_id}",
             retire=None if active else message_id,
         )
+
+    def subscriptions_announced(
+        self,
+        domain: str,
+        outcome: Outcome,
+        duration: int,
+        before: Mapping[Endpoint, Subscription] | None = None,
+    ) -> Outcome:
+        """``outcome`` (a plain subscribe or cancel, draft-schwartz 4.5/4.6) with the 6.3
+        record of each subscription it makes, renews or cancels among its changes
+        (``before``: the plain subscriptions the decision read, for a cancelled one's
+        date)."""
+        extra: list[Announced] = []
+        for change in outcome.changes:
+            found = None
+            if isinstance(change, Subscribed):
+                found = self.subscription_announcement(
+                    domain, change.subscription, status="ACTIVE", duration=duration
+                )
+            elif isinstance(change, Unsubscribed) and change.reason == "cancel":
+                gone = (before or {}).get(change.subscriber) or Subscription(
+                    topic=change.topic,
+                    subscriber=change.subscriber,
+                    originator=change.originator,
+                    trans_id=1,
+                    expires_ms=0,
+                    subscription_id=change.subscription_id,
+                )
+                found = self.subscription_announcement(domain, gone, status="CANCELLED", duration=0)
+            if found is not None:
+                extra.append(found)
+        if not extra:
+            return outcome
+        return dataclasses.replace(outcome, changes=(*outcome.changes, *extra))
+
+    async def lease_ended(self, domain: str, sub: Subscription, at_ms: int, key: str) -> bool:
+        """6.3 when a lease ends (draft-schwartz 4.5 step 5.2): the subscription's
+        ``EXPIRED`` record, distributed once, its cached record retired. Done from the
+        lease end's journal entry (``key`` its id, ``at_ms`` its time: a redone entry
+        publishes the same octets under the same fan-out ids). True once done."""
+        found = self.subscription_announcement(
+            domain, sub, status="EXPIRED", duration=0, now_ms=at_ms
+        )
+        if found is None:
+            return True
+        return await self.perform(domain, found.topic, found.content, key, found.retire)
 
     async def perform(
         self, domain: str, topic: str, content: bytes, key: str, retire: int | None

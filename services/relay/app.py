@@ -39,10 +39,9 @@ from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.attachments import AttachmentRegistry
-from apexmesh.store.connection import connect_redis
+from apexmesh.store.connection import connect_redis, keys_for
 from apexmesh.store.held import HeldStore
 from apexmesh.store.hops import HopLog
-from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub_cache import SubscriberCache
 from services.relay.admin import RelayView, relay_routers
 from services.relay.edge import APEX_PROFILE, Mode, serve_link, start_handler
@@ -103,7 +102,7 @@ class RelayApp:
             sasl=self.sasl,
         )
         self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
-        self.keys = Keys(settings.redis_prefix)
+        self.keys = keys_for(settings.redis_url, settings.redis_prefix)
         self._access_channel = observed_channel(settings.access_address)
         self.access = AccessClient(self._access_channel)
         self.checker = CachedAccessChecker(self.access, self.redis, self.keys)

@@ -377,7 +377,11 @@ _MAX_MILLISECS = 2_147_483_647
 
 
 def _reload_seconds(env: Mapping[str, str]) -> float:
-    seconds = env_float(env, "APEXMESH_RELAY_RELOAD_SECONDS", 10.0)
+    text = env.get("APEXMESH_RELAY_RELOAD_SECONDS", "").strip()
+    try:
+        seconds = float(text) if text else 10.0
+    except ValueError:
+        raise SettingsError(f"APEXMESH_RELAY_RELOAD_SECONDS={text!r} is not a number") from None
     if seconds != 0 and not 0.1 <= seconds <= 3600:
         raise SettingsError("APEXMESH_RELAY_RELOAD_SECONDS must be 0 or 0.1 .. 3600")
     return seconds

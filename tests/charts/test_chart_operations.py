@@ -318,3 +318,28 @@ def test_the_drain_can_be_switched_off(rendered: Render) -> None:
     assert "lifecycle" not in container(docs, "apex-mesh-relay")
     for name in ("access", "pubsub", "report", "presence", "dashboard"):
         assert "lifecycle" not in container(docs, f"apex-mesh-{name}"), name
+
+
+def test_the_operator_role_may_patch_the_sasl_secret_only(rendered: Render) -> None:
+    """apexctl credentials patch the relays' SASL Secret (the chart's, or the one named
+    by relay.sasl.existingSecret); no other Secret may be changed."""
+    for values, secret in (
+        (None, "apex-mesh-relay-sasl"),
+        (
+            {"relay": {"sasl": {"existingSecret": "my-endpoints"}}, "tests": {"enabled": False}},
+            "my-endpoints",
+        ),
+    ):
+        roles = [
+            r for r in of_kind(rendered(values), "Role") if "operator" in r["metadata"]["name"]
+        ]
+        assert len(roles) == 1
+        patching = [rule for rule in roles[0]["rules"] if "patch" in rule["verbs"]]
+        assert patching == [
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "resourceNames": [secret],
+                "verbs": ["get", "patch"],
+            }
+        ]

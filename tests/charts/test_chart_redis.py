@@ -23,10 +23,20 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+import helm_python as helm
 import pytest
 import redis as redis_py
 
-from tests.charts.conftest import CHART, CI_VALUES, Doc, containers, named, render, values_of
+from tests.charts.conftest import (
+    CHART,
+    CI_VALUES,
+    Doc,
+    containers,
+    named,
+    of_kind,
+    render,
+    values_of,
+)
 from tests.charts.kube_api import ChartAPI, against_both_helms, kubeconfig
 from tests.support.redis_server import redis_binary
 from tools import helm as tool
@@ -191,3 +201,59 @@ def test_values_and_docs_say_the_size_is_fixed_once_installed() -> None:
     operations = (CHART.parents[1] / "docs" / "operations.md").read_text(encoding="utf-8")
     assert "redis.persistence.size" in operations
     assert "--cascade=orphan" in operations
+
+
+def _client_env(docs: list[Doc]) -> dict[str, dict[str, Any]]:
+    """The Redis environment of every Redis client of the release, one mapping each."""
+    seen: dict[str, dict[str, Any]] = {}
+    for workload, container in containers(docs):
+        env = {e["name"]: e for e in container.get("env", [])}
+        if "APEXMESH_REDIS_URL" in env:
+            seen[f"{workload['metadata']['name']}/{container['name']}"] = env
+    assert seen
+    return seen
+
+
+@pytest.mark.unit
+def test_an_external_sentinel_or_cluster_is_reached_by_its_url_form() -> None:
+    """docs/redis.md: externalRedis.architecture picks the URL every client is given:
+    redis+sentinel:// (the sentinels, the primary's name) or redis+cluster:// (some
+    nodes); waitReplicas makes acknowledgements wait for replicas (sentinel)."""
+    base = {"redis": {"enabled": False}}
+    sentinel = render(
+        {
+            **base,
+            "externalRedis": {
+                "architecture": "sentinel",
+                "hosts": ["s-0.s:26379", "s-1.s:26379", "s-2.s:26379"],
+                "sentinelPrimary": "apexmesh",
+                "existingSecret": "pw",
+                "waitReplicas": 1,
+            },
+        }
+    )
+    for where, env in _client_env(sentinel).items():
+        assert env["APEXMESH_REDIS_URL"]["value"] == (
+            "rediss+sentinel://:$(APEXMESH_REDIS_PASSWORD)@s-0.s:26379,s-1.s:26379,s-2.s:26379"
+            "/apexmesh/0"
+        ), where
+        assert env["APEXMESH_REDIS_WAIT_REPLICAS"]["value"] == "1", where
+        assert env["APEXMESH_REDIS_WAIT_TIMEOUT_MS"]["value"] == "1000", where
+    cluster = render(
+        {
+            **base,
+            "externalRedis": {
+                "architecture": "cluster",
+                "hosts": ["c-0.c:6379", "c-1.c:6379"],
+                "tls": False,
+                "existingSecret": "pw",
+            },
+        }
+    )
+    for where, env in _client_env(cluster).items():
+        url = env["APEXMESH_REDIS_URL"]["value"]
+        assert url == "redis+cluster://:$(APEXMESH_REDIS_PASSWORD)@c-0.c:6379,c-1.c:6379", where
+        assert "APEXMESH_REDIS_WAIT_REPLICAS" not in env, where
+    assert not of_kind(cluster, "StatefulSet")
+    with pytest.raises(helm.HelmError, match=r"externalRedis\.hosts"):
+        render({**base, "externalRedis": {"architecture": "cluster", "existingSecret": "pw"}})

@@ -94,10 +94,32 @@ def test_compose_services_are_hardened_checked_and_ordered() -> None:
         assert service["read_only"] is True, name
         assert service["cap_drop"] == ["ALL"], name
         assert not str(service["image"]).endswith(":latest"), name
-        if name != "snapshot":
+        if service.get("restart") != "no":  # one-shot jobs (snapshot, cluster init)
             assert service["healthcheck"]["test"], name
         for dependency in service.get("depends_on", {}).values():
             assert dependency["condition"] == "service_healthy", name
+
+
+def test_compose_has_a_three_node_redis_cluster_profile() -> None:
+    """docs/redis.md: three cluster-enabled primaries with AOF and a password, joined by
+    a one-shot init; the services take the redis+cluster:// URL from the env file that
+    APEX_MESH_REDIS_ENV names (scripts/dev-secrets writes both)."""
+    nodes = [services()[f"redis-cluster-{n}"] for n in (1, 2, 3)]
+    for node in nodes:
+        command = " ".join(node["command"])
+        assert node["profiles"] == ["redis-cluster"]
+        for flag in ("--cluster-enabled yes", "--appendonly yes", "--requirepass", "--masterauth"):
+            assert flag in command
+        assert node["healthcheck"]["test"]
+    init = services()["redis-cluster-init"]
+    assert init["profiles"] == ["redis-cluster"]
+    assert init["restart"] == "no"
+    assert "--cluster create" in init["command"][2]
+    assert set(init["depends_on"]) == {"redis-cluster-1", "redis-cluster-2", "redis-cluster-3"}
+    relay = services()["relay-1"]
+    assert relay["env_file"] == ["${APEX_MESH_REDIS_ENV:-./.dev-secrets/redis.env}"]
+    text = (ROOT / "scripts" / "dev_secrets.py").read_text(encoding="utf-8")
+    assert "redis+cluster://" in text
 
 
 def test_compose_snapshot_job_is_a_one_shot_profile() -> None:

@@ -8,7 +8,8 @@ gRPC between services, a real redis-server. The one access service serves both d
 
 Ports are 0 (the kernel's choice) except the mesh ports and the report services' gRPC
 ports, which the relays must know before they start (routes and report addresses): those
-are free ports picked a moment before.
+are reserved below the kernel's ephemeral range (tests/support/ports.py), so nothing
+takes them before their server binds.
 """
 
 from __future__ import annotations
@@ -127,8 +128,8 @@ class Mesh:
         )
 
 
-#: Attempts at starting the mesh: a port picked free a moment before may have been taken
-#: meanwhile (as an ephemeral port of some connection); the whole mesh is then restarted.
+#: Attempts at starting the mesh: a reserved port a foreign server (outside the suite's
+#: locks) took meanwhile costs one restart of the whole mesh.
 START_ATTEMPTS: Final = 4
 
 T = TypeVar("T")

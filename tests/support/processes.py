@@ -19,6 +19,8 @@ from typing import Any, Final
 
 import httpx
 
+from tests.support.polling import scaled
+
 #: Seconds a service gets to print its listening line and become ready.
 READY_TIMEOUT: Final = 20.0
 
@@ -52,7 +54,7 @@ class ServiceProcess:
                 stderr=log,
                 stdin=subprocess.DEVNULL,
             )
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)  # the one time factor (tests/README.md)
         self.info = self._read_listening(deadline)
         self._await_ready(deadline)
         return self.info

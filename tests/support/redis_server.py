@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Final
 
+from tests.support.polling import scaled
 from tests.support.ports import reserved_port
 
 #: Seconds redis-server gets to answer PING after start.
@@ -96,7 +97,7 @@ class RedisServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)  # the one time factor (tests/README.md)
         while not ping(self.port, password=self.password):
             if self._process.poll() is not None:
                 raise RuntimeError(

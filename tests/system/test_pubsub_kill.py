@@ -30,6 +30,7 @@ from apexmesh.client import ApexClient, ApexClientError, ApexRequestError
 from apexmesh.client.pubsub import PubsubClient
 from apexmesh.client.reports import SendResult
 from tests.support.deployment import DOMAIN, Deployment, deployment
+from tests.support.polling import wait_until
 from tests.support.processes import ServiceProcess
 
 pytestmark = [pytest.mark.system, pytest.mark.load]
@@ -148,19 +149,17 @@ async def test_kill_a_pubsub_pod_then_a_relay_pod_nothing_acknowledged_vanishes(
         # Every pod's cache and placement warm: one publication reaches everybody.
         await publisher.publish("news", b"-1")
         readers = [asyncio.ensure_future(collect(i, h)) for i, h in enumerate(subscribers)]
-        async with asyncio.timeout(30):
-            while not all(r[-1] for r in run.received):  # noqa: ASYNC110 - polling deliveries
-                await asyncio.sleep(0.05)
+        await wait_until(lambda: all(r[-1] for r in run.received), 30, what="the warm-up")
 
         await publish_all(run, running, publisher)
 
         # Every acknowledged publication reaches every subscriber, unless reported.
+        def all_arrived() -> bool:
+            refused = {n for n, code in run.reported.items() if code != 250}
+            return run.acknowledged - run.complete() <= refused
+
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(60):
-                while not run.acknowledged - run.complete() <= {  # noqa: ASYNC110 - polling
-                    n for n, code in run.reported.items() if code != 250
-                }:
-                    await asyncio.sleep(0.1)
+            await wait_until(all_arrived, 60, every=0.1)
         for task in readers:
             task.cancel()
     complete = run.complete()

@@ -173,8 +173,19 @@ the volume (its StorageClass must have allowVolumeExpansion: true):
 {{- if .Values.redis.enabled -}}
 {{- printf "redis://:$(APEXMESH_REDIS_PASSWORD)@%s:6379/0" (include "apex-mesh.componentName" (dict "root" . "component" "redis")) -}}
 {{- else -}}
-{{- $scheme := ternary "rediss" "redis" .Values.externalRedis.tls -}}
-{{- $url := printf "%s://:$(APEXMESH_REDIS_PASSWORD)@%s:%v/%v" $scheme (required "externalRedis.host is required when redis.enabled is false" .Values.externalRedis.host) .Values.externalRedis.port .Values.externalRedis.db -}}
+{{- $ext := .Values.externalRedis -}}
+{{- $scheme := ternary "rediss" "redis" $ext.tls -}}
+{{- $url := "" -}}
+{{- if eq $ext.architecture "cluster" -}}
+{{- /* docs/redis.md: redis-py's cluster client; keys hash-tagged by slot group. */ -}}
+{{- $hosts := required "externalRedis.hosts is required for architecture cluster" (join "," $ext.hosts) -}}
+{{- $url = printf "%s+cluster://:$(APEXMESH_REDIS_PASSWORD)@%s" $scheme $hosts -}}
+{{- else if eq $ext.architecture "sentinel" -}}
+{{- $hosts := required "externalRedis.hosts (the sentinels) is required for architecture sentinel" (join "," $ext.hosts) -}}
+{{- $url = printf "%s+sentinel://:$(APEXMESH_REDIS_PASSWORD)@%s/%s/%v" $scheme $hosts (required "externalRedis.sentinelPrimary is required for architecture sentinel" $ext.sentinelPrimary) $ext.db -}}
+{{- else -}}
+{{- $url = printf "%s://:$(APEXMESH_REDIS_PASSWORD)@%s:%v/%v" $scheme (required "externalRedis.host is required when redis.enabled is false" $ext.host) $ext.port $ext.db -}}
+{{- end -}}
 {{- if and .Values.externalRedis.tls .Values.externalRedis.caSecret -}}
 {{- $url = printf "%s?ssl_ca_certs=/etc/apex-mesh/redis-ca/ca.crt" $url -}}
 {{- end -}}
@@ -193,6 +204,12 @@ the volume (its StorageClass must have allowVolumeExpansion: true):
   value: {{ include "apex-mesh.redis.url" . | quote }}
 - name: APEXMESH_REDIS_PREFIX
   value: {{ .Values.redisPrefix | quote }}
+{{- if and (not .Values.redis.enabled) .Values.externalRedis.waitReplicas }}
+- name: APEXMESH_REDIS_WAIT_REPLICAS
+  value: {{ .Values.externalRedis.waitReplicas | quote }}
+- name: APEXMESH_REDIS_WAIT_TIMEOUT_MS
+  value: {{ .Values.externalRedis.waitTimeoutMs | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "apex-mesh.redis.caVolume" -}}

@@ -7,8 +7,15 @@ Value combinations that cannot work fail the render with a message saying what t
 {{- if not .Values.domains -}}
 {{- $errors = append $errors "domains: name at least one administrative domain" -}}
 {{- end -}}
-{{- if and (not .Values.redis.enabled) (not .Values.externalRedis.host) -}}
+{{- $external := .Values.externalRedis -}}
+{{- if and (not .Values.redis.enabled) (eq $external.architecture "standalone") (not $external.host) -}}
 {{- $errors = append $errors "externalRedis.host: required when redis.enabled is false" -}}
+{{- end -}}
+{{- if and (not .Values.redis.enabled) (ne $external.architecture "standalone") (not $external.hosts) -}}
+{{- $errors = append $errors (printf "externalRedis.hosts: required for architecture %s (the %s)" $external.architecture (ternary "sentinels" "cluster's nodes" (eq $external.architecture "sentinel"))) -}}
+{{- end -}}
+{{- if and (not .Values.redis.enabled) (eq $external.architecture "sentinel") (not $external.sentinelPrimary) -}}
+{{- $errors = append $errors "externalRedis.sentinelPrimary: the primary's name is required for architecture sentinel" -}}
 {{- end -}}
 {{- if and (not .Values.redis.enabled) (not .Values.externalRedis.existingSecret) -}}
 {{- $errors = append $errors "externalRedis.existingSecret: a Secret with the Redis password is required (services refuse a Redis without TLS or password)" -}}

@@ -1,10 +1,12 @@
-// The apex-mesh dashboard page: draws the state the server pushes (server-sent events
-// from /api/events), no reloads, no external scripts.
+// The apex-mesh dashboard's overview: draws the state the server pushes (server-sent
+// events from /api/events), no reloads, no external scripts. The other views (a pod, a
+// session, topics, access, presence) and the actions are in pages.js.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
 let state = null;
 let selected = null; // "originator#transID"
+let currentView = "overview"; // set by pages.js
 
 function el(tag, attrs, text) {
   const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -26,6 +28,10 @@ function rows(table, items, cells) {
   }));
 }
 
+function podLink(name) {
+  return el("a", { href: `#/pod/${encodeURIComponent(name)}`, "data-pod-link": name }, name);
+}
+
 function rate(node) {
   const entries = Object.entries(node.rates || {});
   return entries.length ? entries.map(([k, v]) => `${v} ${k.replace("_per_s", "/s")}`).join(", ") : "–";
@@ -44,7 +50,7 @@ function drawTopology() {
     const others = nodes.filter((n) => n.service !== "relay");
     const x0 = i * column + 12;
     const g = el("svg:g", { class: "domain", "data-domain": domain });
-    g.append(el("svg:rect", { x: x0, y: 6, width: column - 24, height: 326, rx: 8 }));
+    g.append(el("svg:rect", { x: x0, y: 6, width: column - 24, height: 320, rx: 8 }));
     g.append(el("svg:text", { x: x0 + 10, y: 24 }, domain));
     svg.append(g);
     const place = (list, y) => list.forEach((n, j) => {
@@ -52,20 +58,32 @@ function drawTopology() {
       pos[n.name] = { x: x0 + step * j + step / 2, y };
     });
     place(relays, 90);
-    place(others.filter((n) => n.service !== "pubsub"), 250);
-    place(others.filter((n) => n.service === "pubsub"), 170);
+    place(others.filter((n) => n.service !== "pubsub"), 270);
+    place(others.filter((n) => n.service === "pubsub"), 190);
   });
+  // Pod-to-pod links arc above the relay row and domain-to-domain links dip below it,
+  // so neither runs along the other (both join relays drawn on one row).
   for (const link of state.links) {
     const a = pos[link.from], b = pos[link.to];
     if (!a || !b) continue;
-    svg.append(el("svg:line", { class: link.kind, x1: a.x, y1: a.y, x2: b.x, y2: b.y }));
+    const attrs = { class: link.kind, "data-link": `${link.from}|${link.to}` };
+    if (link.kind === "pod") {
+      attrs.d = `M${a.x},${a.y - 20} Q${(a.x + b.x) / 2},${a.y - 75} ${b.x},${b.y - 20}`;
+    } else if (link.kind === "mesh") {
+      attrs.d = `M${a.x},${a.y + 20} C${a.x},${a.y + 70} ${b.x},${b.y + 70} ${b.x},${b.y + 20}`;
+    } else {
+      attrs.d = `M${a.x},${a.y} L${b.x},${b.y}`;
+    }
+    svg.append(el("svg:path", attrs));
   }
   for (const n of state.nodes) {
     const p = pos[n.name];
     if (!p) continue;
+    const box = Math.min(170, Math.max(110, column / 2 - 16));
     const g = el("svg:g", { class: `node ${n.service} ${n.ready ? "ready" : "down"}`, "data-node": n.name,
-                            transform: `translate(${p.x - 85},${p.y - 20})` });
-    g.append(el("svg:rect", { width: 170, height: 40 }));
+                            transform: `translate(${p.x - box / 2},${p.y - 20})` });
+    g.addEventListener("click", () => { location.hash = `#/pod/${encodeURIComponent(n.name)}`; });
+    g.append(el("svg:rect", { width: box, height: 40 }));
     g.append(el("svg:text", { x: 8, y: 16 }, n.name.replace(`-${n.domain}`, "")));
     g.append(el("svg:text", { x: 8, y: 32, class: "small" }, n.service === "relay" ? `${n.attachments ?? 0} attached · ${rate(n)}` : rate(n)));
     const title = el("svg:title", {}, `${n.name}: ${n.ready ? "ready" : n.reason}`);
@@ -158,8 +176,9 @@ function render() {
   health.textContent = down.length ? `${down.length} of ${state.nodes.length} not ready` : `${state.nodes.length} pods ready`;
   health.className = `badge ${down.length ? "bad" : "ok"}`;
   document.getElementById("updated").textContent = `updated ${new Date(state.at * 1000).toLocaleTimeString()}`;
-  drawTopology();
-  rows("pods", state.nodes, (n) => [n.name, n.domain, el("span", { class: n.ready ? "ready" : "notready" }, n.ready ? (n.draining ? "draining" : "ready") : n.reason), rate(n), n.sessions ?? "", n.attachments ?? ""]);
+  if (currentView === "overview") drawTopology();
+  rows("pods", state.nodes, (n) => [podLink(n.name), n.service, n.domain, el("span", { class: n.ready ? (n.draining ? "draining" : "ready") : "notready" }, n.ready ? (n.draining ? "draining" : "ready") : n.reason), rate(n), n.sessions ?? "", n.attachments ?? ""]);
+  rows("pubsub", state.pubsub || [], (d) => [d.domain, d.topics, d.subscriptions, d.journal]);
   rows("topics", state.topics, (t) => [t.domain, t.topic, t.subscriptions, t.backlog]);
   rows("subscriptions", state.subscriptions, (s) => [`${s.topic}@${s.domain}`, s.subscriber, `${Math.round(s.expires_in_seconds)} s`, s.backlog]);
   rows("held", state.held, (h) => [h.endpoint, h.count, h.bytes, `${Math.round(h.oldest_age_seconds)} s`]);
@@ -168,7 +187,7 @@ function render() {
 
 function connect() {
   const source = new EventSource("/api/events");
-  source.addEventListener("state", (event) => { state = JSON.parse(event.data); render(); });
+  source.addEventListener("state", (event) => { state = JSON.parse(event.data); render(); if (typeof onState === "function") onState(); });
   source.onerror = () => { document.getElementById("health").textContent = "reconnecting…"; };
 }
 

@@ -385,3 +385,67 @@ def test_cache_actions() -> None:
     past = datetime(2002, 3, 14, tzinfo=UTC)
     gone = envelope(expiry=Expiry.AT, expiration_date=past)
     assert cc.cache_action(gone, None, now) is cc.CacheAction.SKIP
+
+
+def _envelope_message(topic: str, publisher: str, expiry: str = "*") -> object:
+    body = (
+        "<ps:message-content transID='4242' content='#Content' "
+        "xmlns:ps='http://www.example.com/pubsub'>"
+        f"<ps:topic>{topic}</ps:topic><ps:publisher>{publisher}</ps:publisher>"
+        "<ps:publication-date>2002-03-15T12:15:00Z</ps:publication-date>"
+        f"<ps:expiration-date>{expiry}</ps:expiration-date><ps:message-id>7</ps:message-id>"
+        "<ps:content Name='Content'><quote symbol='XMPL'><pct>7</pct></quote></ps:content>"
+        "</ps:message-content>"
+    ).encode()
+    return message_from(_dtd.parse_root(body))
+
+
+def _publish_envelope(
+    originator: Endpoint, message: object, now_ms: int = NOW
+) -> cc.ContentPublishPlan:
+    matcher: Matcher[cc.SubscriptionKey] = Matcher()
+    sub = dataclasses.replace(_subscription(JADE, "quotes", 100), expires_ms=now_ms + 1000)
+    matcher.add(sub.key, None)
+    return cc.publish(
+        originator,
+        message,  # type: ignore[arg-type]
+        MessageView.of(message.root),  # type: ignore[attr-defined]
+        exists=True,
+        allowed=True,
+        schemas=DEFAULTS,
+        matcher=matcher,
+        subscriptions={sub.key: sub},
+        now_ms=now_ms,
+        topic="quotes",
+    )
+
+
+def test_publish_checks_the_envelope_topic_and_publisher_headers() -> None:
+    """5.2.1: the headers name the topic published to and its publisher; otherwise 561
+    (Appendix A), so nobody replaces another publisher's cached message."""
+    fine = _publish_envelope(FRED, _envelope_message("quotes", "fred@example.com"))
+    assert (fine.code, fine.deliveries, fine.trans_id) == (250, {JADE: (100,)}, 4242)
+    other_topic = _publish_envelope(FRED, _envelope_message("other.topic", "fred@example.com"))
+    assert (other_topic.code, other_topic.step) == (561, "5.9.1")
+    assert "topic header" in other_topic.text
+    assert not other_topic.deliveries
+    assert other_topic.trans_id == 4242  # the 561 reply echoes it
+    impostor = _publish_envelope(FRED, _envelope_message("quotes", "jade@example.com"))
+    assert (impostor.code, impostor.step) == (561, "5.9.1")
+    assert "publisher header" in impostor.text
+    unparsable = _publish_envelope(FRED, _envelope_message("quotes", "not an endpoint"))
+    assert unparsable.code == 561
+    # A redistributing server forwards others' messages: its publisher is not itself.
+    upstream = Endpoint.parse("apex=pubsub/quotes@other.example")
+    assert _publish_envelope(upstream, _envelope_message("quotes", "jade@example.com")).code == 250
+
+
+def test_a_message_already_expired_is_answered_250_and_delivered_to_nobody() -> None:
+    message = _envelope_message("quotes", "fred@example.com", expiry="2002-03-15T12:15:00Z")
+    now = millis(datetime(2002, 3, 15, 12, 15, tzinfo=UTC))
+    plan = _publish_envelope(FRED, message, now_ms=now)
+    assert (plan.code, plan.step, plan.deliveries) == (250, "5.2.1/expired", {})
+    live = _publish_envelope(FRED, message, now_ms=now - 1)
+    assert live.deliveries == {JADE: (100,)}
+    once = _envelope_message("quotes", "fred@example.com", expiry="0")  # distributed once
+    assert _publish_envelope(FRED, once, now_ms=now + 10**9).deliveries == {JADE: (100,)}

@@ -201,3 +201,19 @@ def test_a_topic_is_never_created_with_a_schema_it_would_ignore() -> None:
         topic="quotes", trans_id=5, description=TopicDescription(description="d")
     )
     assert core.create_topic(described, JADE, allowed=True, exists=False).code == 250
+
+
+def test_a_topic_whose_selector_schema_has_no_class_is_described() -> None:
+    """5.5's ``<selector-schema uri='...' />`` and the DTD of 8.1 (only ``uri``) give a
+    selector schema no class; the Topics topic schema must still take its description
+    (8.3 as printed requires ``class``: the announcement was refused with 561)."""
+    schema = compile_topic(SETTINGS[TOPICS], LocalSchemas())
+    classless = SchemaSource(inline=f"<xs:element {XS} name='pct' type='xs:decimal'/>".encode())
+    description = TopicDescription(settings=TopicSettings(selector_schemas=(classless,)))
+    message = topics_message(
+        "quotes", description, service=SERVICE, message_id=3, revision=0, now=NOW, classes=("JMS",)
+    )
+    parsed = message_from(_dtd.parse_root(message.to_xml()))
+    schema.check(parsed.content)  # raised 561 before
+    (element,) = parsed.content.iter("selector-schema")
+    assert element.get("class") is None

@@ -12,6 +12,7 @@ import pytest
 
 from apexmesh.rpc.relay import RelaySubmitter, SubmitSource
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
+from tests.support.polling import still_true
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration
@@ -103,8 +104,8 @@ async def test_a_shared_limit_bounds_the_submits_out_at_once() -> None:
             asyncio.ensure_future(client.submit("apex=pubsub@example.com", b"x")) for _ in range(10)
         ]
         await wait_for(lambda: relay.inflight == 3)
-        await asyncio.sleep(0.05)  # nothing more gets through while the three are held
-        assert relay.inflight == 3
+        # Nothing more gets through while the three are held.
+        await still_true(lambda: relay.inflight == 3, 0.05)
         hold.set()
         outcomes = await asyncio.gather(*calls)
     assert [o.code for o in outcomes] == [250] * 10

@@ -21,6 +21,7 @@ from apexmesh.rpc.batched import BatchedCaller, serve_batched
 from apexmesh.rpc.channels import RECOVERY_OPTIONS, internal_channel
 from apexmesh.rpc.server import ACCEPTED_PING_INTERVAL_MS, create_server
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
+from tests.support.polling import still_true
 
 pytestmark = pytest.mark.integration
 
@@ -185,8 +186,8 @@ async def test_a_callee_handles_a_bounded_number_of_calls_of_a_stream_at_once() 
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
         calls = [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(10)]
         await until(lambda: relay.inflight == 3)
-        await asyncio.sleep(0.05)  # nothing more is handled while the three are held
-        assert relay.inflight == 3
+        # Nothing more is handled while the three are held.
+        await still_true(lambda: relay.inflight == 3, 0.05)
         hold.set()
         outcomes = await settle(calls)
     assert [code_of(o) for o in outcomes] == [250] * 10

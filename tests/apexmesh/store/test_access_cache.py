@@ -15,6 +15,7 @@ from apexmesh.store.access_cache import CachedAccessChecker, CheckKey
 from apexmesh.store.access_entries import AccessEntryStore
 from apexmesh.store.keys import Keys
 from tests.support.polling import eventually
+from tests.support.redis_cluster import every_node
 
 pytestmark = pytest.mark.integration
 
@@ -120,7 +121,7 @@ async def test_lost_subscription_bypasses_then_recovers(redis: Redis, keys: Keys
     store = AccessEntryStore(redis, keys)
     async with CachedAccessChecker(StoreSource(store), redis, keys) as checker:
         await checker.check(FRED, "a@b.org", "core:data")
-        await redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        await redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub", **every_node(redis))
         await eventually(lambda: len(checker) == 0 and checker.synced)
         await checker.check(FRED, "a@b.org", "core:data")
         assert len(checker) == 1

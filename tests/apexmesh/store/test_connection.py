@@ -7,8 +7,15 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from apexmesh.ops.settings import SettingsError
-from apexmesh.store.connection import RedisPoolSettings, connect_redis
+from apexmesh.ops.settings import SettingsError, check_redis_url
+from apexmesh.store.connection import (
+    Durability,
+    RedisPoolSettings,
+    connect_redis,
+    durability_of,
+    is_cluster_url,
+    keys_for,
+)
 from tests.support.redis_server import RedisServer
 
 
@@ -53,3 +60,36 @@ async def test_a_burst_waits_for_the_pool_instead_of_failing(
         await client.aclose()
     assert answers == [f"m{i}".encode() for i in range(2000)]
     assert before < peak <= before + 3
+
+
+@pytest.mark.unit
+async def test_sentinel_and_cluster_urls_and_the_wait_settings() -> None:
+    """docs/redis.md: the scheme picks the client; a cluster's keys are tagged; WAIT
+    settings are read and bounded; outside development a password or TLS is needed."""
+    sentinel = "redis+sentinel://:pw@10.0.0.1:26379,10.0.0.2:26379/apexmesh"
+    cluster = "rediss+cluster://:pw@10.0.0.1:6379,10.0.0.2:6379"
+    for url in (sentinel, cluster, "redis://:pw@h:6379/0"):
+        assert check_redis_url(url, dev=False) == url
+    with pytest.raises(SettingsError, match="neither TLS nor a password"):
+        check_redis_url("redis+cluster://h:1", dev=False)
+    assert is_cluster_url(cluster)
+    assert not is_cluster_url(sentinel)
+    assert keys_for(cluster, "p").cluster
+    assert not keys_for(sentinel, "p").cluster
+    for bad in ("redis+sentinel://h:1", "redis+sentinel://h:1/a/b", "redis+cluster://h"):
+        with pytest.raises(SettingsError):
+            connect_redis(bad, RedisPoolSettings())
+    settings = RedisPoolSettings.from_env(
+        {"APEXMESH_REDIS_WAIT_REPLICAS": "1", "APEXMESH_REDIS_WAIT_TIMEOUT_MS": "250"}
+    )
+    assert settings.durability == Durability(1, 250)
+    with pytest.raises(SettingsError):
+        RedisPoolSettings.from_env({"APEXMESH_REDIS_WAIT_REPLICAS": "-1"})
+    client = connect_redis("redis://127.0.0.1:1/0", settings)
+    other = connect_redis("redis://127.0.0.1:1/0", RedisPoolSettings())
+    try:
+        assert durability_of(client) == Durability(1, 250)
+        assert durability_of(other) == Durability()
+    finally:
+        await client.aclose()
+        await other.aclose()

@@ -22,6 +22,7 @@ from apexmesh.store.held import (
     Refused,
 )
 from apexmesh.store.keys import Keys
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -183,11 +184,12 @@ async def test_one_drainer_at_a_time_and_a_dead_drainers_lease_lapses(
     assert await pod_a.claim_drain(BARNEY, "pod-a") is None  # renewal
     assert await pod_b.claim_drain(BARNEY, "pod-b") == "pod-a"
     assert not await pod_b.release_drain(BARNEY, "pod-b")
+
     # Pod a dies: no release, no renewal. Poll until Redis expires its lease (<= 2 s).
-    for _ in range(200):
-        if await redis.exists(keys.held_drain(BARNEY)) == 0:
-            break
-        await asyncio.sleep(0.01)
+    async def lapsed() -> bool:
+        return await redis.exists(keys.held_drain(BARNEY)) == 0
+
+    await wait_until(lapsed, 2.0, every=0.01)
     assert await pod_b.claim_drain(BARNEY, "pod-b") is None
     assert await pod_b.release_drain(BARNEY, "pod-b")
     assert await pod_a.claim_drain(BARNEY, "pod-a") is None
@@ -205,12 +207,11 @@ async def test_redelivery_after_a_drainer_dies_neither_duplicates_nor_loses(
     batch = await store.read(BARNEY, limit=3)
     delivered += [e.payload for e in batch]
     await store.ack(BARNEY, [batch[0].id, batch[1].id])
-    for _ in range(200):
-        if await store.claim_drain(BARNEY, "pod-b") is None:
-            break
-        await asyncio.sleep(0.01)
-    else:
-        pytest.fail("pod a's drain lease never lapsed")
+
+    async def claimed() -> bool:
+        return await store.claim_drain(BARNEY, "pod-b") is None
+
+    await wait_until(claimed, 2.0, every=0.01, what="pod a's drain lease lapsed")
     # Pod b drains everything left, in order, from the first unacknowledged entry.
     rest = await store.read(BARNEY)
     assert [e.id for e in rest] == ids[2:]

@@ -28,6 +28,7 @@ from apexmesh.store.pubsub_cache import (
     apply_event,
     state_from_items,
 )
+from tests.support.redis_cluster import every_node
 
 _T = TypeVar("_T")
 
@@ -288,7 +289,9 @@ async def test_a_lost_read_keeps_the_cache_and_catches_up(
     store = PubsubStore(redis, keys, "pod-b")
     await create(store, "news", MIKE)
     assert len((await cache.topic(DOMAIN, "news")).subscriptions) == 1
-    await redis.client_kill_filter(_type="normal", skipme=True)
+    await redis.execute_command(
+        "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes", **every_node(redis)
+    )
     await store.commit(DOMAIN, "news", None, [Subscribed(sub("news", BOB), False)], [], NOW)
     await eventually(lambda: asyncio.sleep(0, cache.synced), bool)
     loads = cache.loads  # lookups loaded afresh while the follower was away

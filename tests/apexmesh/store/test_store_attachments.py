@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 from apexmesh.store.attachments import CHUNK, AttachmentRegistry
 from apexmesh.store.connection import RedisPoolSettings, connect_redis
 from apexmesh.store.keys import Keys
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -47,11 +48,12 @@ async def test_lease_lapses_when_not_renewed(redis: Redis, keys: Keys) -> None:
     pod_b = AttachmentRegistry(redis, keys, "pod-b", lease_ms=50)
     await pod_a.claim("wilma@example.com")
     assert await pod_a.renew("127.0.0.1:7001") == 1
+
     # No renewal: Redis expires the lease; poll rather than sleep a fixed time.
-    for _ in range(200):  # at most 2 s
-        if await redis.exists(keys.attachment("wilma@example.com")) == 0:
-            break
-        await asyncio.sleep(0.01)
+    async def expired() -> bool:
+        return await redis.exists(keys.attachment("wilma@example.com")) == 0
+
+    await wait_until(expired, 2.0, every=0.01)
     assert await pod_b.claim("wilma@example.com") is None
     assert await pod_a.renew("127.0.0.1:7001") == 0  # pod a forgets what it lost
 

@@ -20,9 +20,9 @@ from typing import Final
 import pytest
 
 from apexmesh.client import ApexClient, Attachment
-from apexmesh.client.pubsub import PubsubClient
+from apexmesh.client.pubsub import AnyServiceMessage, PubsubClient
 from apexmesh.client.received import ReceivedData
-from apexmesh.pubsub.elements import WELL_KNOWN_TOPICS, ServiceMessage
+from apexmesh.pubsub.elements import WELL_KNOWN_TOPICS
 from apexmesh.store.keys import Keys
 from services.access.app import AccessApp
 from services.access.settings import AccessSettings
@@ -36,6 +36,7 @@ from services.report.app import ReportApp
 from services.report.settings import ReportSettings
 from tests.support.loops import LoopFactories, loop_factories
 from tests.support.mesh import base_env, endpoint_client, relay_env, retried, stop_watched
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer, free_port
 
 TOPIC: Final = "music.jazz.milesdavis"
@@ -62,7 +63,8 @@ MAX_MESSAGE_OCTETS: Final = 65_536
 #: and list topics (dino may not); anyone may subscribe to, cancel and publish to the
 #: seeded topics except dino (no token) and mr.slate (no core:data); redistr.com's
 #: pubsub server may subscribe to the jazz topic; pebbles may contribute to robust topics
-#: as the source ``source@example.com`` (XEP-0040 5.2, docs/robust.md).
+#: as the source ``source@example.com`` (XEP-0040 5.2, docs/robust.md); jade lets mr.slate
+#: subscribe to the Subscriptions topic on her behalf (draft-wyman 7.6).
 SEED: Final = f"""<access-entries>
   <access owner='apex=pubsub@example.com' actor='*@example.com'
           actions='pubsub:createtopic pubsub:deletetopic pubsub:listtopics' />
@@ -88,6 +90,8 @@ SEED: Final = f"""<access-entries>
           actions='pubsub:subscribe pubsub:cancel' />
   <access owner='source@example.com' actor='pebbles@example.com'
           actions='pubsub:contribute' />
+  <access owner='jade@example.com' actor='mr.slate@example.com'
+          actions='pubsub:subscribe' />
 </access-entries>
 """.encode()
 
@@ -108,6 +112,7 @@ class PubsubMesh:
 
     def pubsub_env(self, name: str, **extra: str) -> dict[str, str]:
         """Environment of pubsub pod ``name`` (p1, p2: example.com; pr: redistr.com)."""
+        relays: tuple[RelayApp, ...]
         if name == "pr":
             domain, relays = "redistr.com", (self.r,)
         else:
@@ -270,10 +275,9 @@ async def mesh(redis_server: RedisServer, keys: Keys, tmp_path: Path) -> AsyncIt
 
 
 async def until(predicate: Callable[[], Awaitable[bool]], within: float = 5.0) -> None:
-    """Return once the async ``predicate`` is true; TimeoutError after ``within`` s."""
-    async with asyncio.timeout(within):
-        while not await predicate():  # noqa: ASYNC110 - polling a remote state
-            await asyncio.sleep(0.02)
+    """Return once the async ``predicate`` is true; TimeoutError after ``within`` s
+    (scaled: tests/support/polling.py)."""
+    await wait_until(predicate, within, every=0.02)
 
 
 @dataclass
@@ -283,9 +287,9 @@ class Party:
     client: ApexClient
     attachment: Attachment
     pubsub: PubsubClient
-    seen: list[ServiceMessage] = field(default_factory=list)
+    seen: list[AnyServiceMessage] = field(default_factory=list)
 
-    async def message(self, within: float = 5.0) -> ServiceMessage:
+    async def message(self, within: float = 5.0) -> AnyServiceMessage:
         async with asyncio.timeout(within):
             return await self.pubsub.next_message()
 

@@ -29,7 +29,8 @@ class Row:
 ROWS = (
     Row("4.2/1", "dino", "<createtopic topic='news' transID='1' />", 537),
     Row("4.2/3", "mike", "<createtopic topic='news' transID='2' />", 250),
-    Row("4.2/2", "mike", "<createtopic topic='news' transID='3' />", 553),
+    # Not its creator: from mike it would modify it (draft-wyman 6.2.2).
+    Row("4.2/2", "fred", "<createtopic topic='news' transID='3' />", 553),
     Row("4.4/1", "dino", "<listtopics transID='4' />", 537),
     Row("4.4/2", "mike", "<listtopics transID='5' />", ("news",)),
     Row(
@@ -112,6 +113,7 @@ async def test_every_step_and_code(mesh: PubsubMesh, attach: Attach) -> None:
         "mike": await attach("mike@example.com", pod="a"),
         "dino": await attach("dino@example.com", pod="b"),
         "slate": await attach("mr.slate@example.com", pod="b"),
+        "fred": await attach("fred@example.com", pod="b"),
     }
     seen = {row.step: await _answer(party[row.who], row.xml) for row in ROWS}
     assert seen == {row.step: row.expect for row in ROWS}

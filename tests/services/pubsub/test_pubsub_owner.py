@@ -67,9 +67,11 @@ async def test_the_creator_subscribes_publishes_and_grants_on_its_topic(
 async def test_helpers_raise_the_services_code(mesh: PubsubMesh, attach: Attach) -> None:
     mike = await attach("mike@example.com", pod="a")
     dino = await attach("dino@example.com", pod="b")
+    fred = await attach("fred@example.com", pod="a")
     await mike.pubsub.create_topic("typed.errors")
-    with pytest.raises(PubsubError) as exists:
-        await mike.pubsub.create_topic("typed.errors")
+    await fred.pubsub.create_topic("fred.first")
+    with pytest.raises(PubsubError) as exists:  # mike's own would modify it (6.2.2)
+        await fred.pubsub.create_topic("typed.errors")
     assert (exists.value.code, exists.value.trans_id) == (553, 2)
     with pytest.raises(PubsubError) as denied:
         await dino.pubsub.create_topic("dinos.topic")

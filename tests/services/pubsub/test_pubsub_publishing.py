@@ -28,6 +28,7 @@ from apexmesh.store.pubsub_cache import SubscriberCache
 from services.pubsub.metrics import PubsubMetrics
 from services.pubsub.publishing import Publisher, delivery_key
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
+from tests.support.polling import still_true, wait_until
 from tests.support.redis_server import RedisServer, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -225,11 +226,8 @@ async def test_submits_out_at_once_are_bounded_and_publications_wait(
             )
             for i in range(8)
         ]
-        async with asyncio.timeout(5):
-            while relay.inflight < 3:  # noqa: ASYNC110 - polling the servicer's counter
-                await asyncio.sleep(0.005)
-        await asyncio.sleep(0.05)
-        assert relay.inflight == 3
+        await wait_until(lambda: relay.inflight >= 3, 5)
+        await still_true(lambda: relay.inflight == 3, 0.05)
         assert not any(p.done() for p in publishing)
         hold.set()
         codes = [code for code, _ in await asyncio.gather(*publishing)]

@@ -158,9 +158,16 @@ async def test_createtopic_robust_attributes_travel_and_bad_ones_are_refused(
             await owner.attachment.send(service_endpoint(DOMAIN), XmlContent(xml))
             reply = await _reply(owner)
             assert (reply.code, reply.trans_id) == (code, 77)
+        other = await mesh.pubsub("fred", "b")
         with pytest.raises(PubsubError) as exists:
-            await owner.create_topic(NEWS, robust=SETTINGS)
+            await other.create_topic(NEWS, robust=SETTINGS)
         assert exists.value.code == 553
+        # Its creator's createtopic modifies it (draft-wyman 6.2.2): the same robust
+        # settings, 250; other robust settings cannot be a modification, 553.
+        assert (await owner.create_topic(NEWS, robust=SETTINGS)).code == 250
+        with pytest.raises(PubsubError) as retuned:
+            await owner.create_topic(NEWS, robust=dataclasses.replace(SETTINGS, heartbeat_ms=900))
+        assert retuned.value.code == 553
         # The source query reports the settings (XEP 4).
         wilma = await mesh.pubsub("wilma", "b")
         await wilma.subscribe(NEWS, duration=60)

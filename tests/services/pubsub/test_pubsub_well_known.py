@@ -125,7 +125,12 @@ async def test_a_subscription_record_is_valid_until_its_lease_ends(
     plain = Subscription(
         topic="news", subscriber=FRED, originator=FRED, trans_id=3, expires_ms=NOW + 1
     )
-    assert well_known.subscription_announcement(DOMAIN, plain, status="ACTIVE", duration=1) is None
+    # A plain subscription has its record too (issue #29): id 0, no selector.
+    record = well_known.subscription_announcement(DOMAIN, plain, status="ACTIVE", duration=1)
+    assert record is not None
+    fields = {c.tag: (c.text or "") for c in _message(record).content}
+    assert (fields["subscription-id"], fields["selector"]) == ("0", "")
+    assert _message(record).envelope.message_id != envelope.message_id
 
 
 async def test_performing_publishes_once_or_leaves_the_entry_for_a_redo(

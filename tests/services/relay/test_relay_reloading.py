@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -283,3 +284,46 @@ async def test_a_running_relay_takes_new_credentials_and_a_renewed_certificate_k
 
 def first_der(issued: trustme.LeafCert) -> bytes:
     return ssl.PEM_cert_to_DER_cert(issued.cert_chain_pems[0].bytes().decode())
+
+
+@pytest.mark.timeout(120)
+async def test_sighup_reloads_at_once_when_polling_is_off(
+    locked_redis: RedisServer, keys: Keys, tmp_path: Path
+) -> None:
+    """``APEXMESH_RELAY_RELOAD_SECONDS=0``: the files are looked at on SIGHUP only."""
+    ca = trustme.CA()
+    tls_volume, sasl_volume = SecretVolume(tmp_path / "tls"), SecretVolume(tmp_path / "sasl")
+    tls_volume.write(pems(ca.issue_cert(HOST, "localhost", "127.0.0.1")))
+    sasl_volume.write({SASL: credentials({"fred@example.com": "flintstone"})})
+    trust = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    ca.configure_trust(trust)
+    async with access_service(locked_redis, keys, tmp_path) as access_port:
+        env = relay_env(
+            locked_redis.url,
+            keys,
+            tmp_path,
+            access_port,
+            tls_volume.path(CERT),
+            tls_volume.path(KEY),
+        )
+        env |= {
+            "APEXMESH_RELAY_SASL_FILE": str(sasl_volume.path(SASL)),
+            "APEXMESH_RELAY_RELOAD_SECONDS": "0",
+        }
+        relay = ServiceProcess("services.relay", env, tmp_path / "relay.log")
+        info = await asyncio.to_thread(relay.start)
+        port = info["edge_port"]
+        try:
+            sasl_volume.write({SASL: credentials({"fred@example.com": "flintstone-2"})})
+            # not looked at without the signal: the old password still works
+            await (await session(port, trust, "fred@example.com", "flintstone")).close()
+            relay.process.send_signal(signal.SIGHUP)
+
+            async def reloaded() -> bool:
+                return "reloaded sasl: 1 identities" in relay.stderr()
+
+            await until(reloaded, "SIGHUP reloads the credentials")
+            await (await session(port, trust, "fred@example.com", "flintstone-2")).close()
+            assert relay.process.poll() is None
+        finally:
+            assert await asyncio.to_thread(relay.stop) == 0

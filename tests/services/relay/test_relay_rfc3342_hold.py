@@ -6,7 +6,6 @@ dropping; held data past its deadline is dropped with the timing error report.""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 
 import pytest
@@ -21,6 +20,7 @@ from apexmesh.store.attachments import AttachmentRegistry
 from apexmesh.store.keys import Keys
 from services.relay.timekeeper import wall_ms
 from tests.support.mesh import Mesh, endpoint_client, receive
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -47,9 +47,11 @@ async def _held_count(mesh: Mesh, endpoint: str) -> int:
 
 async def _until_none_held(mesh: Mesh, endpoint: str) -> None:
     """Entries are removed after the recipient's ok, a moment after it got them."""
-    async with asyncio.timeout(5):
-        while await _held_count(mesh, endpoint):  # noqa: ASYNC110  (polling Redis)
-            await asyncio.sleep(0.02)
+
+    async def none_held() -> bool:
+        return not await _held_count(mesh, endpoint)
+
+    await wait_until(none_held, 5, every=0.02, what=f"nothing held for {endpoint}")
 
 
 async def test_rfc_example_hold_then_attach_with_attach_override(mesh: Mesh) -> None:
@@ -130,9 +132,11 @@ async def test_endpoint_gone_between_ok_and_delivery_is_held_then(
     async with endpoint_client(mesh.a.edge_port) as one:
         fred = await one.attach("fred@example.com")
         await fred.send("barney@example.com", b"caught late", hold=True)
-        async with asyncio.timeout(5):
-            while not await _held_count(mesh, "barney@example.com"):  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
+
+        async def held() -> bool:
+            return bool(await _held_count(mesh, "barney@example.com"))
+
+        await wait_until(held, 5, every=0.02, what="barney's data held")
         await stale.release("barney@example.com")
         async with endpoint_client(mesh.b.edge_port) as two:
             barney = await two.attach("barney@example.com")

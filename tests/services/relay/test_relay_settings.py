@@ -69,3 +69,13 @@ def test_flow_bounds_from_the_environment() -> None:
 def test_nonsense_bounds_are_refused_with_the_variable_named(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         RelaySettings.from_env({**BASE, name: value})
+
+
+def test_reload_interval() -> None:
+    """services/relay/reloading.py: 10 s by default, 0 = SIGHUP or request only."""
+    assert RelaySettings.from_env(BASE).reload_seconds == 10.0
+    off = RelaySettings.from_env({**BASE, "APEXMESH_RELAY_RELOAD_SECONDS": "0"})
+    assert off.reload_seconds == 0
+    for bad in ("0.01", "-1", "often", "7200"):
+        with pytest.raises(SettingsError, match="APEXMESH_RELAY_RELOAD_SECONDS"):
+            RelaySettings.from_env({**BASE, "APEXMESH_RELAY_RELOAD_SECONDS": bad})

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apexmesh.pubsub.selection.wildcard import Part, Wildcard
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.unit
 
@@ -37,7 +38,7 @@ def test_catastrophic_patterns_stay_linear() -> None:
     start = time.perf_counter()
     assert not _pattern("%a" * 5000 + "%b").matches("a" * 300_000)
     assert not _pattern("%a_" * 500 + "%b").matches("a" * 20_000)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < scaled(1.0)
 
 
 def test_prefix() -> None:
