@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from apexmesh.client import ApexClient, Attachment, XmlContent, connect_endpoint
+from apexmesh.client.attachment import DEFAULT_QUEUE_LIMIT
 from apexmesh.client.pubsub import PubsubClient
 from apexmesh.ops.localmesh import LocalMesh
 from apexmesh.pubsub.elements import topic_endpoint
@@ -93,10 +94,10 @@ def shed_count(mesh: LocalMesh) -> float:
 async def test_one_subscriber_that_never_reads_slows_only_its_own_topic(tmp_path: Path) -> None:
     async with running_mesh(tmp_path) as mesh, contextlib.AsyncExitStack() as stack:
 
-        async def connect(pod: int, **kwargs: int) -> ApexClient:
+        async def connect(pod: int, queue_limit: int = DEFAULT_QUEUE_LIMIT) -> ApexClient:
             port = mesh.relay(DOMAIN, pod).edge_port
             return await stack.enter_async_context(
-                await connect_endpoint("127.0.0.1", port, **kwargs)
+                await connect_endpoint("127.0.0.1", port, queue_limit=queue_limit)
             )
 
         received: dict[bytes, int] = {}
