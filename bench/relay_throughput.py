@@ -92,7 +92,15 @@ async def main(argv: list[str]) -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="latency: duration")
     parser.add_argument("--same-pod", action="store_true", help="receiver on the sender's pod")
     parser.add_argument("--echo", action="store_true", help="add the raw BEEP echo figure")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="APEXMESH_NAME=VALUE",
+        help="a setting given to every service (repeatable), e.g. APEXMESH_RELAY_SEQ_STEP=0.5",
+    )
     args = parser.parse_args(argv)
+    settings = dict(item.split("=", 1) for item in args.set)
     offered_count = int(args.rate * args.seconds)
     figures: list[dict[str, Any]] = []
 
@@ -120,7 +128,9 @@ async def main(argv: list[str]) -> None:
         )
 
     # ------------------------------------------------------------------ apex-mesh
-    mesh = LocalMesh(Path(tempfile.mkdtemp(prefix="apex-bench-")), dev=True, dashboard=False)
+    mesh = LocalMesh(
+        Path(tempfile.mkdtemp(prefix="apex-bench-")), dev=True, dashboard=False, settings=settings
+    )
     await mesh.start()
     clients = []
     try:
