@@ -20,7 +20,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_each_service_gets_its_measured_thresholds_or_the_setting() -> None:
-    assert thresholds("relay", {}) == DEFAULT_THRESHOLDS["relay"]
+    assert thresholds("relay", {}) == DEFAULT_THRESHOLDS.get("relay", PYTHON_THRESHOLDS)
     assert thresholds("access", {}) == PYTHON_THRESHOLDS
     assert thresholds("relay", {ENV: "700,10,10"}) == (700, 10, 10)
     assert thresholds("report", {ENV: " 2000, 5, 5 "}) == (2000, 5, 5)
