@@ -402,21 +402,29 @@ class RelayApp:
         self.http_port = await self.http.start(self.settings.http_host, self.settings.http_port)
 
     async def _listen(self, edge_port: int, mesh_port: int) -> list[asyncio.Server]:
-        """Open the apex-edge and apex-mesh listeners."""
-        servers = []
-        for mode, host, port in (
-            (Mode.EDGE, self.settings.edge_host, edge_port),
-            (Mode.MESH, self.settings.mesh_host, mesh_port),
-        ):
-            server = await listen(
-                host,
-                port,
-                self._session_config,
-                ssl_context=self.server_ssl,
-                on_start=start_handler(self.router, mode),
-                on_connection=functools.partial(self._accepted, mode),
-            )
-            servers.append(server)
+        """Open the apex-edge and apex-mesh listeners. When the second cannot bind (its
+        port taken), the first is closed before the error goes on: a start that fails
+        half way leaves no listening socket behind."""
+        servers: list[asyncio.Server] = []
+        try:
+            for mode, host, port in (
+                (Mode.EDGE, self.settings.edge_host, edge_port),
+                (Mode.MESH, self.settings.mesh_host, mesh_port),
+            ):
+                server = await listen(
+                    host,
+                    port,
+                    self._session_config,
+                    ssl_context=self.server_ssl,
+                    on_start=start_handler(self.router, mode),
+                    on_connection=functools.partial(self._accepted, mode),
+                )
+                servers.append(server)
+        except BaseException:
+            for opened in servers:
+                opened.close()
+                await opened.wait_closed()
+            raise
         return servers
 
     async def _renew_leases(self) -> None:
