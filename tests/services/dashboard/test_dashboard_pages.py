@@ -164,8 +164,10 @@ def test_every_view_fits_and_is_drawn(demo_mesh: DemoMesh, browser: webdriver.Ch
     # A subscription of the test's own to the demo's topic: the demo's subscriptions are
     # 60 s leases, long gone when the suite reaches this test on a loaded machine.
     subscriber = subprocess.Popen(
-        ["apexctl", "sub", "demo.news", "--as", "barney@example.com", "--count", "1000"]
-        + ["--wait", "300"],
+        [
+            *("apexctl", "sub", "demo.news", "--as", "barney@example.com"),
+            *("--count", "1000", "--wait", "300"),
+        ],
         env=demo_mesh.env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
