@@ -1,10 +1,11 @@
 """Layering rules that keep the protocol cores sans-I/O and the services independent.
 
-The cores (``apexmesh/beep``, ``apexmesh/apex``, ``apexmesh/pubsub``) import no I/O
-library and draw no randomness (a caller passes it in; the SASL mechanisms alone need
-fresh nonces and salts from the OS, RFC 2831 and RFC 5802, and take fixed ones in
-tests); the BEEP core knows nothing of APEX; lxml is imported only by the one hardened
-parser module; services never import one another (they talk gRPC) and open internal
+The cores (``apexmesh/beep``, ``apexmesh/apex``, ``apexmesh/pubsub``, the relaying core
+``apexmesh/relay``) import no I/O library and draw no randomness (a caller passes it in;
+the SASL mechanisms alone need fresh nonces and salts from the OS, RFC 2831 and RFC 5802,
+and take fixed ones in tests); the relaying core uses none of the library's adapters;
+the BEEP core knows nothing of APEX; lxml is imported only by the one hardened parser
+module; services never import one another (they talk gRPC) and open internal
 gRPC channels only through ``apexmesh/rpc/channels.py``; nothing uses relative imports.
 Checked on the AST, so a function-level import cannot slip through.
 """
@@ -19,7 +20,23 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-CORES = ("apexmesh/beep", "apexmesh/apex", "apexmesh/common", "apexmesh/pubsub")
+CORES = (
+    "apexmesh/beep",
+    "apexmesh/apex",
+    "apexmesh/common",
+    "apexmesh/pubsub",
+    "apexmesh/relay",
+)
+#: The library's adapters (event loop, gRPC, Redis, SDK, CLI, operations), which the
+#: relaying core never reaches for: it is fed facts, it does not fetch them.
+ADAPTERS = (
+    "apexmesh.aio",
+    "apexmesh.rpc",
+    "apexmesh.store",
+    "apexmesh.client",
+    "apexmesh.cli",
+    "apexmesh.ops",
+)
 FORBIDDEN_IN_CORES = {
     "asyncio",
     "socket",
@@ -121,6 +138,19 @@ def test_cores_draw_no_randomness(core: str) -> None:
         for name in imported_modules(path)
         if name.split(".")[0] in RANDOMNESS and not relative(path).startswith(RANDOMNESS_ALLOWED)
     ]
+    assert offenders == []
+
+
+def test_the_relaying_core_uses_no_adapter() -> None:
+    """apexmesh/relay decides from values (issue #28): no asyncio future, gRPC stub,
+    Redis store or SDK type in its imports, so its decisions are tested without a loop."""
+    offenders = [
+        f"{relative(path)} imports {name}"
+        for path in python_files("apexmesh/relay")
+        for name in imported_modules(path)
+        if name.startswith(ADAPTERS)
+    ]
+    assert python_files("apexmesh/relay"), "the relaying core must exist"
     assert offenders == []
 
 

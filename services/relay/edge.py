@@ -48,14 +48,14 @@ from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.errors import BeepError
 from apexmesh.beep.mime import beep_xml
 from apexmesh.ops.logs import correlation_id, new_correlation_id
-from services.relay.flow import ChannelFlow, Taken
-from services.relay.outcomes import (
+from apexmesh.relay.outcomes import (
     ENDPOINT_DETACHED,
     Outcome,
     code_of,
     outcome_from_reply,
-    resolver,
 )
+from services.relay.flow import ChannelFlow, Taken
+from services.relay.futures import resolver
 
 if TYPE_CHECKING:
     from apexmesh.apex.endpoint import Endpoint

@@ -1,4 +1,4 @@
-"""Carrying out the routing decision (services/relay/routing.py) for accepted data.
+"""Carrying out the routing decision (apexmesh/relay/routing.py) for accepted data.
 
 The executor asks the decision, fetches what the decision says is missing (an access
 decision, an endpoint's location) and decides again, then sends: on this pod's channels
@@ -30,6 +30,8 @@ from apexmesh.apex.data import Data
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.hops import RecipientPlan, combine
 from apexmesh.apex.report import PendingReport
+from apexmesh.relay.outcomes import Outcome, Reason
+from apexmesh.relay.routing import MISSING, Missing, Route, RouteKind, partition, route
 from services.relay.facts import Fetched, RelayFacts
 from services.relay.futures import (
     answer_ok,
@@ -38,14 +40,14 @@ from services.relay.futures import (
     done,
     group_ended,
     repeat,
+    resolver,
+    settled_outcome,
 )
 from services.relay.grouping import Group
 from services.relay.jobs import Answer, Custody, Job, all_shed
-from services.relay.outcomes import Outcome, Reason, resolver, settled_outcome
 from services.relay.party_steps import PartySteps
 from services.relay.payloads import group_of, job_payload
 from services.relay.reports import GroupDelivery, may_owe_reports
-from services.relay.routing import MISSING, Missing, Route, RouteKind, partition, route
 
 if TYPE_CHECKING:
     from apexmesh.store.access_cache import CachedAccessChecker

@@ -1,4 +1,4 @@
-"""What the routing decision knows (services/relay/routing.py ``Facts``), from memory.
+"""What the routing decision knows (apexmesh/relay/routing.py ``Facts``), from memory.
 
 :class:`RelayFacts` reads the access decision cache, this pod's attachment table and the
 remembered locations: no I/O. When the decision says a fact is missing, the executor
@@ -11,7 +11,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from apexmesh.apex.access import CORE_DATA, Decision
-from services.relay.routing import MISSING, Missing
+from apexmesh.relay.routing import MISSING, Missing
 
 if TYPE_CHECKING:
     from apexmesh.apex.endpoint import Endpoint

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from services.relay.outcomes import ENDPOINT_DETACHED, SHED, Outcome
+from apexmesh.relay.outcomes import ENDPOINT_DETACHED, SHED, Outcome
 
 #: What a waiting delivery learns: None once its data is queued (in custody), else the
 #: outcome that ended it (shed, or the attachment ended).

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from apexmesh.relay.outcomes import DELIVERED, LOCAL_ERROR, Outcome, Reason
 from services.relay.jobs import Answer, CustodyOfCopy
-from services.relay.outcomes import DELIVERED, Outcome, Reason
 
 
 def group_ended(copy: CustodyOfCopy, future: asyncio.Future[tuple[Outcome, ...]]) -> None:
@@ -91,3 +91,25 @@ __all__ = [
     "group_ended",
     "repeat",
 ]
+
+
+def settled_outcome(future: asyncio.Future[Outcome]) -> Outcome:
+    """The outcome of a done delivery future; 451 when it ended without one (cancelled,
+    or failed: a bug, logged where it happened)."""
+    if future.cancelled() or future.exception() is not None:
+        return LOCAL_ERROR
+    return future.result()
+
+
+_T = TypeVar("_T")
+
+
+def resolver(future: asyncio.Future[_T]) -> Callable[[_T], None]:
+    """A callback giving ``future`` its result, unless it is done already (a caller that
+    stopped waiting cancelled it): how a callback-settled delivery feeds a future."""
+
+    def resolve(value: _T) -> None:
+        if not future.done():
+            future.set_result(value)
+
+    return resolve

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from services.relay.outcomes import ENDPOINT_DETACHED, NOT_HERE, Outcome
+from apexmesh.relay.outcomes import ENDPOINT_DETACHED, NOT_HERE, Outcome
 
 if TYPE_CHECKING:
     from apexmesh.apex.endpoint import Endpoint

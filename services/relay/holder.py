@@ -48,8 +48,8 @@ from apexmesh.apex.timing import (
     timing_options,
 )
 from apexmesh.beep.mime import beep_xml
+from apexmesh.relay.outcomes import Outcome
 from apexmesh.store.held import ATTACHED, HeldEntry, HeldStore, Refused
-from services.relay.outcomes import Outcome
 
 if TYPE_CHECKING:
     from apexmesh.apex.endpoint import Endpoint

@@ -34,7 +34,7 @@ from apexmesh.apex.errors import ApexError
 from apexmesh.apex.hops import DataPlan
 from apexmesh.apex.options import Option
 from apexmesh.ops.logs import correlation_id
-from services.relay.outcomes import Outcome, Reason
+from apexmesh.relay.outcomes import Outcome, Reason
 
 _log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from apexmesh.common.cache import BoundedCache
-from services.relay.routing import MISSING, Missing
+from apexmesh.relay.routing import MISSING, Missing
 
 if TYPE_CHECKING:
     from apexmesh.apex.endpoint import Endpoint

@@ -42,8 +42,8 @@ from apexmesh.beep.errors import BeepError
 from apexmesh.beep.management import ProfileOffer
 from apexmesh.beep.sasl import SaslClientExchange
 from apexmesh.beep.tuning import TLS_PROFILE, sasl_profile
+from apexmesh.relay.outcomes import Outcome, outcome_from_reply
 from services.relay.edge import APEX_PROFILE
-from services.relay.outcomes import Outcome, outcome_from_reply
 
 _log = logging.getLogger(__name__)
 

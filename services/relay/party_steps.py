@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 from apexmesh.apex.holding import wants_hold
 from apexmesh.apex.hops import RecipientPlan
 from apexmesh.apex.timing import Timer, forward, timing_options
+from apexmesh.relay.outcomes import HELD, Outcome
+from apexmesh.relay.routing import Route, RouteKind
 from apexmesh.store.held import Refused
 from services.relay.futures import chain, done
 from services.relay.holder import payload_for, timing_state
 from services.relay.jobs import Custody, Job
-from services.relay.outcomes import HELD, Outcome
-from services.relay.routing import Route, RouteKind
 
 if TYPE_CHECKING:
     from apexmesh.apex.endpoint import Endpoint

@@ -30,9 +30,10 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.beep.limits import MAX_MESSAGE_OCTETS
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.ops.logs import correlation_id
+from apexmesh.relay.outcomes import DELIVERED, POD_UNAVAILABLE, Outcome, outcome_of
 from apexmesh.rpc.channels import internal_channel
+from services.relay.futures import resolver
 from services.relay.grouping import Group
-from services.relay.outcomes import DELIVERED, POD_UNAVAILABLE, Outcome, outcome_of, resolver
 
 _log = logging.getLogger(__name__)
 

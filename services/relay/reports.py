@@ -20,12 +20,12 @@ from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.options import STATUS_REQUEST
 from apexmesh.apex.report import PendingReport, pending_reports, status_response
+from apexmesh.relay.outcomes import DELIVERED, LOCAL_ERROR, Outcome, Reason, code_of
 from services.relay.jobs import Job
-from services.relay.outcomes import DELIVERED, LOCAL_ERROR, Outcome, Reason, code_of
 
 if TYPE_CHECKING:
+    from apexmesh.relay.routing import RouteKind
     from services.relay.metrics import RelayMetrics
-    from services.relay.routing import RouteKind
     from services.relay.tracing import HopTracer
     from services.relay.wellknown import WellKnownServices
 

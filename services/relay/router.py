@@ -5,7 +5,7 @@ behalf of the originator (537), applicable per-data options are processed (504 f
 mustUnderstand option this relay does not understand), hold4Endpoint writes data for
 unattached recipients to Redis before ``ok``. Steps 4 and 5 run in arrival order per
 origin (a :class:`~services.relay.jobs.Dispatcher` per APEX channel): the routing
-decision (services/relay/routing.py) and its executor (services/relay/executor.py).
+decision (apexmesh/relay/routing.py) and its executor (services/relay/executor.py).
 
 The answer goes once the data is in custody (services/relay/jobs.py): at once for data
 to an endpoint attached here with room in its queue, once the next hop answered for data
@@ -13,7 +13,7 @@ that leaves this pod. Under load the answers wait, and the sender's BEEP window 
 
 The module map of the relay's data path:
 
-* :mod:`services.relay.routing`: where each recipient goes (pure decision);
+* :mod:`apexmesh.relay.routing`: where each recipient goes (pure decision);
 * :mod:`services.relay.executor`: fetches missing facts, sends, the one retry policy;
 * :mod:`services.relay.flow`: bounds on what this pod holds per endpoint, slow consumers;
 * :mod:`services.relay.jobs`: accepted data, per-origin order, custody;
@@ -44,6 +44,7 @@ from apexmesh.apex.hops import DataPlan, plain, plan_data
 from apexmesh.apex.memo import ParseMemo
 from apexmesh.apex.options import OptionRegistry
 from apexmesh.apex.party import OVERRIDE_CODE, OVERRIDE_TEXT
+from apexmesh.relay.routing import party_steps
 from apexmesh.store.held import ATTACHED
 from services.relay.attachments import AttachmentTable
 from services.relay.edge import Mode
@@ -53,7 +54,6 @@ from services.relay.holder import Holder, payload_for, timing_state
 from services.relay.jobs import Answer, Custody, Dispatcher, Job
 from services.relay.locations import Locations
 from services.relay.reports import Reporter, may_owe_reports
-from services.relay.routing import party_steps
 from services.relay.timekeeper import Timekeeper, wall_ms
 
 if TYPE_CHECKING:

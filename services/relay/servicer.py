@@ -28,10 +28,10 @@ from apexmesh.common.cache import BoundedCache
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.ops.logs import correlation_id
+from apexmesh.relay.outcomes import NOT_HERE, Outcome
 from apexmesh.rpc.batched import serve_batched
 from services.relay.flow import Taken
 from services.relay.grouping import Group, deliver_here
-from services.relay.outcomes import NOT_HERE, Outcome
 from services.relay.peers import CUSTODY_TAKEN, PACKED_OUTCOMES
 from services.relay.router import Router
 

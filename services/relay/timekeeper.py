@@ -31,7 +31,7 @@ from apexmesh.apex.timing import (
     delivered,
     tick,
 )
-from services.relay.outcomes import Outcome
+from apexmesh.relay.outcomes import Outcome
 
 if TYPE_CHECKING:
     from services.relay.metrics import RelayMetrics

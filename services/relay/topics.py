@@ -54,7 +54,7 @@ from apexmesh.pubsub import core
 from apexmesh.pubsub.elements import WELL_KNOWN_TOPICS, topic_endpoint, topic_of
 from apexmesh.pubsub.plain import is_plain
 from apexmesh.pubsub.wire import forward_payload
-from services.relay.outcomes import Outcome
+from apexmesh.relay.outcomes import Outcome
 
 if TYPE_CHECKING:
     from apexmesh.store.access_cache import CachedAccessChecker

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from apexmesh.apex.options import STATUS_REQUEST
 from apexmesh.ops.logs import correlation_id
+from apexmesh.relay.outcomes import Outcome, Reason
+from apexmesh.relay.routing import RouteKind
 from apexmesh.store.hops import Hop, HopLog, HopOutcome
-from services.relay.outcomes import Outcome, Reason
-from services.relay.routing import RouteKind
 from services.relay.timekeeper import wall_ms
 
 if TYPE_CHECKING:

@@ -30,6 +30,7 @@ from apexmesh.beep.mime import beep_xml
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
+from apexmesh.relay.outcomes import DELIVERED, SERVICE_UNAVAILABLE, Outcome, outcome_of
 from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.batched import BatchedCaller
 from apexmesh.rpc.endpoint import (
@@ -37,7 +38,6 @@ from apexmesh.rpc.endpoint import (
     DELIVER_CUT_OFF,
     DELIVER_RETRY_BACKOFF_SECONDS,
 )
-from services.relay.outcomes import DELIVERED, SERVICE_UNAVAILABLE, Outcome, outcome_of
 
 #: How the relay originates data itself (services/relay/router.py ``Router.originate``):
 #: the access service's replies go out as apex=access@DOMAIN.

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from apexmesh.relay.outcomes import ENDPOINT_DETACHED, SHED
 from services.relay.flow import ChannelFlow, FlowLimits, Ledger
-from services.relay.outcomes import ENDPOINT_DETACHED, SHED
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from apexmesh.apex.errors import ApexError
+from apexmesh.relay.outcomes import DELIVERED, SHED, UNKNOWN_ENDPOINT
 from services.relay.jobs import Custody
-from services.relay.outcomes import DELIVERED, SHED, UNKNOWN_ENDPOINT
 
 pytestmark = pytest.mark.unit
 

@@ -18,8 +18,8 @@ import pytest
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.ops.logs import correlation_id
+from apexmesh.relay.outcomes import DELIVERED, Outcome
 from apexmesh.rpc.server import create_server
-from services.relay.outcomes import DELIVERED, Outcome
 from services.relay.peers import BATCH_OCTETS, PACKED_OUTCOMES, UNAVAILABLE, PeerDelivery
 from services.relay.servicer import _Answers
 from tests.support.polling import eventually

@@ -1,4 +1,4 @@
-"""The routing decision (services/relay/routing.py), table-driven, without a mesh.
+"""The routing decision (apexmesh/relay/routing.py), table-driven, without a mesh.
 
 Every branch the integration tests exercise through running relays is here as a row:
 the plan of one recipient, the facts the relay knows, and the route it must take.
@@ -19,8 +19,8 @@ from apexmesh.apex.hops import RecipientPlan, plan_data
 from apexmesh.apex.options import Option, OptionRegistry, TargetHop
 from apexmesh.apex.party import DATA_HOPPING, data_hopping_option
 from apexmesh.apex.timing import DATA_TIMING, DataTiming, data_timing_option
-from services.relay.outcomes import UNKNOWN_ENDPOINT, Outcome, Reason
-from services.relay.routing import MISSING, Missing, Route, RouteKind, partition, route
+from apexmesh.relay.outcomes import UNKNOWN_ENDPOINT, Outcome, Reason
+from apexmesh.relay.routing import MISSING, Missing, Route, RouteKind, partition, route
 
 pytestmark = pytest.mark.unit
 

@@ -38,7 +38,7 @@ from apexmesh.apex.hops import RecipientPlan
 from apexmesh.apex.party import HOPS_EXHAUSTED, HOPS_EXHAUSTED_TEXT, next_relay
 from apexmesh.apex.report import PendingReport
 from apexmesh.apex.timing import DATA_TIMING
-from services.relay.outcomes import UNKNOWN_ENDPOINT, Outcome
+from apexmesh.relay.outcomes import UNKNOWN_ENDPOINT, Outcome
 
 #: The channel type of LOCAL routes (services/relay/edge.py ApexChannel; any hashable
 #: object to this module).

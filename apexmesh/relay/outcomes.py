@@ -13,13 +13,10 @@ never on object identity; the reason crosses gRPC as ``ApexStatus.reason``.
 
 from __future__ import annotations
 
-import asyncio
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, Protocol
 
-from apexmesh.aio import Reply
 from apexmesh.apex.codes import ApexReplyCode, for_code
 from apexmesh.apex.elements import Error, parse_message
 from apexmesh.apex.errors import ApexError
@@ -114,14 +111,6 @@ SHED: Final = Outcome(
 LOCAL_ERROR: Final = Outcome(ApexReplyCode.ACTION_ABORTED, "local error")
 
 
-def settled_outcome(future: asyncio.Future[Outcome]) -> Outcome:
-    """The outcome of a done delivery future; 451 when it ended without one (cancelled,
-    or failed: a bug, logged where it happened)."""
-    if future.cancelled() or future.exception() is not None:
-        return LOCAL_ERROR
-    return future.result()
-
-
 def outcome_of(status: common_pb2.ApexStatus) -> Outcome:
     """The outcome another pod or a service reported."""
     code = status.code
@@ -141,7 +130,18 @@ _OK_ENTITY: Final = b"Content-Type: application/beep+xml\r\n\r\n"
 _OK_PAYLOAD: Final = _OK_ENTITY + b"<ok />"
 
 
-def outcome_from_reply(reply: Reply) -> Outcome:
+class NextHopReply(Protocol):
+    """The complete reply to a data MSG, as the BEEP adapter gives it
+    (``apexmesh.aio.Reply``): its kind (``RPY``, ``ERR``, ``ANS``) and entity."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def payload(self) -> bytes: ...
+
+
+def outcome_from_reply(reply: NextHopReply) -> Outcome:
     """Read the next hop's answer to a data MSG: ``ok`` or an ``error`` element."""
     payload = reply.payload
     if payload == _OK_PAYLOAD and reply.kind == "RPY":  # as the SDK writes it
@@ -161,20 +161,6 @@ def outcome_from_reply(reply: Reply) -> Outcome:
     if isinstance(element, Error):
         return Outcome(int(element.code), element.text)
     return Outcome(ApexReplyCode.ACTION_NOT_TAKEN, "negative reply without an error element")
-
-
-_T = TypeVar("_T")
-
-
-def resolver(future: asyncio.Future[_T]) -> Callable[[_T], None]:
-    """A callback giving ``future`` its result, unless it is done already (a caller that
-    stopped waiting cancelled it): how a callback-settled delivery feeds a future."""
-
-    def resolve(value: _T) -> None:
-        if not future.done():
-            future.set_result(value)
-
-    return resolve
 
 
 def code_of(value: int) -> ApexReplyCode:
