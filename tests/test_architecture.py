@@ -154,6 +154,19 @@ def test_the_relaying_core_uses_no_adapter() -> None:
     assert offenders == []
 
 
+#: Folders whose modules stay short enough to read whole (issue #28: one concept each).
+SHORT_MODULES = ("apexmesh/relay", "services/relay")
+MAX_MODULE_LINES = 500
+
+
+@pytest.mark.parametrize("folder", SHORT_MODULES)
+def test_relaying_modules_stay_short(folder: str) -> None:
+    lengths = {
+        relative(p): len(p.read_text(encoding="utf-8").splitlines()) for p in python_files(folder)
+    }
+    assert {path: n for path, n in lengths.items() if n > MAX_MODULE_LINES} == {}
+
+
 def test_the_beep_core_knows_nothing_of_apex() -> None:
     offenders = [
         f"{relative(path)} imports {name}"

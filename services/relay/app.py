@@ -21,7 +21,6 @@ import grpc
 from redis.asyncio import Redis
 
 from apexmesh.aio import BeepConnection, Channel, listen
-from apexmesh.aio.tasks import stop_task
 from apexmesh.apex.associations import Binding
 from apexmesh.apex.holding import HOLD_FOR_ENDPOINT, TIMING_OPTIONS
 from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
@@ -44,9 +43,10 @@ from apexmesh.store.held import HeldStore
 from apexmesh.store.hops import HopLog
 from apexmesh.store.pubsub_cache import SubscriberCache
 from services.relay.admin import RelayView, relay_routers
-from services.relay.edge import APEX_PROFILE, Mode, serve_link, start_handler
+from services.relay.edge import APEX_PROFILE, Mode
 from services.relay.holder import Holder
 from services.relay.http import create_http_app
+from services.relay.leases import LeaseKeeper
 from services.relay.mesh import MeshPool
 from services.relay.metrics import RelayMetrics
 from services.relay.peers import PeerDelivery
@@ -63,6 +63,7 @@ from services.relay.reloading import (
 )
 from services.relay.router import Router
 from services.relay.servicer import RelayServicer
+from services.relay.serving import serve_link, start_handler
 from services.relay.sessions import Sessions
 from services.relay.settings import RelaySettings
 from services.relay.timekeeper import wall_ms
@@ -104,7 +105,7 @@ class RelayApp:
         self.redis: Redis = connect_redis(settings.redis_url, settings.redis_pool)
         self.keys = keys_for(settings.redis_url, settings.redis_prefix)
         self._access_channel = observed_channel(settings.access_address)
-        self.access = AccessClient(self._access_channel)
+        self.access = AccessClient(self._access_channel, timeout=settings.access_timeout)
         self.checker = CachedAccessChecker(self.access, self.redis, self.keys)
         self.attachments = AttachmentRegistry(
             self.redis, self.keys, settings.pod_id, lease_ms=settings.lease_ms
@@ -227,7 +228,13 @@ class RelayApp:
         self._listeners: list[asyncio.Server] = []
         #: Listeners closed by a drain that was undone (their connections live on).
         self._retired: list[asyncio.Server] = []
-        self._lease_task: asyncio.Task[None] | None = None
+        self.leases = LeaseKeeper(
+            attachments=self.attachments,
+            table=self.router.table,
+            pod_id=settings.pod_id,
+            address=lambda: self.grpc_address,
+            lease_ms=settings.lease_ms,
+        )
         self.grpc_port = self.edge_port = self.mesh_port = self.http_port = 0
 
     # ------------------------------------------------------------ TLS and SASL
@@ -391,8 +398,7 @@ class RelayApp:
             max_message_bytes=self.peers.max_message_bytes,
             registry=self.registry,
         )
-        await self.attachments.renew(self.grpc_address)
-        self._lease_task = asyncio.get_running_loop().create_task(self._renew_leases())
+        await self.leases.start()
         if self.router.holder is not None:
             self.router.holder.start()
         self._listeners = await self._listen(self.settings.edge_port, self.settings.mesh_port)
@@ -427,49 +433,10 @@ class RelayApp:
             raise
         return servers
 
-    async def _renew_leases(self) -> None:
-        interval = self.settings.lease_ms / 3000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                renewed = await self.attachments.renew(self.grpc_address)
-            except (OSError, ConnectionError) as exc:
-                _log.warning("cannot renew attachment leases: %s", exc)
-                continue
-            except Exception:  # noqa: BLE001  (Redis errors of every kind: keep trying)
-                _log.exception("cannot renew attachment leases")
-                continue
-            if renewed < len(self.router.table):
-                await self._drop_lost_attachments()
-            try:
-                await self._release_closed_channels()
-            except Exception:  # noqa: BLE001  (Redis errors of every kind: keep renewing)
-                _log.exception("cannot release the attachments of closed channels")
-
-    async def _release_closed_channels(self) -> None:
-        """Attachments made over an APEX channel the peer closed (keeping its session) are
-        released (RFC 3340 section 4.4.1: an attachment lives on its BEEP channel)."""
-        for channel in self.router.table.channels():
-            if channel.closed_by_peer:
-                await channel.release()
-
-    async def _drop_lost_attachments(self) -> None:
-        """Attachments whose lease lapsed (Redis restarted, pod paused) may now belong to
-        another pod: terminate ours rather than serve an endpoint twice."""
-        held = list(self.router.table.items())
-        located = await self.attachments.locate_many([str(endpoint) for endpoint, _ in held])
-        for (endpoint, (channel, attachment)), found in zip(held, located, strict=True):
-            if found is None:
-                if await self.attachments.claim(str(endpoint)) is None:
-                    continue
-            elif found[0] == self.settings.pod_id:
-                continue
-            await channel.terminate(attachment, 554, "attachment lease lost")
-
     async def stop(self) -> None:
         for server in self._listeners:
             server.close()
-        await stop_task(self._lease_task)
+        await self.leases.close()
         await self.reloader.close()
         connections = self.sessions.connections()
         await asyncio.gather(

@@ -21,18 +21,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from apexmesh.apex.access import CORE_DATA, Decision
-from apexmesh.apex.codes import ApexReplyCode
+from apexmesh.apex.access import Decision
 from apexmesh.apex.data import Data
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.hops import RecipientPlan, combine
 from apexmesh.apex.report import PendingReport
 from apexmesh.relay.outcomes import Outcome, Reason
 from apexmesh.relay.routing import MISSING, Missing, Route, RouteKind, partition, route
-from services.relay.facts import Fetched, RelayFacts
+from services.relay.deciding import Decider
 from services.relay.futures import (
     answer_ok,
     chain,
@@ -68,13 +67,6 @@ _log = logging.getLogger(__name__)
 #: A decision the fast path could not take (the data then waits in its origin's order).
 NOT_NOW: Final = MISSING
 
-#: Unreachable access service: the operation is refused, never let through (421).
-ACCESS_UNAVAILABLE: Final = Decision(
-    allowed=False,
-    code=ApexReplyCode.SERVICE_NOT_AVAILABLE,
-    text="access service not available",
-)
-
 #: Decisions made from the cache that still lack a fact (fetched by :meth:`Executor.decide`).
 _NEEDS_FACTS: Final = frozenset({RouteKind.NEED_ACCESS, RouteKind.NEED_LOCATION})
 
@@ -97,10 +89,11 @@ class Executor:
         metrics: RelayMetrics,
     ) -> None:
         self.domains = domains
-        self.access = access
+        #: Where a recipient goes when the cache lacks a fact (services/relay/deciding.py).
+        self.decider = Decider(domains=domains, access=access, table=table, locations=locations)
         self.table = table
         self.locations = locations
-        self.facts = RelayFacts(access, table, locations)
+        self.facts = self.decider.facts
         self.peers = peers
         self.mesh = mesh
         self.services = services
@@ -127,71 +120,6 @@ class Executor:
     @holder.setter
     def holder(self, holder: Holder | None) -> None:
         self.party.holder = holder
-
-    # ------------------------------------------------------------------ deciding
-
-    async def decide(
-        self,
-        plan: RecipientPlan,
-        originator: Endpoint,
-        known: Mapping[str, Decision] | None = None,
-        routed: Route[ApexChannel] | None = None,
-    ) -> Route[ApexChannel]:
-        """The decision for one recipient, fetching the facts it lacks (``known``:
-        access decisions fetched ahead for this data's recipients, by owner; ``routed``:
-        the decision already made from what is cached)."""
-        facts: RelayFacts | Fetched = self.facts
-        if routed is None:
-            routed = route(plan, originator, facts, domains=self.domains)
-        if routed.kind is RouteKind.NEED_ACCESS:
-            owner = str(routed.endpoint)
-            decision = None if known is None else known.get(owner)
-            if decision is None:
-                decision = await self.decide_access(owner, str(originator), CORE_DATA)
-            facts = Fetched(self.facts, decision=decision)
-            routed = route(plan, originator, facts, domains=self.domains)
-        if routed.kind is RouteKind.NEED_LOCATION:
-            located = await self.locations.lookup(routed.endpoint)
-            decided = facts.access(str(routed.endpoint), str(originator))
-            facts = Fetched(self.facts, decision=decided, located=located)
-            routed = route(plan, originator, facts, domains=self.domains)
-        return routed
-
-    async def decide_ahead(
-        self, plans: Sequence[RecipientPlan], originator: Endpoint, skip: frozenset[Endpoint]
-    ) -> dict[str, Decision]:
-        """The access decisions ``plans`` still lack, fetched in one call (a fan-out's
-        recipients: one ``CheckMany``, not one call per recipient in series); an
-        unreachable access service fails each closed (421)."""
-        facts = self.facts
-        owners = [
-            str(routed.endpoint)
-            for plan in plans
-            if plan.recipient.identity not in skip
-            and (routed := route(plan, originator, facts, domains=self.domains)).kind
-            is RouteKind.NEED_ACCESS
-        ]
-        if len(owners) < 2:
-            return {}
-        actor = str(originator)
-        try:
-            decisions = await self.access.check_many([(o, actor, CORE_DATA) for o in owners])
-        except Exception as exc:  # noqa: BLE001  (gRPC, Redis, timeouts: all fail closed)
-            _log.warning("access checks of %d recipients failed: %s", len(owners), exc)
-            return dict.fromkeys(owners, ACCESS_UNAVAILABLE)
-        return dict(zip(owners, decisions, strict=True))
-
-    async def decide_access(self, owner: str, actor: str, token: str) -> Decision:
-        """An access decision, from the cache when possible; an unreachable access
-        service fails closed as 421 (the operation is refused, never let through)."""
-        decision = self.access.lookup(owner, actor, token)
-        if decision is not None:
-            return decision
-        try:
-            return await self.access.check(owner, actor, token)
-        except Exception as exc:  # noqa: BLE001  (gRPC, Redis, timeouts: all fail closed)
-            _log.warning("access check %s %s %s failed: %s", owner, actor, token, exc)
-            return ACCESS_UNAVAILABLE
 
     # ------------------------------------------------------------------ the fast path
 
@@ -312,9 +240,9 @@ class Executor:
             routed = route(plan, originator, self.facts, domains=self.domains)
             if routed.kind is RouteKind.NEED_ACCESS and known is None and index + 1 < len(plans):
                 # The first cold recipient: its decision and the others' in one call.
-                known = await self.decide_ahead(plans[index:], originator, job.held)
+                known = await self.decider.decide_ahead(plans[index:], originator, job.held)
             if routed.kind in _NEEDS_FACTS:
-                routed = await self.decide(plan, originator, known, routed)
+                routed = await self.decider.decide(plan, originator, known, routed)
             if routed.kind is RouteKind.DOMAIN:
                 routed = self.party.time_next_hop(job, routed)
             if routed.kind is RouteKind.DONE:
@@ -441,7 +369,7 @@ class Executor:
     ) -> Outcome:
         """The one retry of a stale location: decide again with a fresh location."""
         self.locations.forget(routed.endpoint)
-        again = await self.decide(routed.plan, originator)
+        again = await self.decider.decide(routed.plan, originator)
         if again.kind is RouteKind.DONE:
             assert again.outcome is not None  # noqa: S101  (DONE routes carry one)
             return again.outcome
@@ -557,4 +485,4 @@ class Executor:
             await asyncio.gather(*self._background, return_exceptions=True)
 
 
-__all__ = ["ACCESS_UNAVAILABLE", "NOT_NOW", "Executor"]
+__all__ = ["NOT_NOW", "Executor"]

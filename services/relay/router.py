@@ -144,6 +144,8 @@ class Router:
             reporter=self.reporter,
             metrics=metrics,
         )
+        #: Access decisions, cached or fetched (services/relay/deciding.py).
+        self._decide_access = self.executor.decider.decide_access
         services.originate = self.originate
         #: Data of this domain's services, in order per originating well-known endpoint
         #: (a topic): one topic's wait (a cold access check, a full subscriber queue)
@@ -202,7 +204,7 @@ class Router:
                 "authenticate before attaching",
                 trans_id=attach.trans_id,
             )
-        decision = await self.executor.decide_access(str(endpoint.base), str(identity), CORE_ATTACH)
+        decision = await self._decide_access(str(endpoint.base), str(identity), CORE_ATTACH)
         if decision.code == ApexReplyCode.SERVICE_NOT_AVAILABLE:
             raise ApexError(decision.code, decision.text, trans_id=attach.trans_id)
         if not decision.allowed:
@@ -456,7 +458,7 @@ class Router:
 
     async def _may_send(self, endpoint: Endpoint, originator: Endpoint) -> bool:
         """Step 5.3's access check (core:data), which holding must not bypass."""
-        decision = await self.executor.decide_access(str(endpoint), str(originator), CORE_DATA)
+        decision = await self._decide_access(str(endpoint), str(originator), CORE_DATA)
         return decision.allowed
 
     def attached_ready(self, endpoint: Endpoint) -> None:

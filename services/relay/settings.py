@@ -237,6 +237,9 @@ class RelaySettings:
     cached_topics: int = 100_000
     receive_window: int = DEFAULT_RECEIVE_WINDOW
     seq_step: float = DEFAULT_SEQ_STEP
+    #: Seconds an access decision may take before the operation is refused (421, fail
+    #: closed): a cold decision loads its owner's entries from Redis first.
+    access_timeout: float = 2.0
     admin: AdminTokens = field(default_factory=AdminTokens)
     #: The credentials file (watched for changes, services/relay/reloading.py).
     sasl_file: Path | None = None
@@ -343,6 +346,7 @@ class RelaySettings:
                 high=MAX_WINDOW_OCTETS,
             ),
             seq_step=_seq_step(env),
+            access_timeout=env_float(env, "APEXMESH_RELAY_ACCESS_TIMEOUT", 2.0),
             topic_fanout=env_flag(env, "APEXMESH_RELAY_TOPIC_FANOUT", default=True),
             cached_topics=env_int(
                 env, "APEXMESH_RELAY_CACHED_TOPICS", 100_000, low=1, high=10_000_000

@@ -35,6 +35,7 @@ from services.relay.app import RelayApp
 from services.relay.settings import RelaySettings
 from services.report.app import ReportApp
 from services.report.settings import ReportSettings
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer, free_port
 
 APEX: Final = "http://iana.org/beep/APEX"
@@ -93,6 +94,8 @@ def relay_env(
         "APEXMESH_REPORT_ADDRESS": f"127.0.0.1:{report_port}",
         "APEXMESH_RELAY_ROUTES": ",".join(f"{d}=127.0.0.1:{p}" for d, p in routes.items()),
         "APEXMESH_RELAY_LEASE_MS": str(lease_ms),
+        # a cold access decision under load: the same deadline, scaled (tests/README.md)
+        "APEXMESH_RELAY_ACCESS_TIMEOUT": str(scaled(2.0)),
     }
 
 

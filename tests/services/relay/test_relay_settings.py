@@ -34,6 +34,12 @@ def test_receive_window_and_seq_step_from_the_environment() -> None:
     assert (settings.receive_window, settings.seq_step) == (65536, 0.5)
 
 
+def test_access_timeout() -> None:
+    assert RelaySettings.from_env(BASE).access_timeout == 2.0
+    slow = RelaySettings.from_env({**BASE, "APEXMESH_RELAY_ACCESS_TIMEOUT": "4.5"})
+    assert slow.access_timeout == 4.5
+
+
 def test_flow_bounds_from_the_environment() -> None:
     settings = RelaySettings.from_env(
         {
@@ -64,6 +70,8 @@ def test_flow_bounds_from_the_environment() -> None:
         ("APEXMESH_RELAY_RECEIVE_WINDOW", str((1 << 20) + 1)),
         ("APEXMESH_RELAY_SEQ_STEP", "0"),
         ("APEXMESH_RELAY_SEQ_STEP", "2"),
+        ("APEXMESH_RELAY_ACCESS_TIMEOUT", "0"),
+        ("APEXMESH_RELAY_ACCESS_TIMEOUT", "soon"),
     ],
 )
 def test_nonsense_bounds_are_refused_with_the_variable_named(name: str, value: str) -> None:
