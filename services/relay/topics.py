@@ -113,37 +113,52 @@ class TopicFanout:
     ) -> Outcome | None:
         """The outcome of the publication once every copy is in custody, or None when
         the pubsub pods must decide it (see the module docstring)."""
+        topic = topic_of(recipient)
+        assert topic is not None  # noqa: S101  (may_serve said so)
+        plan = await self._plan(topic, recipient.domain, data, parts)
+        if plan is None:
+            self.delegated += 1
+            return None
+        self.fanned_out += 1
+        if not plan.recipients:
+            return Outcome(ApexReplyCode.SUCCESS)
+        copies = self._copies(data, topic, recipient.domain, plan)
+        try:
+            await asyncio.gather(*(self._send(copy, parts) for copy in copies))
+        except ApexError as exc:
+            return Outcome(int(exc.code), str(exc))
+        return Outcome(ApexReplyCode.SUCCESS)
+
+    async def _plan(
+        self, topic: str, domain: str, data: Data, parts: Sequence[MimePart]
+    ) -> core.PublishPlan | None:
+        """The publication's plan when this relay may fan it out; None when the pubsub
+        pods decide: content it cannot find (the pod gives its own answer), the
+        subscriber cache not synced, the topic unreadable, missing or not plain, access
+        undecidable or refused (the pods answer with their own diagnostics), or a
+        subscriber that redistributes."""
         try:
             body = content_of(data, parts)
         except ApexError:
-            self.delegated += 1
-            return None  # the pod gives its own answer to content it cannot find
-        topic = topic_of(recipient)
-        assert topic is not None  # noqa: S101  (may_serve said so)
-        domain = recipient.domain
-        originator = data.originator.identity
+            return None
         if not self._cache.synced:
-            self.delegated += 1
             return None
         try:
             state = await self._cache.topic(domain, topic)
         except (RedisError, OSError) as exc:
             _log.debug("topic %s@%s not read (%s): the pubsub pods decide", topic, domain, exc)
-            self.delegated += 1
             return None
         if not state.exists or not is_plain(state, body):
-            self.delegated += 1
             return None
+        originator = data.originator.identity
         owner = str(topic_endpoint(topic, domain))
         decision = self._access.lookup(owner, str(originator), CORE_DATA)
         if decision is None:
             try:
                 decision = await self._access.check(owner, str(originator), CORE_DATA)
             except Exception:  # noqa: BLE001  (the pods answer with their own diagnostics)
-                self.delegated += 1
                 return None
         if not decision.allowed:
-            self.delegated += 1
             return None
         plan = core.publish(
             originator,
@@ -156,17 +171,8 @@ class TopicFanout:
         if any(r.domain not in domains or r.is_service for r in plan.recipients):
             # A redistributing server subscribes: the pods re-originate for it, with
             # their hop budget (APEXMESH_PUBSUB_HOPS) and redistribution's rules.
-            self.delegated += 1
             return None
-        self.fanned_out += 1
-        if not plan.recipients:
-            return Outcome(ApexReplyCode.SUCCESS)
-        try:
-            custody = [self._send(copy, parts) for copy in self._copies(data, topic, domain, plan)]
-            await asyncio.gather(*custody)
-        except ApexError as exc:
-            return Outcome(int(exc.code), str(exc))
-        return Outcome(ApexReplyCode.SUCCESS)
+        return plan
 
     def _copies(self, data: Data, topic: str, domain: str, plan: core.PublishPlan) -> list[Data]:
         """The forwarded data of section 4.7.1 step 2 (with its dataHopping option, as
