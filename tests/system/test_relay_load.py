@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from apexmesh.client import ApexClient, ApexRequestError
 from apexmesh.store.keys import Keys
 from tests.support.deployment import DOMAIN, Deployment, deployment, rss_bytes
+from tests.support.polling import scaled
 
 pytestmark = [pytest.mark.system, pytest.mark.load]
 
@@ -111,8 +112,9 @@ async def test_10k_sessions_closing_at_once_release_everything_and_memory_comes_
 
 
 ATTACHING = 1_000
-#: The issue's bound: every attach of the burst is answered within this time.
-ANSWER_WITHIN = 10.0
+#: The issue's bound: every attach of the burst is answered within this time (a timing
+#: promise, so scaled by the suite's one factor on a loaded machine: tests/README.md).
+ANSWER_WITHIN = scaled(10.0)
 
 
 @pytest.mark.timeout(180)
