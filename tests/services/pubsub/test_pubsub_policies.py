@@ -4,7 +4,6 @@ excluded by an entry without actions."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from services.pubsub.app import PubsubApp
 from services.pubsub.settings import PubsubSettings
 from tests.services.pubsub.conftest import started_mesh
 from tests.support.mesh import endpoint_client
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -64,20 +64,17 @@ async def test_only_subscribers_publish(
         assert await fred.subscribe(TOPIC, duration=60) == Reply(code=250, trans_id=2)
         assert await _code(mike, b"not a subscriber") == 537
         assert await mike.subscribe(TOPIC, duration=60) == Reply(code=250, trans_id=1)
+
         # The grant reaches the access service right after the reply.
-        for _ in range(50):
-            if await _code(mike, b"now a subscriber") == 250:
-                break
-        else:
-            pytest.fail("core:data was never granted to the subscriber")
+        async def granted() -> bool:
+            return await _code(mike, b"now a subscriber") == 250
+
+        await wait_until(granted, 10, what="core:data granted to the subscriber")
         _, received = await fred.next_publication()
         assert received.content == b"now a subscriber"
         assert await mike.cancel(TOPIC) == Reply(code=250, trans_id=2)
-        seen = []
-        for _ in range(50):
-            seen.append(await _code(mike, b"gone"))
-            if seen[-1] == 537:
-                break
-            await asyncio.sleep(0.05)
-        else:
-            pytest.fail(f"core:data was never removed on cancel: {seen}")
+
+        async def removed() -> bool:
+            return await _code(mike, b"gone") == 537
+
+        await wait_until(removed, 10, every=0.05, what="core:data removed on cancel")

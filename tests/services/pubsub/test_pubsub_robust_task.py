@@ -7,7 +7,6 @@ numbers."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache
 from services.pubsub.robust_service import RobustService
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -171,10 +171,11 @@ async def test_one_timer_heartbeats_links_ends_them_and_fails_over(
             store = PubsubStore(redis, keys, "setup")
             deleted = TopicDeleted(TOPIC, FRED)
             assert await store.commit(DOMAIN, TOPIC, None, [deleted], [], clock.now) is not None  # type: ignore[list-item]
-            for _ in range(100):
-                if not (await p2_cache_topic(p2)).exists:
-                    break
-                await asyncio.sleep(0.02)
+
+            async def forgotten() -> bool:
+                return not (await p2_cache_topic(p2)).exists
+
+            await wait_until(forgotten, 5, every=0.02, what="p2's cache follows the delete")
             clock.now += LEASE_MS
             await p2.step(clock.now)
             assert await p2.topics.topics(DOMAIN) == []

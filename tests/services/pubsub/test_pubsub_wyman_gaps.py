@@ -8,7 +8,6 @@ the Subscriptions topic's records (6.3, 7.6).
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 
 import pytest
@@ -29,6 +28,7 @@ from tests.services.pubsub.test_pubsub_wyman_exchanges import (
     quote,
     send_op,
 )
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -272,6 +272,6 @@ async def test_6_3_records_of_plain_subscriptions_renewals_lease_ends_and_7_6(
 
 async def until_after(when: datetime) -> None:
     """Wait until the wall clock's second is past ``when`` (dates have second precision)."""
-    async with asyncio.timeout(5):
-        while datetime.now(UTC).replace(microsecond=0) <= when:  # noqa: ASYNC110 - the clock
-            await asyncio.sleep(0.05)
+    await wait_until(
+        lambda: datetime.now(UTC).replace(microsecond=0) > when, 5, every=0.05, what="next second"
+    )

@@ -16,8 +16,7 @@ import asyncio
 import contextlib
 import signal
 import ssl
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -30,6 +29,7 @@ from apexmesh.client import ApexClient, connect_endpoint
 from apexmesh.store.keys import Keys
 from services.access.app import AccessApp
 from services.access.settings import AccessSettings
+from tests.support.polling import wait_until
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer
 from tests.support.secure import HOST, PASSWORDS, SEED, relay_env
@@ -145,15 +145,9 @@ def metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-async def until(check: object, what: str, within: float = 15.0) -> None:
-    """Poll the coroutine function ``check`` until it returns true."""
-    deadline = time.monotonic() + within
-    while True:
-        if await check():  # type: ignore[operator]
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within} s: {what}")
-        await asyncio.sleep(0.05)
+async def until(check: Callable[[], Awaitable[bool]], what: str, within: float = 15.0) -> None:
+    """Poll the coroutine function ``check`` until it returns true (scaled deadline)."""
+    await wait_until(check, within, every=0.05, what=what)
 
 
 @pytest.mark.timeout(120)
