@@ -6,7 +6,6 @@ starts again; the admin API over real HTTP."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from apexmesh.store.keys import Keys
 from services.pubsub.app import PubsubApp
 from services.pubsub.settings import PubsubSettings
 from tests.support.mesh import READ_TOKEN, base_env
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -65,9 +65,11 @@ async def test_admin_listings_answer_503_while_redis_is_down(tmp_path: Path) -> 
                 assert answer.headers["Retry-After"] == str(RETRY_AFTER_SECONDS)
             redis.start()  # same port and directory
 
-            async with asyncio.timeout(20):  # the pool reconnects on its own
-                while (await admin.get("/admin/v1/subscriptions")).status_code != 200:  # noqa: ASYNC110
-                    await asyncio.sleep(0.05)  # polling over HTTP: no event to await
+            async def answers() -> bool:
+                return (await admin.get("/admin/v1/subscriptions")).status_code == 200
+
+            # The pool reconnects on its own; polling over HTTP: no event to await.
+            await wait_until(answers, 20, every=0.05, what="the admin API after Redis is back")
             for path in LISTINGS[:2]:
                 assert (await admin.get(path)).status_code == 200, path
     finally:

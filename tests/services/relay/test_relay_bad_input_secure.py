@@ -27,6 +27,7 @@ from apexmesh.beep.mime import beep_xml
 from apexmesh.client import ApexClient
 from apexmesh.store.keys import Keys
 from tests.support.mesh import APEX, apex_channel, ask, ask_payload, cid_payload, start_answer
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 from tests.support.secure import HOST, SecureRelay, secure_relay
 
@@ -137,7 +138,7 @@ async def ended_with(
     adapter.setLevel(logging.INFO)
     try:
         await send(ours.append)
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(scaled(10)):
             while True:
                 for record in records:
                     args = record.args if isinstance(record.args, tuple) else ()

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.support.mesh import ADMIN_TOKEN, READ_TOKEN, Mesh, endpoint_client, receive
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -63,12 +64,9 @@ async def test_sessions_listed_and_closed(mesh: Mesh) -> None:
         closed = await http.delete(f"/admin/v1/sessions/{mine['id']}")
         assert closed.json() == {"id": mine["id"], "closed": True}
         assert (await http.delete(f"/admin/v1/sessions/{mine['id']}")).status_code == 404
-        for _ in range(50):
-            if not any(
-                a["endpoint"] == "wilma@example.com"
-                for a in (await http.get("/admin/v1/attachments")).json()
-            ):
-                break
-            await asyncio.sleep(0.05)
-        else:
-            pytest.fail("the attachment outlived its closed session")
+
+        async def released() -> bool:
+            listed = (await http.get("/admin/v1/attachments")).json()
+            return not any(a["endpoint"] == "wilma@example.com" for a in listed)
+
+        await wait_until(released, 5, every=0.05, what="the closed session's attachment ends")

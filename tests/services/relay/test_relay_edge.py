@@ -14,11 +14,12 @@ import asyncio
 
 import pytest
 
-from apexmesh.aio import ChannelStartError
+from apexmesh.aio import Channel, ChannelStartError
 from apexmesh.beep.frames import encode_frame
 from apexmesh.beep.mime import beep_xml
 from apexmesh.client import ApexRequestError
 from tests.support.mesh import Mesh, apex_channel, ask, beep_session, endpoint_client, start_answer
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -84,16 +85,19 @@ async def test_a_start_that_fails_inside_the_relay_is_answered(
             redis_server.start()
         assert refused.value.code in (421, 451)
         # The session goes on: once Redis is back the same start succeeds.
-        async with asyncio.timeout(10):
-            while True:
-                try:
-                    channel = await apex_channel(
-                        conn, "<attach endpoint='fred@example.com' transID='1' />"
-                    )
-                except ChannelStartError:
-                    await asyncio.sleep(0.1)  # poll interval while the relay reconnects
-                    continue
-                break
+        started: list[Channel] = []
+
+        async def starts() -> bool:
+            try:
+                started.append(
+                    await apex_channel(conn, "<attach endpoint='fred@example.com' transID='1' />")
+                )
+            except ChannelStartError:
+                return False
+            return True
+
+        await wait_until(starts, 10, every=0.1, what="an attach once Redis is back")
+        channel = started[-1]
         assert start_answer(channel) == ("ok", "")
 
 

@@ -19,6 +19,7 @@ from apexmesh.apex.holding import HoldLimits
 from apexmesh.apex.timing import DataTiming
 from apexmesh.client import ApexRequestError
 from tests.support.mesh import Mesh, apex_channel, ask, beep_session, endpoint_client
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -42,12 +43,14 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
 
 async def scrape_until(port: int, ready: Callable[[Samples], bool], within: float = 5.0) -> Samples:
     """Scrape until ``ready`` (the gauges are refreshed by the sweeper, every 250 ms)."""
-    async with asyncio.timeout(within):
-        while True:
-            samples = await scrape(port)
-            if ready(samples):
-                return samples
-            await asyncio.sleep(0.05)
+    scraped: list[Samples] = []
+
+    async def fresh() -> bool:
+        scraped.append(await scrape(port))
+        return ready(scraped[-1])
+
+    await wait_until(fresh, within, every=0.05, what="the sweeper's gauges")
+    return scraped[-1]
 
 
 HELD = "apexmesh_relay_held_data_total"

@@ -36,7 +36,7 @@ from tests.support.mesh import (
     running_mesh,
     start_answer,
 )
-from tests.support.polling import eventually
+from tests.support.polling import eventually, scaled
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer
 
@@ -53,7 +53,7 @@ async def short_lease(redis_server: RedisServer, keys: Keys, tmp_path: Path) -> 
 
 async def attach_when_free(client: ApexClient, endpoint: str, within: float) -> Attachment:
     """Attach as soon as the domain lets go of ``endpoint`` (554 until then)."""
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         while True:
             try:
                 return await client.attach(endpoint)

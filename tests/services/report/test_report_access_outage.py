@@ -23,6 +23,7 @@ from apexmesh.client import ApexClient, Attachment, SendResult, connect_endpoint
 from apexmesh.store.keys import Keys
 from services.access.app import AccessApp
 from tests.support.mesh import Mesh, running_mesh
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -83,9 +84,12 @@ async def test_every_report_owed_during_an_access_outage_arrives(
             ]
             # The outage is felt: the report of each sender whose report decision was not
             # cached has failed its access check (421) at a relay, at least once.
-            async with asyncio.timeout(30):
-                while refused_for_access(mesh) < len(SENDERS):  # noqa: ASYNC110
-                    await asyncio.sleep(0.05)  # polling a counter: no event to await
+            await wait_until(
+                lambda: refused_for_access(mesh) >= len(SENDERS),
+                30,
+                every=0.05,  # polling a counter: no event to await
+                what="a refused access check for every sender",
+            )
             restarted = AccessApp(dataclasses.replace(mesh.access.settings, grpc_port=access_port))
             await restarted.start()
 
