@@ -14,19 +14,20 @@ from apexmesh.client.attachment import Attachment
 from apexmesh.client.received import ReceivedData
 from apexmesh.pubsub.robust.elements import OPTION_NAME, RobustInfo, robust_from_option
 from apexmesh.pubsub.robust.operations import GapRequest, parse_request
+from tests.support.polling import wait_until
 
 
 async def subscribed(apps: Any, domain: str, topic: str, endpoint: Endpoint) -> None:
     """Return once every pubsub pod's cache (``apps``: PubsubApp) lists ``endpoint`` as
     a subscriber of ``topic``: a publication sequenced before would not number its link
     (as any publication before a subscription reaches it)."""
-    async with asyncio.timeout(10):
-        for app in apps:
-            while True:
-                state = await app.subscribers.topic(domain, topic)
-                if any(sub.subscriber == endpoint for sub in state.subscriptions.values()):
-                    break
-                await asyncio.sleep(0.02)
+    for app in apps:
+
+        async def lists_it(app: Any = app) -> bool:
+            state = await app.subscribers.topic(domain, topic)
+            return any(sub.subscriber == endpoint for sub in state.subscriptions.values())
+
+        await wait_until(lists_it, 10, every=0.02, what=f"{endpoint} subscribed on {app}")
 
 
 def robust_info(received: ReceivedData, endpoint: Endpoint) -> RobustInfo | None:

@@ -25,6 +25,7 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.robust import RobustKeys
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh
 from tests.support.mesh import endpoint_client
+from tests.support.polling import wait_until
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer
 from tests.support.robust_clients import warm_up
@@ -62,15 +63,18 @@ async def two_processes(
 async def _owner(redis_server: RedisServer, keys: Keys) -> str:
     """The pod id holding the topic's sequencer lease."""
     redis = Redis.from_url(redis_server.url)
+    held: list[bytes] = []
+
+    async def leased() -> bool:
+        raw = await redis.get(RobustKeys(keys).owner(DOMAIN, TOPIC))
+        held.extend([raw] if raw is not None else [])
+        return raw is not None
+
     try:
-        async with asyncio.timeout(10):
-            while True:
-                raw = await redis.get(RobustKeys(keys).owner(DOMAIN, TOPIC))
-                if raw is not None:
-                    return raw.decode().partition("|")[0]
-                await asyncio.sleep(0.05)
+        await wait_until(leased, 10, every=0.05, what="a holder of the sequencer lease")
     finally:
         await redis.aclose()
+    return held[-1].decode().partition("|")[0]
 
 
 async def test_kill_9_of_the_sequencing_process_loses_no_published_publication(

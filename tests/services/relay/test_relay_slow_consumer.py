@@ -63,7 +63,7 @@ async def test_a_reader_that_never_reads_slows_the_sender_and_bounds_the_relay(
                     nonlocal peak
                     while True:
                         peak = max(peak, rss_bytes(pid))
-                        await asyncio.sleep(0.05)
+                        await asyncio.sleep(0.05)  # a sampling interval, not a wait
 
                 sampler = asyncio.ensure_future(sample())
                 sends: list[asyncio.Future[object]] = []
