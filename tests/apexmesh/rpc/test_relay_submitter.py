@@ -4,7 +4,7 @@ where, with which submission id, and how many Submits are out at once."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import grpc
@@ -12,7 +12,7 @@ import pytest
 
 from apexmesh.rpc.relay import RelaySubmitter, SubmitSource
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
-from tests.support.polling import still_true
+from tests.support.polling import still_true, wait_until
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration
@@ -103,19 +103,13 @@ async def test_a_shared_limit_bounds_the_submits_out_at_once() -> None:
         calls = [
             asyncio.ensure_future(client.submit("apex=pubsub@example.com", b"x")) for _ in range(10)
         ]
-        await wait_for(lambda: relay.inflight == 3)
+        await wait_until(lambda: relay.inflight == 3, what="three submits held in flight")
         # Nothing more gets through while the three are held.
         await still_true(lambda: relay.inflight == 3, 0.05)
         hold.set()
         outcomes = await asyncio.gather(*calls)
     assert [o.code for o in outcomes] == [250] * 10
     assert relay.peak == 3
-
-
-async def wait_for(predicate: Callable[[], bool], within: float = 5.0) -> None:
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110 - polling the servicer's counters
-            await asyncio.sleep(0.005)
 
 
 async def test_a_relay_of_an_earlier_version_gets_unary_submits_retried_alike() -> None:

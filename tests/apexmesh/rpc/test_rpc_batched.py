@@ -21,7 +21,7 @@ from apexmesh.rpc.batched import BatchedCaller, serve_batched
 from apexmesh.rpc.channels import RECOVERY_OPTIONS, internal_channel
 from apexmesh.rpc.server import ACCEPTED_PING_INTERVAL_MS, create_server
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
-from tests.support.polling import still_true
+from tests.support.polling import still_true, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -57,13 +57,6 @@ def code_of(outcome: object) -> object:
     return outcome.status.code
 
 
-async def until(predicate: object, within: float = 5.0) -> None:
-    assert callable(predicate)
-    async with asyncio.timeout(within):
-        while not predicate():  # noqa: ASYNC110 - polling the servicer's counters
-            await asyncio.sleep(0.005)
-
-
 async def test_calls_in_flight_share_stream_messages() -> None:
     relay = ScriptedRelay()
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
@@ -89,7 +82,7 @@ async def test_a_handler_that_aborts_fails_its_call_only() -> None:
     relay = ScriptedRelay(grpc.StatusCode.RESOURCE_EXHAUSTED, hold=hold)
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
         calls = [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(4)]
-        await until(lambda: relay.inflight == 4)
+        await wait_until(lambda: relay.inflight == 4, what="4 calls in flight")
         hold.set()
         outcomes = await settle(calls)
     codes = [code_of(o) for o in outcomes]
@@ -131,7 +124,7 @@ async def test_a_broken_stream_cuts_off_what_the_callee_took_and_then_reaches_no
     relay = ScriptedRelay(hold=hold)
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
         calls = [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(3)]
-        await until(lambda: relay.inflight == 3)
+        await wait_until(lambda: relay.inflight == 3, what="3 calls in flight")
         # The relay goes away with the three calls in its handlers.
     outcomes = await settle(calls)
     assert {code_of(o) for o in outcomes} <= {
@@ -185,7 +178,7 @@ async def test_a_callee_handles_a_bounded_number_of_calls_of_a_stream_at_once() 
     relay = BoundedRelay(hold=hold)
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
         calls = [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(10)]
-        await until(lambda: relay.inflight == 3)
+        await wait_until(lambda: relay.inflight == 3, what="3 calls in flight")
         # Nothing more is handled while the three are held.
         await still_true(lambda: relay.inflight == 3, 0.05)
         hold.set()
@@ -253,6 +246,7 @@ async def test_an_idle_stream_outlives_keepalive_pings() -> None:
     )
     try:
         assert (await caller.call(request(1), timeout=5)).status.code == 250
+        # The behaviour under test: the stream stays idle past several keepalive pings.
         await asyncio.sleep(5)
         assert (await caller.call(request(2), timeout=5)).status.code == 250
     finally:
