@@ -28,6 +28,7 @@ from apexmesh.store.pubsub_cache import (
     apply_event,
     state_from_items,
 )
+from tests.support.polling import wait_until
 from tests.support.redis_cluster import every_node
 
 _T = TypeVar("_T")
@@ -58,10 +59,13 @@ def subscribed(topic: str, who: Endpoint, expires: int = NOW + 60_000) -> dict[s
 async def eventually(
     probe: Callable[[], Awaitable[_T]], check: Callable[[_T], object], within: float = 5.0
 ) -> None:
-    """Return once ``check(await probe())`` holds; TimeoutError after ``within`` s."""
-    async with asyncio.timeout(within):
-        while not check(await probe()):  # noqa: ASYNC110 - polling Redis and the cache
-            await asyncio.sleep(0.005)
+    """Return once ``check(await probe())`` holds; TimeoutError after ``within`` s
+    (scaled)."""
+
+    async def holds() -> bool:
+        return bool(check(await probe()))
+
+    await wait_until(holds, within, what=f"{check} of {probe}")
 
 
 # --------------------------------------------------------------------------- sans I/O
@@ -261,7 +265,7 @@ async def test_a_snapshot_older_than_the_follower_catches_up(
     (old,) = await cache._load_many([(DOMAIN, "news")])
     await store.commit(DOMAIN, "news", None, [Subscribed(sub("news", MIKE), False)], [], NOW)
     last = (await redis.xrevrange(keys.pubsub_events(), count=1))[0][0]
-    await eventually(lambda: asyncio.sleep(0, cache._position), lambda p: p >= _id(last))
+    await wait_until(lambda: cache._position >= _id(last), what="the follower past the commit")
 
     async def stale(_names: Sequence[tuple[str, str]]) -> list[TopicState]:
         return [
@@ -293,7 +297,7 @@ async def test_a_lost_read_keeps_the_cache_and_catches_up(
         "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes", **every_node(redis)
     )
     await store.commit(DOMAIN, "news", None, [Subscribed(sub("news", BOB), False)], [], NOW)
-    await eventually(lambda: asyncio.sleep(0, cache.synced), bool)
+    await wait_until(lambda: cache.synced, what="the follower synced again")
     loads = cache.loads  # lookups loaded afresh while the follower was away
     assert len((await cache.topic(DOMAIN, "news")).subscriptions) == 2  # the cached entry
     assert cache.loads == loads

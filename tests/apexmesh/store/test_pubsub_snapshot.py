@@ -31,6 +31,7 @@ from apexmesh.store.pubsub_snapshot import (
     SnapshotStore,
     next_id,
 )
+from tests.support.polling import wait_until
 from tests.support.pubsub_events import BASE_MS, append, random_log
 
 pytestmark = pytest.mark.integration
@@ -108,9 +109,12 @@ async def test_readers_during_a_switch_see_one_snapshot_whole(
         for flip in range(4):
             # a few reads complete under each snapshot before the next switch
             target = len(seen) + 2
-            async with asyncio.timeout(60):
-                while len(seen) < target:  # noqa: ASYNC110 - readers append as they finish
-                    await asyncio.sleep(0.01)
+            await wait_until(
+                lambda: len(seen) >= target,  # noqa: B023 - target is read at once
+                60,
+                every=0.01,
+                what="two more reads",
+            )
             meta, catalogue = (new_meta, new) if flip % 2 == 0 else (old_meta, old)
             if grace_ms == 0:
                 # the generation switched away from expired at once: write it again
@@ -212,9 +216,12 @@ async def test_changes_applied_in_place_are_seen_whole_and_only_on_their_snapsho
         nonlocal changing, current
         for before, after in itertools.pairwise(states):
             target = len(seen) + 2
-            async with asyncio.timeout(60):
-                while len(seen) < target:  # noqa: ASYNC110 - readers append as they finish
-                    await asyncio.sleep(0.01)
+            await wait_until(
+                lambda: len(seen) >= target,  # noqa: B023 - target is read at once
+                60,
+                every=0.01,
+                what="two more reads",
+            )
             topics, subs = difference(before, after)
             staging = f"g1.changes.{after.position}"
             assert await store.stage(staging, topics, subs) == (len(topics), len(subs))
@@ -332,9 +339,11 @@ async def test_the_subscriber_cache_follows_a_trimmed_log(redis: Redis, keys: Ke
     await pods.commit("example.com", "a", None, [sub("a", bob)], [], now)
     await pods.commit("example.com", "b", None, [sub("b", bob)], [], now)
     for cache in (early, late):
-        async with asyncio.timeout(5):
-            while len((await cache.topic("example.com", "a")).subscriptions) != 2:  # noqa: ASYNC110
-                await asyncio.sleep(0.01)
+
+        async def both_subscribed(cache: SubscriberCache = cache) -> bool:
+            return len((await cache.topic("example.com", "a")).subscriptions) == 2
+
+        await wait_until(both_subscribed, every=0.01, what="both subscriptions of a")
         assert len((await cache.topic("example.com", "b")).subscriptions) == 2
         assert cache.synced
     await early.aclose()
