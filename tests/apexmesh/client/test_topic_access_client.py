@@ -18,6 +18,7 @@ from apexmesh.client.received import ReceivedData
 from apexmesh.store.keys import Keys
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh
 from tests.support.mesh import endpoint_client
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -64,9 +65,11 @@ async def code_of(call: Awaitable[object]) -> int:
 async def eventually(call: Callable[[], Awaitable[int]], code: int, within: float = 5.0) -> None:
     """A change of entries reaches the relays' and pods' decision caches by the access
     service's change channel, within milliseconds: poll until it did."""
-    async with asyncio.timeout(within):
-        while await call() != code:  # noqa: ASYNC110 - polling a remote state
-            await asyncio.sleep(0.05)
+
+    async def answered() -> bool:
+        return await call() == code
+
+    await wait_until(answered, within, every=0.05, what=f"answer {code}")
 
 
 async def test_another_endpoint_subscribes_to_a_new_topic_with_no_operator_step(
