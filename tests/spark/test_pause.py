@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from spark import pause
 from spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
+from tests.support.polling import block_until
 
 pytestmark = pytest.mark.unit
 
@@ -54,10 +54,7 @@ def test_a_hold_ends_when_the_file_is_removed(
     seen: list[str] = []
 
     def release() -> None:
-        deadline = time.monotonic() + 30
-        while not held.exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        block_until(held.exists, 30, every=0.01, what=f"the hold file {held}")
         seen.append(json.loads(held.read_text())["point"])
         held.unlink()
 
