@@ -49,6 +49,7 @@ from apexmesh.client import (
     XmlContent,
     connect_endpoint,
 )
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -443,8 +444,9 @@ async def test_submit_fails_when_the_session_ends(
     _, state = peer
     fred = await client.attach("fred@example.com")
     state.silent = True  # the peer stops answering data
+    before = len(state.data)
     future = fred.submit("barney@example.com", b"x")
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: len(state.data) > before, what="the data at the peer")
     client.conn.abort()
     with pytest.raises(SessionClosedError):
         await future
