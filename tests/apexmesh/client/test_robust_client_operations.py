@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.client import PubsubClient
+from apexmesh.client import Attachment, PubsubClient
 from apexmesh.client.errors import ApexRequestError, PubsubError
 from apexmesh.client.robust import RobustClient
 from apexmesh.pubsub.robust.elements import PublishHeader
@@ -31,6 +31,7 @@ from apexmesh.store.robust_keys import RobustKeys
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh, until
 from tests.services.pubsub.robust_support import subscribed
 from tests.support.mesh import endpoint_client
+from tests.support.polling import wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -56,18 +57,21 @@ async def _robust(
 ) -> RobustClient:
     port = (mesh.a if relay == "a" else mesh.b).edge_port
     client = await stack.enter_async_context(endpoint_client(port))
-    async with asyncio.timeout(10):
-        while True:
-            try:
-                attachment = await client.attach(f"{name}@{DOMAIN}")
-                break
-            except ApexRequestError as exc:
-                # A restarted process may come back before its old session's attachment
-                # was released (the relay learns it from the session's end): again.
-                if exc.code != 554:
-                    raise
-                await asyncio.sleep(0.05)
-    robust = RobustClient(attachment)
+    attached: list[Attachment] = []
+
+    async def attach() -> bool:
+        try:
+            attached.append(await client.attach(f"{name}@{DOMAIN}"))
+        except ApexRequestError as exc:
+            # A restarted process may come back before its old session's attachment
+            # was released (the relay learns it from the session's end): again.
+            if exc.code != 554:
+                raise
+            return False
+        return True
+
+    await wait_until(attach, 10, every=0.05, what=f"{name} attached")
+    robust = RobustClient(attached[0])
     stack.push_async_callback(robust.aclose)
     return robust
 
