@@ -16,6 +16,7 @@ import pytest
 from apexmesh.store.keys import Keys
 from tests.charts.conftest import drain_hook, render
 from tests.support.mesh import ADMIN_TOKEN, Mesh, endpoint_client, running_mesh
+from tests.support.polling import still_true, wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.chart, pytest.mark.integration]
@@ -58,16 +59,14 @@ async def test_the_hook_drains_a_real_relay_and_waits_for_its_sessions(
         async with endpoint_client(relay_mesh.b.edge_port) as client:
             await client.attach("barney@example.com")
             hook = await run_hook(script, port)
-            for _ in range(200):
-                if (await http.get("/readyz")).status_code == 503:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                pytest.fail("the hook did not drain the relay")
+
+            async def unready() -> bool:
+                return (await http.get("/readyz")).status_code == 503
+
+            await wait_until(unready, 10, every=0.05, what="the hook draining the relay")
             assert "draining" in (await http.get("/readyz")).json()["reason"]
             # A session is still open: the hook is waiting for it, within its grace.
-            await asyncio.sleep(1.5)
-            assert hook.returncode is None
+            await still_true(lambda: hook.returncode is None, 1.5)
         # The session ended: the hook returns well before its 60 s.
         _, stderr = await asyncio.wait_for(hook.communicate(), 30)
         assert hook.returncode == 0, stderr

@@ -19,7 +19,6 @@ import asyncio
 import json
 import secrets
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Final
 
@@ -38,6 +37,7 @@ from tests.charts.conftest import (
     values_of,
 )
 from tests.charts.kube_api import ChartAPI, against_both_helms, kubeconfig
+from tests.support.polling import block_until
 from tests.support.redis_server import redis_binary
 from tools import helm as tool
 
@@ -86,18 +86,19 @@ def _running_redis(container: Doc, tmp_path: Path, password: str) -> subprocess.
     )
 
 
-def _answering(socket: Path, password: str | None, deadline: float) -> redis_py.Redis:
-    while True:
+def _answering(socket: Path, password: str | None, within: float) -> redis_py.Redis:
+    def connected() -> redis_py.Redis | None:
         client = redis_py.Redis(unix_socket_path=str(socket), password=password)
         try:
             client.ping()
         except redis_py.exceptions.ConnectionError:
             client.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
-        else:
-            return client
+            return None
+        return client
+
+    client = block_until(connected, within, what=f"redis answering on {socket}")
+    assert client is not None  # block_until returns a true value
+    return client
 
 
 @pytest.mark.integration
@@ -105,7 +106,7 @@ def test_redis_takes_its_password_from_stdin_not_from_its_command_line(tmp_path:
     password = secrets.token_urlsafe(24)
     server = _running_redis(redis_container(render(None)), tmp_path, password)
     try:
-        client = _answering(tmp_path / "redis.sock", password, time.monotonic() + 15)
+        client = _answering(tmp_path / "redis.sock", password, 15)
         try:
             assert client.set("k", "v")
         finally:
