@@ -40,6 +40,7 @@ from spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from spark.snapshot import JobStopped, SnapshotJob
 from spark.storage import Storage
 from tests.spark.test_snapshot_job import exported_ids, redis_catalogue, settings_for
+from tests.support.polling import block_until
 from tests.support.pubsub_events import BASE_MS, append, random_log, shifted
 from tests.support.redis_server import RedisServer
 from tests.support.spark import properties
@@ -94,24 +95,28 @@ def run_and_kill(env: dict[str, str]) -> None:
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + REACH_TIMEOUT
-        while not ready.exists():
+
+        def reached() -> bool:
+            if ready.exists():
+                return True
             if job.poll() is not None:
                 output = job.stdout.read().decode() if job.stdout else ""
                 pytest.fail(f"the job ended ({job.returncode}) before its point:\n{output}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"the job did not reach {env[PAUSE_AT_ENV]} in {REACH_TIMEOUT} s")
-            time.sleep(0.1)
+            return False
+
+        block_until(reached, REACH_TIMEOUT, every=0.1, what=f"the job at {env[PAUSE_AT_ENV]}")
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(timeout=60)
         if job.stdout:
             job.stdout.close()
     assert job.returncode == -signal.SIGKILL
-    deadline = time.monotonic() + 60
-    while group_alive(job.pid):
-        assert time.monotonic() < deadline, "a process of the killed job outlived the kill"
-        time.sleep(0.1)
+    block_until(
+        lambda: not group_alive(job.pid),
+        60,
+        every=0.1,
+        what="no process of the killed job outliving the kill",
+    )
 
 
 async def test_runs_killed_mid_export_and_before_the_switch_lose_and_duplicate_nothing(
