@@ -339,7 +339,7 @@ async def test_idle_timeout_counts_from_the_last_activity() -> None:
         channel = await conn.open_channel(ECHO)
         started = last = loop.time()
         while last - started < 2 * idle:  # busy past the idle limit: no release
-            await asyncio.sleep(idle / 6)
+            await asyncio.sleep(idle / 6)  # pacing of the traffic, not a readiness guess
             assert (await channel.request(build_entity(b"ping"))).kind == "RPY"
             last = loop.time()
         with pytest.raises(ConnectionClosedError):

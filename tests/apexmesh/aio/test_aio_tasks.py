@@ -26,7 +26,7 @@ class Swallower:
     async def run(self) -> None:
         while True:
             try:
-                await asyncio.sleep(3600)
+                await asyncio.sleep(3600)  # only ever ends by being cancelled
             except asyncio.CancelledError:
                 self.seen += 1
                 if self.budget <= 0:
@@ -38,7 +38,7 @@ class Swallower:
 
 
 async def test_a_task_that_stops_at_once() -> None:
-    task = asyncio.create_task(asyncio.sleep(3600))
+    task = asyncio.create_task(asyncio.sleep(3600))  # to be cancelled while sleeping
     await asyncio.sleep(0)
     await asyncio.wait_for(stop_task(task), 1)
     assert task.cancelled()

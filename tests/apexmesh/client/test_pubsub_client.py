@@ -82,7 +82,7 @@ async def test_helpers_against_the_mesh(
             first = await asyncio.wait_for(mike.next_message(), timeout=5)
             assert isinstance(first, Reply)
             assert first.code == 250
-            await asyncio.sleep(1.6)
+            await asyncio.sleep(1.6)  # past the 1 s lease: the time passing is under test
             await fred.publish("sports", b"goal")
             topic, received = await asyncio.wait_for(mike.next_publication(), timeout=5)
             assert (topic, received.content) == ("sports", b"goal")

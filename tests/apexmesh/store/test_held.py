@@ -237,7 +237,7 @@ async def test_two_drainers_race_each_entry_delivered_once(redis: Redis, keys: K
         pod = HeldStore(redis, keys, lease_ms=5000)
         while True:
             if await pod.claim_drain(BARNEY, owner) is not None:
-                await asyncio.sleep(0.001)
+                await asyncio.sleep(0.001)  # the other drainer holds it: retry pacing
                 if not await pod.read(BARNEY, limit=1):
                     return
                 continue
