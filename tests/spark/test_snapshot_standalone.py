@@ -37,6 +37,7 @@ from apexmesh.store.keys import Keys
 from spark.conf import CONF_FILE_ENV
 from spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from tests.spark.test_snapshot_job import redis_catalogue
+from tests.support.polling import block_until
 from tests.support.pubsub_events import BASE_MS, append, random_log, shifted
 from tests.support.redis_server import RedisServer
 from tests.support.spark import TEST_JVM
@@ -99,16 +100,14 @@ def job_env(
 
 def wait_for(what: str, check: Any, job: subprocess.Popen[bytes]) -> Any:
     """Poll ``check()`` until it returns something true; fail if the job ends first."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        found = check()
-        if found:
-            return found
-        if job.poll() is not None:
+
+    def found() -> Any:
+        outcome = check()
+        if not outcome and job.poll() is not None:
             pytest.fail(f"the job ended ({job.returncode}) before {what}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} in {TIMEOUT} s")
-        time.sleep(0.05)  # poll interval
+        return outcome
+
+    return block_until(found, TIMEOUT, every=0.05, what=what)
 
 
 def kill_one_mid_task(
@@ -130,7 +129,9 @@ def kill_one_mid_task(
                 os.kill(executor.pid, signal.SIGKILL)
                 return executor, min(caught)
             os.kill(executor.pid, signal.SIGCONT)
-        time.sleep(0.005)  # poll interval
+        # Poll interval of a race (catching a task in flight), bounded by the job's end:
+        # no condition to wait for, each round may act.
+        time.sleep(0.005)
     pytest.fail("the job ended before a task was caught in flight")
 
 
