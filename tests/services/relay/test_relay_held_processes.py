@@ -26,6 +26,7 @@ from apexmesh.client import ApexRequestError, Attachment, SessionClosedError, co
 from apexmesh.store.held import HeldStore
 from apexmesh.store.keys import Keys
 from tests.support.mesh import Mesh, endpoint_client
+from tests.support.polling import wait_until
 from tests.support.processes import ServiceProcess
 
 pytestmark = pytest.mark.integration
@@ -125,10 +126,12 @@ async def test_10k_held_survive_sigkill_and_drain_once_in_order_on_the_other_pod
                 while len(got) < MESSAGES:
                     got.append(seq_of((await barney.receive()).content))
             assert got == list(range(MESSAGES))  # all, in order, none twice
+
             # Entries are removed after barney's ok, a moment after he got them.
-            async with asyncio.timeout(10):
-                while await store.usage(ENDPOINT) != (0, 0):  # noqa: ASYNC110 (Redis)
-                    await asyncio.sleep(0.05)
+            async def emptied() -> bool:
+                return await store.usage(ENDPOINT) == (0, 0)
+
+            await wait_until(emptied, 10, every=0.05, what="the held entries removed")
             assert await no_held_keys(redis, keys) == []
             # Exactly once: nothing more comes after the last one (no redelivery).
             assert barney.receive_nowait() is None
