@@ -262,6 +262,9 @@ class BeepConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._can_write = asyncio.Event()
         self._can_write.set()
+        #: Set when the transport reports its end (connection_lost): asyncio's close()
+        #: keeps the socket until its write buffer drains, so close() waits for this.
+        self._lost = asyncio.Event()
         self._queued_messages = 0
         self._transmit_scheduled = False
         self._reading_paused = False
@@ -294,6 +297,7 @@ class BeepConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002
         if self._tls_done is not None and not self._tls_done.done():
             return  # start_tls swaps transports; the old one reports loss of nothing
+        self._lost.set()
         self._dispatch(self.session.receive_eof())
         self._fail_all(self._end or ConnectionClosedError("connection lost"))
         if self._timer is not None:
@@ -395,15 +399,36 @@ class BeepConnection(asyncio.Protocol):
                     await asyncio.wait_for(asyncio.shield(self._release), timeout)
         finally:
             self.abort()
+        await self._until_lost(timeout)
         if self._tasks:
             _, pending = await asyncio.wait(self._tasks, timeout=timeout)
             for task in pending:
                 task.cancel()
 
     def abort(self) -> None:
-        """Close the transport now."""
-        if self.transport is not None:
+        """Close the transport now. A first call still lets what it buffers go out (a
+        release's last answer); a second, while that is going out to a peer that does
+        not read, drops it and closes the socket."""
+        if self.transport is None:
+            return
+        if self.transport.is_closing():
+            self.transport.abort()
+        else:
             self.transport.close()
+
+    async def _until_lost(self, timeout: float) -> None:  # noqa: ASYNC109
+        """Wait until the closed transport reports its end; one still flushing after
+        ``timeout`` seconds is cut off. asyncio keeps a closed transport's socket open
+        until its buffer drains: a peer that never reads would hold it for good (an fd
+        leaked, and an "unclosed transport" when it is collected)."""
+        if self.transport is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._lost.wait(), timeout)
+            return
+        self.abort()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._lost.wait(), timeout)
 
     def message_consumed(self, count: int = 1) -> None:
         """Queued messages were taken by the application (read back-pressure)."""
