@@ -275,17 +275,32 @@ async def test_garbage_closes_that_session_and_listener_serves_others(
     await conn.close()
 
 
-async def test_idle_timer_counts_from_the_connection() -> None:
-    """A session with an idle limit must not be released at once: the timer starts when
-    the connection opens (the event loop's clock is far from zero), before any octet."""
-
+@pytest.fixture
+async def silent_peer() -> AsyncIterator[tuple[int, list[asyncio.StreamWriter]]]:
+    """A TCP peer that accepts and never reads or writes: its port, and the server
+    side of each connection (closed at teardown)."""
     writers: list[asyncio.StreamWriter] = []
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writers.append(writer)
 
     srv = await asyncio.start_server(silent, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
+    try:
+        yield srv.sockets[0].getsockname()[1], writers
+    finally:
+        for writer in writers:
+            writer.close()
+            await writer.wait_closed()
+        srv.close()
+        await srv.wait_closed()
+
+
+async def test_idle_timer_counts_from_the_connection(
+    silent_peer: tuple[int, list[asyncio.StreamWriter]],
+) -> None:
+    """A session with an idle limit must not be released at once: the timer starts when
+    the connection opens (the event loop's clock is far from zero), before any octet."""
+    port, writers = silent_peer
     loop = asyncio.get_running_loop()
     _, conn = await loop.create_connection(
         lambda: BeepConnection(Role.INITIATOR, SessionConfig(idle_seconds=30.0)), "127.0.0.1", port
@@ -298,40 +313,24 @@ async def test_idle_timer_counts_from_the_connection() -> None:
         if writers:
             break
         await asyncio.sleep(0)
-    for writer in writers:
-        writer.close()
-        await writer.wait_closed()
-    srv.close()
-    await srv.wait_closed()
 
 
-async def test_close_cuts_off_a_transport_still_flushing_to_a_peer_that_never_reads() -> None:
+async def test_close_cuts_off_a_transport_still_flushing_to_a_peer_that_never_reads(
+    silent_peer: tuple[int, list[asyncio.StreamWriter]],
+) -> None:
     """asyncio's close() keeps a socket open until its write buffer drains: toward a peer
     that never reads, that is forever (an fd leaked, "unclosed transport" once it is
     collected). close() waits for the flush within its timeout, then drops it."""
-    writers: list[asyncio.StreamWriter] = []
-
-    async def never_reads(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.append(writer)
-
-    srv = await asyncio.start_server(never_reads, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
+    port, _ = silent_peer
     loop = asyncio.get_running_loop()
     transport, conn = await loop.create_connection(
         lambda: BeepConnection(Role.INITIATOR, SessionConfig()), "127.0.0.1", port
     )
-    try:
-        transport.write(b"x" * (64 * 1024 * 1024))  # more than both kernels' buffers
-        assert transport.get_write_buffer_size() > 0
-        await asyncio.wait_for(conn.close(timeout=0.2), 10)
-        assert conn.transport is None  # connection_lost came: the socket is closed
-        assert transport.get_extra_info("socket").fileno() == -1
-    finally:
-        for writer in writers:
-            writer.close()
-            await writer.wait_closed()
-        srv.close()
-        await srv.wait_closed()
+    transport.write(b"x" * (64 * 1024 * 1024))  # more than both kernels' buffers
+    assert transport.get_write_buffer_size() > 0
+    await asyncio.wait_for(conn.close(timeout=0.2), 10)
+    assert conn.transport is None  # connection_lost came: the socket is closed
+    assert transport.get_extra_info("socket").fileno() == -1
 
 
 async def test_receive_ends_when_the_peer_closes_the_channel(
