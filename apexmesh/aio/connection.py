@@ -47,6 +47,10 @@ _T = TypeVar("_T")
 HIGH_WATER_MESSAGES: Final = 256
 #: Queue length at which reading resumes.
 LOW_WATER_MESSAGES: Final = 64
+#: Seconds a closed transport may take to send what it still buffers before it is cut
+#: off: asyncio keeps a closed transport's socket open until its buffer drains, so a
+#: peer that never reads would otherwise hold it (and its fd) for good.
+FLUSH_GRACE_SECONDS: Final = 5.0
 
 
 class ConnectionClosedError(BeepError):
@@ -406,27 +410,30 @@ class BeepConnection(asyncio.Protocol):
                 task.cancel()
 
     def abort(self) -> None:
-        """Close the transport now. A first call still lets what it buffers go out (a
-        release's last answer); a second, while that is going out to a peer that does
-        not read, drops it and closes the socket."""
-        if self.transport is None:
+        """Close the transport now. What it still buffers (a release's last answer) may
+        go out for :data:`FLUSH_GRACE_SECONDS`; then the socket is cut off."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
             return
-        if self.transport.is_closing():
-            self.transport.abort()
-        else:
-            self.transport.close()
+        transport.close()
+        if transport.get_write_buffer_size():
+            self.loop.call_later(FLUSH_GRACE_SECONDS, self._cut_off, transport)
+
+    def _cut_off(self, transport: asyncio.Transport) -> None:
+        """Drop what a closed ``transport`` still buffers and close its socket."""
+        if not self._lost.is_set():
+            transport.abort()
 
     async def _until_lost(self, timeout: float) -> None:  # noqa: ASYNC109
         """Wait until the closed transport reports its end; one still flushing after
-        ``timeout`` seconds is cut off. asyncio keeps a closed transport's socket open
-        until its buffer drains: a peer that never reads would hold it for good (an fd
-        leaked, and an "unclosed transport" when it is collected)."""
-        if self.transport is None:
+        ``timeout`` seconds (sooner than its grace) is cut off now."""
+        transport = self.transport
+        if transport is None:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._lost.wait(), timeout)
             return
-        self.abort()
+        self._cut_off(transport)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._lost.wait(), timeout)
 
@@ -723,8 +730,7 @@ class BeepConnection(asyncio.Protocol):
             self.closed.set_result(event)
         self._transmit()
         self._fail_all(self._end)
-        if self.transport is not None:
-            self.transport.close()
+        self.abort()
 
     def _fail_all(self, error: ConnectionClosedError) -> None:
         futures: list[asyncio.Future[Any] | None] = [

@@ -22,10 +22,12 @@ from apexmesh.aio import (
     connect,
     listen,
 )
+from apexmesh.aio import connection as connection_module
 from apexmesh.beep import events as ev
 from apexmesh.beep.mime import build_entity, split_entity
 from apexmesh.beep.sasl import SaslClientExchange, SaslServerExchange, StaticCredentials
 from apexmesh.beep.session import Role, SessionConfig
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -330,6 +332,24 @@ async def test_close_cuts_off_a_transport_still_flushing_to_a_peer_that_never_re
     assert transport.get_write_buffer_size() > 0
     await asyncio.wait_for(conn.close(timeout=0.2), 10)
     assert conn.transport is None  # connection_lost came: the socket is closed
+    assert transport.get_extra_info("socket").fileno() == -1
+
+
+async def test_abort_cuts_off_what_a_peer_that_never_reads_leaves_buffered(
+    silent_peer: tuple[int, list[asyncio.StreamWriter]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """abort() (and a session that ends on its own) lets the buffer go out for
+    FLUSH_GRACE_SECONDS, then closes the socket: no await is needed for it to end."""
+    monkeypatch.setattr(connection_module, "FLUSH_GRACE_SECONDS", 0.05)
+    port, _ = silent_peer
+    loop = asyncio.get_running_loop()
+    transport, conn = await loop.create_connection(
+        lambda: BeepConnection(Role.INITIATOR, SessionConfig()), "127.0.0.1", port
+    )
+    transport.write(b"x" * (64 * 1024 * 1024))  # more than both kernels' buffers
+    conn.abort()
+    assert conn.transport is transport  # still flushing, within its grace
+    await wait_until(lambda: conn.transport is None, what="the socket cut off after its grace")
     assert transport.get_extra_info("socket").fileno() == -1
 
 
