@@ -96,9 +96,7 @@ def _answering(socket: Path, password: str | None, within: float) -> redis_py.Re
             return None
         return client
 
-    client = block_until(connected, within, what=f"redis answering on {socket}")
-    assert client is not None  # block_until returns a true value
-    return client
+    return block_until(connected, within, what=f"redis answering on {socket}")
 
 
 @pytest.mark.integration

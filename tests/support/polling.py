@@ -14,7 +14,7 @@ import inspect
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Final, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -42,14 +42,15 @@ def scaled(seconds: float) -> float:
 
 
 async def wait_until(
-    condition: Callable[[], bool | Awaitable[bool]],
+    condition: Callable[[], T | None] | Callable[[], Awaitable[T | None]],
     within: float = 5.0,
     *,
     every: float = INTERVAL,
     what: str = "",
-) -> None:
-    """Return once ``condition()`` is true (it may be a coroutine function); raise
-    TimeoutError after ``scaled(within)`` seconds, naming ``what``."""
+) -> T:
+    """The first true value of ``condition()`` (it may be a coroutine function: a probe
+    that fetches what it checks returns it, or None); TimeoutError after
+    ``scaled(within)`` seconds, naming ``what``."""
     try:
         async with asyncio.timeout(scaled(within)):
             while True:
@@ -57,7 +58,7 @@ async def wait_until(
                 if inspect.isawaitable(outcome):
                     outcome = await outcome
                 if outcome:
-                    return
+                    return cast("T", outcome)
                 await asyncio.sleep(every)  # a probe interval, not a readiness guess
     except TimeoutError:
         raise TimeoutError(f"not within {scaled(within):.2f}s: {what or condition}") from None
@@ -85,7 +86,7 @@ async def still_true(
 
 
 def block_until(
-    condition: Callable[[], T], within: float = 5.0, *, every: float = 0.02, what: str = ""
+    condition: Callable[[], T | None], within: float = 5.0, *, every: float = 0.02, what: str = ""
 ) -> T:
     """Blocking :func:`wait_until` for threads and synchronous fixtures: the first true
     value of ``condition()``; TimeoutError after ``scaled(within)`` seconds."""

@@ -57,21 +57,18 @@ async def _robust(
 ) -> RobustClient:
     port = (mesh.a if relay == "a" else mesh.b).edge_port
     client = await stack.enter_async_context(endpoint_client(port))
-    attached: list[Attachment] = []
 
-    async def attach() -> bool:
+    async def attached() -> Attachment | None:
         try:
-            attached.append(await client.attach(f"{name}@{DOMAIN}"))
+            return await client.attach(f"{name}@{DOMAIN}")
         except ApexRequestError as exc:
             # A restarted process may come back before its old session's attachment
             # was released (the relay learns it from the session's end): again.
             if exc.code != 554:
                 raise
-            return False
-        return True
+            return None
 
-    await wait_until(attach, 10, every=0.05, what=f"{name} attached")
-    robust = RobustClient(attached[0])
+    robust = RobustClient(await wait_until(attached, 10, every=0.05, what=f"{name} attached"))
     stack.push_async_callback(robust.aclose)
     return robust
 

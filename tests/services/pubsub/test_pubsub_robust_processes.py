@@ -63,18 +63,15 @@ async def two_processes(
 async def _owner(redis_server: RedisServer, keys: Keys) -> str:
     """The pod id holding the topic's sequencer lease."""
     redis = Redis.from_url(redis_server.url)
-    held: list[bytes] = []
 
-    async def leased() -> bool:
-        raw = await redis.get(RobustKeys(keys).owner(DOMAIN, TOPIC))
-        held.extend([raw] if raw is not None else [])
-        return raw is not None
+    async def holder() -> bytes | None:
+        return await redis.get(RobustKeys(keys).owner(DOMAIN, TOPIC))
 
     try:
-        await wait_until(leased, 10, every=0.05, what="a holder of the sequencer lease")
+        raw = await wait_until(holder, 10, every=0.05, what="a holder of the sequencer lease")
     finally:
         await redis.aclose()
-    return held[-1].decode().partition("|")[0]
+    return raw.decode().partition("|")[0]
 
 
 async def test_kill_9_of_the_sequencing_process_loses_no_published_publication(

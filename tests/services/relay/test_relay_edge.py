@@ -85,19 +85,15 @@ async def test_a_start_that_fails_inside_the_relay_is_answered(
             redis_server.start()
         assert refused.value.code in (421, 451)
         # The session goes on: once Redis is back the same start succeeds.
-        started: list[Channel] = []
+        attach = "<attach endpoint='fred@example.com' transID='1' />"
 
-        async def starts() -> bool:
+        async def started() -> Channel | None:
             try:
-                started.append(
-                    await apex_channel(conn, "<attach endpoint='fred@example.com' transID='1' />")
-                )
+                return await apex_channel(conn, attach)
             except ChannelStartError:
-                return False
-            return True
+                return None
 
-        await wait_until(starts, 10, every=0.1, what="an attach once Redis is back")
-        channel = started[-1]
+        channel = await wait_until(started, 10, every=0.1, what="an attach once Redis is back")
         assert start_answer(channel) == ("ok", "")
 
 

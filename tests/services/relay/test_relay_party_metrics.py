@@ -43,14 +43,12 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
 
 async def scrape_until(port: int, ready: Callable[[Samples], bool], within: float = 5.0) -> Samples:
     """Scrape until ``ready`` (the gauges are refreshed by the sweeper, every 250 ms)."""
-    scraped: list[Samples] = []
 
-    async def fresh() -> bool:
-        scraped.append(await scrape(port))
-        return ready(scraped[-1])
+    async def fresh() -> Samples | None:
+        samples = await scrape(port)
+        return samples if ready(samples) else None
 
-    await wait_until(fresh, within, every=0.05, what="the sweeper's gauges")
-    return scraped[-1]
+    return await wait_until(fresh, within, every=0.05, what="the sweeper's gauges")
 
 
 HELD = "apexmesh_relay_held_data_total"
