@@ -8,7 +8,13 @@ between (the node exits with "Address already in use"), starts again on fresh po
 
 - :class:`RedisClusterNodes`: three primaries and three replicas, joined by
   ``redis-cli --cluster create --cluster-replicas 1``, ready once every node reports
-  ``cluster_state:ok`` and agrees on the slots.
+  ``cluster_state:ok`` and agrees on the slots, and every replica has finished its first
+  sync (``master_link_status:up``). Without that last check a primary killed soon after
+  the start was never replaced: its replica, still waiting out the primary's
+  ``repl-diskless-sync-delay`` (5 s by default) for its first full sync, had never had a
+  link, counts its data as infinitely old and refuses to stand for election ("Disconnected
+  from master for longer than allowed", ``cluster-replica-validity-factor``). The nodes
+  also start that sync at once (``repl-diskless-sync-delay 0``).
 - :class:`SentinelGroup`: one primary, one replica and three sentinels (quorum 2), with a
   short ``down-after-milliseconds`` so that a failover takes seconds.
 """
@@ -84,6 +90,10 @@ class Node:
                     "2000",
                     "--appendonly",
                     "yes",
+                    # A replica's first full sync starts at once, not after 5 s (see
+                    # the module docstring: an unsynced replica is never promoted).
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ]
             command = [redis_binary()]
             if self.sentinel:
@@ -187,11 +197,47 @@ class RedisClusterNodes:
                 or "cluster_known_nodes:" + str(len(self.nodes)) not in info
             ):
                 return False
+            if "role:slave" in (replication := _cli(node.port, "info", "replication")) and (
+                "master_link_status:up" not in replication
+            ):
+                return False
         return True
 
     def primaries(self) -> list[Node]:
         """The nodes that are primaries now (``ROLE``)."""
         return [n for n in self.nodes if n.process and _cli(n.port, "role").startswith("master")]
+
+    def _asked(self) -> Node:
+        return next(n for n in self.nodes if n.process is not None)
+
+    def owner(self, key: str) -> Node:
+        """The primary that serves ``key``'s slot now, as a live node sees it
+        (``CLUSTER NODES``): what a failover test kills."""
+        asked = self._asked()
+        slot = int(_cli(asked.port, "cluster", "keyslot", key).strip())
+        for line in _cli(asked.port, "cluster", "nodes").splitlines():
+            fields = line.split()
+            if "master" not in fields[2] or "fail" in fields[2]:
+                continue
+            for part in fields[8:]:
+                low, _, high = part.partition("-")
+                if low.isdigit() and int(low) <= slot <= int(high or low):
+                    return self._by_address(fields[1])
+        raise LookupError(f"no live primary serves slot {slot} of {key!r}")
+
+    def replica_of(self, primary: Node) -> Node:
+        """A node that replicates ``primary`` (``INFO replication``'s ``master_port``)."""
+        for node in self.nodes:
+            if (
+                node.process is not None
+                and f"master_port:{primary.port}" in _cli(node.port, "info", "replication").split()
+            ):
+                return node
+        raise LookupError(f"no replica of 127.0.0.1:{primary.port}")
+
+    def _by_address(self, address: str) -> Node:
+        port = int(address.partition("@")[0].rpartition(":")[2])
+        return next(n for n in self.nodes if n.port == port)
 
     def command_counts(self) -> dict[int, int]:
         """Commands each live primary has executed (``INFO stats``), by port."""
