@@ -52,8 +52,14 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.exceptions import (
+    AuthenticationError,
+    ClusterDownError,
+    MaxConnectionsError,
+    RedisError,
+    SlotNotCoveredError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 
 from apexmesh.ops.settings import SettingsError, env_float, env_int
 from apexmesh.store.keys import Keys
@@ -71,9 +77,14 @@ CLUSTER_SCHEMES: Final = frozenset({"redis+cluster", "rediss+cluster"})
 #: Every scheme :func:`connect_redis` accepts.
 SCHEMES: Final = frozenset({"redis", "rediss", "unix"}) | SENTINEL_SCHEMES | CLUSTER_SCHEMES
 
-#: Retries of a cluster command that met a broken connection: with the backoff below
-#: they span about 15 s, longer than a cluster's failover of a primary to its replica
-#: (``cluster-node-timeout`` plus election), so that delays commands instead of failing.
+#: Seconds a cluster command that met a broken connection or a cluster without a primary
+#: for its slot is tried again (the slot table reloaded before each try, :data:`_BACKOFF`
+#: between them): longer than a failover of a primary to its replica
+#: (``cluster-node-timeout`` plus the election: about 4.5 s with a 2 s timeout, measured
+#: by tests/apexmesh/store/cluster/test_cluster_failover.py), so that delays commands
+#: instead of failing them.
+FAILOVER_SECONDS: Final = 15.0
+#: Retries of a cluster pipeline (redis-py's own loop, 0.25 s apart, about 10 s).
 FAILOVER_RETRIES: Final = 40
 _BACKOFF: Final = ExponentialBackoff(cap=0.5, base=0.05)
 #: Seconds a reply may take on a Sentinel or Cluster connection (a long script, a
@@ -165,8 +176,9 @@ def connect_redis(url: str, pool: RedisPoolSettings) -> Redis:
         raise SettingsError(f"APEXMESH_REDIS_URL scheme {parts.scheme!r} is not redis")
     user, password = _password(parts.netloc)
     tls = parts.scheme.startswith("rediss")
-    # Broken connections only: a command that timed out may have run (a script would run
-    # twice), so a timeout fails to the caller.
+    # On a cluster only its count is used, by pipelines (redis-py's loop, 0.25 s apart);
+    # commands go through _BoundedCluster's own retry, which never retries a timeout (a
+    # script that timed out may have run).
     retry = Retry(_BACKOFF, FAILOVER_RETRIES, (RedisConnectionError,))
     if parts.scheme in CLUSTER_SCHEMES:
         cluster = _BoundedCluster(
@@ -212,11 +224,28 @@ def durability_of(redis: Redis) -> Durability:
 _NO_WAIT: Final = Durability()
 
 
+#: Failures of a cluster command that mean it did not reach a primary of its slot, or
+#: lost its connection: tried again for :data:`FAILOVER_SECONDS`. A timeout is not among
+#: them (the script may have run); nor a full pool or refused credentials.
+_FAILOVER_ERRORS: Final = (RedisConnectionError, ClusterDownError, SlotNotCoveredError)
+_NOT_RETRIED: Final = (MaxConnectionsError, AuthenticationError)
+
+
 class _BoundedCluster(RedisCluster):
-    """redis-py's cluster client fails a command that finds its node's connections all
-    busy (``MaxConnectionsError``) where the standalone pool waits: this one lets at most
-    ``size`` commands be in flight and makes the others wait up to ``timeout`` seconds,
-    then fail with a :class:`~redis.exceptions.ConnectionError` (the pool's behaviour)."""
+    """redis-py's cluster client, with two of its behaviours changed:
+
+    - It fails a command that finds its node's connections all busy
+      (``MaxConnectionsError``) where the standalone pool waits: this one lets at most
+      ``size`` commands be in flight and makes the others wait up to ``timeout`` seconds,
+      then fail with a :class:`~redis.exceptions.ConnectionError` (the pool's behaviour).
+    - Its command retries (``retry``'s count) run back to back, the backoff unused: 40
+      took 1.6 s after a SIGKILLed primary, less than the election, and retried timeouts
+      too. Here redis-py retries nothing (:attr:`ERRORS_ALLOW_RETRY`) and
+      :meth:`execute_command` tries again with a backoff for :data:`FAILOVER_SECONDS`,
+      after broken connections and a missing primary only."""
+
+    #: What redis-py's own command loop retries (an exact-type check): nothing.
+    ERRORS_ALLOW_RETRY = ()  # type: ignore[assignment]
 
     def __init__(self, size: int, timeout: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -229,9 +258,27 @@ class _BoundedCluster(RedisCluster):
         except TimeoutError:
             raise RedisConnectionError(f"no free connection in {self._wait} s") from None
         try:
-            return await super().execute_command(*args, **kwargs)
+            return await self._through_failover(*args, **kwargs)
         finally:
             self._room.release()
+
+    async def _through_failover(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the command; after a failure of :data:`_FAILOVER_ERRORS` try again, the
+        slot table reloaded (redis-py marks it stale on that failure), until a promoted
+        replica answers or :data:`FAILOVER_SECONDS` have passed. A command sent to named
+        nodes is not tried again: those nodes may be gone (redis-py's rule too)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FAILOVER_SECONDS
+        failures = 0
+        while True:
+            try:
+                return await super().execute_command(*args, **kwargs)
+            except _FAILOVER_ERRORS as exc:
+                left = deadline - loop.time()
+                if isinstance(exc, _NOT_RETRIED) or "target_nodes" in kwargs or left <= 0:
+                    raise
+                failures += 1
+                await asyncio.sleep(min(_BACKOFF.compute(failures), left))
 
 
 #: How each cluster client was made, so that :func:`dedicated_client` can make a sibling.
@@ -341,6 +388,7 @@ async def replicated(
 __all__ = [
     "CLUSTER_SCHEMES",
     "FAILOVER_RETRIES",
+    "FAILOVER_SECONDS",
     "SCHEMES",
     "SENTINEL_SCHEMES",
     "Durability",
