@@ -1,0 +1,228 @@
+"""Redis Cluster: the primary of the held data's slot SIGKILLed while holds and robust
+publications go on; its replica is promoted and the same client, with no restart, writes
+again (issue #30, "Replicas and failover"; docs/redis.md "Reconnection").
+
+The cluster is real (tests/support/redis_cluster.py): three primaries, three replicas,
+``cluster-node-timeout 2000``. The client is made as every process makes it
+(``connect_redis`` on a ``redis+cluster://`` URL). Each writer is one task writing one
+entry after the other, as a relay or pubsub pod does for one endpoint or topic; every
+``ok`` is recorded, every failure counted (not acknowledged: it may or may not be
+stored).
+
+What is shown: the first write acknowledged after the kill (printed, asserted within
+the issue's 15 s, scaled), and afterwards, read from the promoted replica:
+
+- every acknowledged hold is there; at most the one hold in flight at the kill is there
+  twice (it may have run on the old primary, reached the replica, and lost its answer:
+  the client tries it again, at least once);
+- every acknowledged robust publication is there exactly once (its delivery key makes
+  the retry answer ``repeated``);
+- what was acknowledged and is missing, counted: without ``WAIT`` Redis's asynchronous
+  replication may lose the last writes (docs/redis.md "What an acknowledgement
+  promises").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from apexmesh.apex.holding import HoldLimits
+from apexmesh.pubsub.robust.seq import Resolution
+from apexmesh.store.connection import RedisPoolSettings, connect_redis, keys_for
+from apexmesh.store.held import HeldStore
+from apexmesh.store.keys import Keys
+from apexmesh.store.robust import Retention, RobustStore
+from apexmesh.store.robust_reads import stream_entry
+from tests.support.polling import scaled, wait_until
+from tests.support.redis_cluster import Node, RedisClusterNodes
+
+pytestmark = pytest.mark.integration
+
+UNLIMITED = HoldLimits(
+    max_bytes_per_endpoint=None,
+    max_count_per_endpoint=None,
+    max_bytes_per_domain=None,
+    max_count_per_domain=None,
+)
+DOMAIN = "example.com"
+DINO = "dino@example.com"
+KEEP = Retention(count=100_000, ms=3_600_000, link_ttl_ms=600_000)
+#: The issue's bound: the mesh is ready again within 15 s of the kill.
+READY_AGAIN_S = 15.0
+#: Entries each writer acknowledges before the kill, and after the first one after it.
+BEFORE, AFTER = 50, 50
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[RedisClusterNodes]:
+    """A cluster of its own (the session's one in conftest must keep its primaries)."""
+    nodes = RedisClusterNodes(tmp_path / "cluster")
+    nodes.start()
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+@dataclass
+class Writer:
+    """One stream of writes: what was acknowledged, what failed, when it worked again."""
+
+    name: str
+    write: Callable[[bytes], Awaitable[object]]
+    acked: list[bytes] = field(default_factory=list)
+    failed: int = 0
+    killed_at: float | None = None
+    #: Seconds from the kill to the first write acknowledged after it.
+    ready_after: float | None = None
+    acked_after: int = 0
+
+    async def run(self) -> None:
+        n = 0
+        while True:
+            n += 1
+            payload = b"%s-%05d" % (self.name.encode(), n)
+            try:
+                await self.write(payload)
+            except (RedisError, OSError):
+                self.failed += 1  # not acknowledged: stored or not (at least once)
+                await asyncio.sleep(0.05)  # retry pacing, not a readiness guess
+                continue
+            self.acked.append(payload)
+            if self.killed_at is not None:
+                self.acked_after += 1
+                if self.ready_after is None:
+                    self.ready_after = time.monotonic() - self.killed_at
+            await asyncio.sleep(0.002)  # a steady stream, not a busy loop
+
+
+def _topic_on(client: Redis, keys: Keys, node_name: str) -> str:
+    """A topic whose robust keys are on ``node_name``, so the kill hits them too."""
+    robust = RobustStore(client, keys, "probe").keys
+    for i in range(1000):
+        topic = f"data.topic{i}"
+        if client.get_node_from_key(robust.stream(DOMAIN, topic)).name == node_name:  # type: ignore[attr-defined]
+            return topic
+    raise LookupError(node_name)
+
+
+def _report(writer: Writer, stored: list[bytes]) -> tuple[list[bytes], list[bytes], int]:
+    """(acknowledged but missing, acknowledged and there twice or more, stored without
+    an acknowledgement), printed."""
+    counts = Counter(stored)
+    lost = [p for p in writer.acked if counts[p] == 0]
+    doubled = [p for p in writer.acked if counts[p] > 1]
+    unacked = len(set(counts) - set(writer.acked))
+    print(
+        f"{writer.name}: ready again {writer.ready_after:.2f} s after the kill, "
+        f"{writer.failed} failed attempts, {len(writer.acked)} acknowledged, "
+        f"{len(lost)} of them lost, {len(doubled)} stored twice, "
+        f"{unacked} stored without an acknowledgement"
+    )
+    return lost, doubled, unacked
+
+
+async def test_the_held_data_primary_killed_its_replica_takes_over_and_the_client_follows(
+    cluster: RedisClusterNodes,
+) -> None:
+    client = connect_redis(cluster.url, RedisPoolSettings())
+    keys = keys_for(cluster.url, f"t-{uuid.uuid4().hex[:8]}")
+    writers: list[Writer] = []
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        await client.initialize()
+        store = HeldStore(client, keys)
+        primary = cluster.owner(keys.held_data(DINO))
+        replica = cluster.replica_of(primary)
+        name = client.get_node_from_key(keys.held_data(DINO)).name  # type: ignore[attr-defined]
+        assert name == f"127.0.0.1:{primary.port}"
+        topic = _topic_on(client, keys, name)
+        robust = RobustStore(client, keys, "pod-1")
+        assert await robust.own(DOMAIN, topic, 600_000)
+
+        async def hold(payload: bytes) -> object:
+            result = await store.hold(DINO, DOMAIN, payload, now=1, deadline=None, limits=UNLIMITED)
+            assert isinstance(result, int), result
+            return result
+
+        async def publish(payload: bytes) -> object:
+            return await robust.commit_publication(
+                DOMAIN,
+                topic,
+                source="publisher@fromaplace.net",
+                payload=payload,
+                now_ms=1_000_000,
+                resolution=Resolution.BITS32,
+                retention=KEEP,
+                delivery=payload.decode(),
+                delivery_ttl_ms=600_000,
+            )
+
+        writers = [Writer("hold", hold), Writer("publish", publish)]
+        tasks = [asyncio.create_task(w.run()) for w in writers]
+        await wait_until(
+            lambda: all(len(w.acked) >= BEFORE for w in writers), 30, what="writes before"
+        )
+
+        primary.kill()
+        killed = time.monotonic()
+        for writer in writers:
+            writer.killed_at = killed
+        at_kill = {w.name: len(w.acked) for w in writers}
+        await wait_until(
+            lambda: all(w.ready_after is not None for w in writers),
+            READY_AGAIN_S,
+            every=0.02,
+            what="a write acknowledged after the kill",
+        )
+        promoted = await wait_until(
+            lambda: _promoted(cluster, keys.held_data(DINO), replica), 10, every=0.05
+        )
+        await wait_until(
+            lambda: all(w.acked_after >= AFTER for w in writers), 30, what="writes after"
+        )
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+        held = [e.payload for e in await store.read(DINO, limit=100_000)]
+        entries = await client.xrange(robust.keys.stream(DOMAIN, topic))
+        published = [e.payload for e in map(stream_entry, entries or []) if e.kind == "pub"]
+        print(f"replica 127.0.0.1:{promoted.port} promoted; acknowledged at the kill {at_kill}")
+        lost_held, doubled_held, _ = _report(writers[0], held)
+        lost_published, doubled_published, _ = _report(writers[1], published)
+        for writer in writers:
+            assert writer.ready_after is not None
+            assert writer.ready_after < scaled(READY_AGAIN_S), writer
+        # Asynchronous replication (no WAIT on a cluster): only writes acknowledged just
+        # before the kill may be missing; on loopback the replica had them all so far.
+        assert len(lost_held) <= 1, lost_held
+        assert len(lost_published) <= 1, lost_published
+        assert len(doubled_held) <= 1, doubled_held
+        assert doubled_published == [], doubled_published
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await client.aclose()
+        gc.collect()  # the cluster client's cycles, as in conftest's fixture
+
+
+def _promoted(cluster: RedisClusterNodes, key: str, replica: Node) -> Node | None:
+    """The replica, once the live nodes name it the primary of ``key``'s slot."""
+    try:
+        owner = cluster.owner(key)
+    except LookupError:
+        return None
+    return owner if owner is replica else None
