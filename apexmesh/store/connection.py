@@ -48,16 +48,20 @@ from typing import Any, Final, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import (
+    AskError,
     AuthenticationError,
     ClusterDownError,
     MaxConnectionsError,
+    MovedError,
+    NoScriptError,
     RedisError,
     SlotNotCoveredError,
+    TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -195,6 +199,8 @@ def connect_redis(url: str, pool: RedisPoolSettings) -> Redis:
             socket_timeout=SOCKET_TIMEOUT,
         )
         _CLUSTERS[cluster] = (url, pool)
+        if pool.durability.replicas:
+            _DURABILITY[cluster] = pool.durability
         return cast(Redis, cluster)
     if parts.scheme in SENTINEL_SCHEMES:
         client = _sentinel_client(parts.path, parts.query, parts, user, password, tls, pool)
@@ -216,8 +222,8 @@ _DURABILITY: Final[weakref.WeakKeyDictionary[Any, Durability]] = weakref.WeakKey
 def durability_of(redis: Redis) -> Durability:
     """The :class:`Durability` the process's client was made with (``connect_redis``'s
     settings), so the stores that acknowledge writes follow the process's one setting
-    without each service passing it. None asked (replicas 0) for a cluster client: a
-    cluster pipeline cannot carry ``WAIT`` on the write's connection (docs/redis.md)."""
+    without each service passing it. A cluster client runs ``WAIT`` too, on the
+    connection of the write's own node (:meth:`_BoundedCluster.on_one_connection`)."""
     return _DURABILITY.get(redis, _NO_WAIT)
 
 
@@ -251,6 +257,9 @@ class _BoundedCluster(RedisCluster):
         super().__init__(**kwargs)
         self._room = asyncio.Semaphore(size)
         self._wait = timeout
+        #: Script texts by hash, and the (node, hash) pairs known to be loaded.
+        self._scripts: dict[str, Any] = {}
+        self._loaded: set[tuple[str, str]] = set()
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -261,6 +270,74 @@ class _BoundedCluster(RedisCluster):
             return await self._through_failover(*args, **kwargs)
         finally:
             self._room.release()
+
+    def register_script(self, script: Any) -> Any:
+        """redis-py's script object; its text is kept by hash, so that
+        :meth:`on_one_connection` can load it on a node that does not know it yet."""
+        made = super().register_script(script)
+        self._scripts[made.sha] = made.script
+        return made
+
+    async def on_one_connection(
+        self, commands: Sequence[tuple[Any, ...]], durability: Durability
+    ) -> list[Any]:
+        """Send ``commands`` (keys of one slot), then ``WAIT`` when ``durability`` asks
+        for replicas, in one write on one connection of the slot's primary: WAIT counts
+        that connection's writes (redis-py's cluster pipeline refuses scripts, and may
+        send a redirected command on its own, away from the WAIT). Tried again like a
+        command (:meth:`_through_failover`) after a broken connection or a moved slot.
+        Returns the commands' replies, then WAIT's."""
+        try:
+            await asyncio.wait_for(self._room.acquire(), self._wait)
+        except TimeoutError:
+            raise RedisConnectionError(f"no free connection in {self._wait} s") from None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FAILOVER_SECONDS
+        failures = 0
+        try:
+            while True:
+                try:
+                    return await self._one_write(commands, durability)
+                except (*_FAILOVER_ERRORS, MovedError, AskError, TryAgainError) as exc:
+                    left = deadline - loop.time()
+                    if isinstance(exc, _NOT_RETRIED) or left <= 0:
+                        raise
+                    self._initialize = True  # the slot table is reloaded first
+                    failures += 1
+                    await asyncio.sleep(min(_BACKOFF.compute(failures), left))
+        finally:
+            self._room.release()
+
+    async def _one_write(
+        self, commands: Sequence[tuple[Any, ...]], durability: Durability
+    ) -> list[Any]:
+        if self._initialize:
+            await self.initialize()
+        slot = await self._determine_slot(*commands[0])
+        node = self.nodes_manager.get_node_from_slot(slot)
+        batch: list[tuple[Any, ...]] = [
+            ("SCRIPT", "LOAD", self._scripts[sha])
+            for sha in dict.fromkeys(c[1] for c in commands if c[0] == "EVALSHA")
+            if (node.name, sha) not in self._loaded
+        ]
+        loads = len(batch)
+        batch += commands
+        if durability.replicas:
+            batch.append(("WAIT", durability.replicas, durability.timeout_ms))
+        queued = [PipelineCommand(i, *c) for i, c in enumerate(batch)]
+        try:
+            await node.execute_pipeline(queued)
+        except (RedisConnectionError, OSError):
+            self._loaded = {loaded for loaded in self._loaded if loaded[0] != node.name}
+            raise
+        results = [c.result for c in queued]
+        for result in results:
+            if isinstance(result, Exception):
+                if isinstance(result, (RedisConnectionError, NoScriptError)):
+                    self._loaded = {done for done in self._loaded if done[0] != node.name}
+                raise result
+        self._loaded.update((node.name, c[1]) for c in batch[:loads])
+        return results[loads:]
 
     async def _through_failover(self, *args: Any, **kwargs: Any) -> Any:
         """Run the command; after a failure of :data:`_FAILOVER_ERRORS` try again, the
@@ -361,6 +438,20 @@ def _sentinel_client(
     return client
 
 
+class _Queued:
+    """Stands for a pipeline in the calls :func:`replicated` runs on a cluster: records
+    the commands (a script's ``EVALSHA``) for :meth:`_BoundedCluster.on_one_connection`."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[Any, ...]] = []
+
+    def execute_command(self, *args: Any) -> None:
+        self.commands.append(args)
+
+    async def evalsha(self, sha: str, numkeys: int, *args: Any) -> None:
+        self.commands.append(("EVALSHA", sha, numkeys, *args))
+
+
 async def replicated(
     redis: Redis, durability: Durability, calls: Sequence[Any], *, keys: Sequence[str]
 ) -> list[Any]:
@@ -368,13 +459,20 @@ async def replicated(
     ``durability`` asks for replicas, ``WAIT`` on that same connection (WAIT counts the
     replicas that have this connection's writes). Returns the calls' results; raises
     :class:`NotReplicated` when fewer replicas confirmed in time. ``keys`` name what is
-    written (for the message)."""
-    async with redis.pipeline(transaction=False) as pipe:
+    written (for the message). On a cluster the calls' scripts go to their slot's primary
+    on one connection, WAIT after them (:meth:`_BoundedCluster.on_one_connection`)."""
+    if isinstance(redis, _BoundedCluster):
+        queued = _Queued()
         for call in calls:
-            await call(pipe)
-        if durability.replicas:
-            pipe.execute_command("WAIT", durability.replicas, durability.timeout_ms)
-        results = list(await pipe.execute())
+            await call(queued)
+        results = await redis.on_one_connection(queued.commands, durability)
+    else:
+        async with redis.pipeline(transaction=False) as pipe:
+            for call in calls:
+                await call(pipe)
+            if durability.replicas:
+                pipe.execute_command("WAIT", durability.replicas, durability.timeout_ms)
+            results = list(await pipe.execute())
     if durability.replicas:
         confirmed = int(results.pop())
         if confirmed < durability.replicas:

@@ -475,9 +475,11 @@ class HeldStore:
         its own; the results are in the order of ``requests``."""
         if not requests:
             return []
-        if self._keys.cluster:
+        durability = durability_of(self._redis)
+        if self._keys.cluster and not durability.replicas:
             # A cluster client refuses scripts in a pipeline; one call after the other
-            # keeps the order (the ids of one endpoint are its arrival order).
+            # keeps the order (the ids of one endpoint are its arrival order). With WAIT,
+            # replicated() sends them in order on one connection of the {relay} node.
             return [
                 _hold_result(
                     await self._hold(
@@ -510,7 +512,7 @@ class HeldStore:
 
         results = await replicated(
             self._redis,
-            durability_of(self._redis),
+            durability,
             [call(request) for request in requests],
             keys=[self._keys.held_queue(requests[0].endpoint)],
         )
