@@ -39,8 +39,14 @@ from redis.exceptions import RedisError
 
 from apexmesh.apex.holding import HoldLimits
 from apexmesh.pubsub.robust.seq import Resolution
-from apexmesh.store.connection import RedisPoolSettings, connect_redis, keys_for
-from apexmesh.store.held import HeldStore
+from apexmesh.store.connection import (
+    Durability,
+    NotReplicated,
+    RedisPoolSettings,
+    connect_redis,
+    keys_for,
+)
+from apexmesh.store.held import HeldStore, HoldRequest
 from apexmesh.store.keys import Keys
 from apexmesh.store.robust import Retention, RobustStore
 from apexmesh.store.robust_reads import stream_entry
@@ -65,9 +71,10 @@ BEFORE, AFTER = 50, 50
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[RedisClusterNodes]:
-    """A cluster of its own (the session's one in conftest must keep its primaries)."""
-    nodes = RedisClusterNodes(tmp_path / "cluster")
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RedisClusterNodes]:
+    """A cluster of its own (the session's one in conftest must keep its primaries), with
+    ``request.param`` replicas per primary (1: six nodes)."""
+    nodes = RedisClusterNodes(tmp_path / "cluster", replicas=getattr(request, "param", 1))
     nodes.start()
     try:
         yield nodes
@@ -133,10 +140,19 @@ def _report(writer: Writer, stored: list[bytes]) -> tuple[list[bytes], list[byte
     return lost, doubled, unacked
 
 
+@pytest.mark.parametrize(
+    ("cluster", "wait"),
+    [(1, 0), (2, 1)],
+    ids=["six-nodes-no-wait", "nine-nodes-wait-1"],
+    indirect=["cluster"],
+)
 async def test_the_held_data_primary_killed_its_replica_takes_over_and_the_client_follows(
-    cluster: RedisClusterNodes,
+    cluster: RedisClusterNodes, wait: int
 ) -> None:
-    client = connect_redis(cluster.url, RedisPoolSettings())
+    """Six nodes without WAIT (the default), and nine (two replicas per primary) with
+    ``APEXMESH_REDIS_WAIT_REPLICAS=1``: with one replica, a promoted primary has none
+    left, and every write would wait for one in vain until the old node returns."""
+    client = connect_redis(cluster.url, RedisPoolSettings(durability=Durability(wait, 2000)))
     keys = keys_for(cluster.url, f"t-{uuid.uuid4().hex[:8]}")
     writers: list[Writer] = []
     tasks: list[asyncio.Task[None]] = []
@@ -199,16 +215,24 @@ async def test_the_held_data_primary_killed_its_replica_takes_over_and_the_clien
         held = [e.payload for e in await store.read(DINO, limit=100_000)]
         entries = await client.xrange(robust.keys.stream(DOMAIN, topic))
         published = [e.payload for e in map(stream_entry, entries or []) if e.kind == "pub"]
-        print(f"replica 127.0.0.1:{promoted.port} promoted; acknowledged at the kill {at_kill}")
+        print(
+            f"WAIT {wait}: replica 127.0.0.1:{promoted.port} promoted; "
+            f"acknowledged at the kill {at_kill}"
+        )
         lost_held, doubled_held, _ = _report(writers[0], held)
         lost_published, doubled_published, _ = _report(writers[1], published)
         for writer in writers:
             assert writer.ready_after is not None
             assert writer.ready_after < scaled(READY_AGAIN_S), writer
-        # Asynchronous replication (no WAIT on a cluster): only writes acknowledged just
-        # before the kill may be missing; on loopback the replica had them all so far.
-        assert len(lost_held) <= 1, lost_held
-        assert len(lost_published) <= 1, lost_published
+        if wait:
+            # Acknowledged once WAIT saw the write on a replica: none may be missing.
+            assert lost_held == [], lost_held
+            assert lost_published == [], lost_published
+        else:
+            # Asynchronous replication: only the write acknowledged just before the kill
+            # may be missing (on loopback the replica had them all in every run so far).
+            assert len(lost_held) <= 1, lost_held
+            assert len(lost_published) <= 1, lost_published
         assert len(doubled_held) <= 1, doubled_held
         assert doubled_published == [], doubled_published
     finally:
@@ -226,3 +250,63 @@ def _promoted(cluster: RedisClusterNodes, key: str, replica: Node) -> Node | Non
     except LookupError:
         return None
     return owner if owner is replica else None
+
+
+async def test_a_cluster_acknowledges_a_write_once_wait_saw_it_on_the_replica(
+    cluster: RedisClusterNodes,
+) -> None:
+    """WAIT on a cluster: sent after the script on the same connection of the slot's
+    primary, so an acknowledged hold, batch of holds or robust publication is on the
+    replica when the call returns (read there, no polling); a WAIT for more replicas
+    than the primary has raises NotReplicated (no ``ok``; the entry is on the primary)."""
+    client = connect_redis(cluster.url, RedisPoolSettings(durability=Durability(1, 2000)))
+    greedy = connect_redis(cluster.url, RedisPoolSettings(durability=Durability(2, 200)))
+    keys = keys_for(cluster.url, f"t-{uuid.uuid4().hex[:8]}")
+    replica = Redis(
+        port=cluster.replica_of(cluster.owner(keys.held_data(DINO))).port,
+        single_connection_client=True,
+    )
+    try:
+        await client.initialize()
+        store = HeldStore(client, keys)
+        robust = RobustStore(client, keys, "pod-1")
+        topic = _topic_on(client, keys, client.get_node_from_key(keys.held_data(DINO)).name)  # type: ignore[attr-defined]
+        assert await robust.own(DOMAIN, topic, 60_000)
+        await replica.execute_command("READONLY")  # type: ignore[no-untyped-call]
+        for i in range(20):
+            assert isinstance(
+                await store.hold(
+                    DINO, DOMAIN, b"one-%d" % i, now=1, deadline=None, limits=UNLIMITED
+                ),
+                int,
+            )
+        assert await replica.hlen(keys.held_data(DINO)) == 20
+        batch = [
+            HoldRequest(endpoint=DINO, domain=DOMAIN, payload=b"many-%d" % i, now=1)
+            for i in range(5)
+        ]
+        ids = await store.hold_many(batch, limits=UNLIMITED)
+        numbers = [i for i in ids if isinstance(i, int)]
+        assert numbers == sorted(numbers), ids
+        assert len(numbers) == len(batch), ids
+        assert await replica.hlen(keys.held_data(DINO)) == 25
+        await robust.commit_publication(
+            DOMAIN,
+            topic,
+            source="publisher@fromaplace.net",
+            payload=b"robust",
+            now_ms=1_000_000,
+            resolution=Resolution.BITS32,
+            retention=KEEP,
+        )
+        assert await replica.xlen(robust.keys.stream(DOMAIN, topic)) == 1
+        with pytest.raises(NotReplicated, match="1 of 2 replicas"):
+            await HeldStore(greedy, keys).hold(
+                DINO, DOMAIN, b"x", now=1, deadline=None, limits=UNLIMITED
+            )
+        assert await client.hlen(keys.held_data(DINO)) == 26
+    finally:
+        await replica.aclose()
+        await greedy.aclose()
+        await client.aclose()
+        gc.collect()
