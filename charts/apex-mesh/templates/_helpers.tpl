@@ -114,6 +114,115 @@ imagePullSecrets:
 {{- if .Values.redis.enabled -}}{{ .Values.redis.passwordKey }}{{- else -}}{{ .Values.externalRedis.passwordKey }}{{- end -}}
 {{- end -}}
 
+{{/* The chart's own Redis runs replicated with Sentinel (redis.architecture): "true" or "". */}}
+{{- define "apex-mesh.redis.replication" -}}
+{{- if and .Values.redis.enabled (eq .Values.redis.architecture "replication") -}}true{{- end -}}
+{{- end -}}
+
+{{/* The DNS name of every Redis pod (the headless Service's records), one per line. */}}
+{{- define "apex-mesh.redis.nodes" -}}
+{{- $name := include "apex-mesh.componentName" (dict "root" . "component" "redis") -}}
+{{- $domain := printf "%s-headless.%s.svc.%s" $name (include "apex-mesh.namespace" .) .Values.clusterDomain -}}
+{{- range $i := until (int .Values.redis.replicas) }}
+{{ printf "%s-%d.%s" $name $i $domain }}
+{{- end -}}
+{{- end -}}
+
+{{/* The environment the replication scripts read (find-primary.sh). */}}
+{{- define "apex-mesh.redis.nodeEnv" -}}
+{{- $sentinel := .Values.redis.sentinel -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: REDIS_NODES
+  value: {{ include "apex-mesh.redis.nodes" . | trim | splitList "\n" | join " " | quote }}
+- name: REDIS_PORT
+  value: "6379"
+- name: SENTINEL_PORT
+  value: {{ $sentinel.port | quote }}
+- name: PRIMARY_NAME
+  value: {{ $sentinel.primaryName | quote }}
+- name: PRIMARY_WAIT_SECONDS
+  value: {{ div (add $sentinel.downAfterMilliseconds $sentinel.failoverTimeout) 1000 | quote }}
+{{- end -}}
+
+{{/*
+The scripts of the replicated Redis pods (the ConfigMap FULLNAME-redis-scripts), sourced
+by the Redis container (its role at start, its preStop hand-over) and the Sentinel
+container (the primary it monitors first).
+*/}}
+{{- define "apex-mesh.redis.scripts" -}}
+find-primary.sh: |
+  # Sourced with REDIS_NODES (every Redis pod's DNS name, pod 0 first), POD_NAME,
+  # REDIS_PORT, SENTINEL_PORT, PRIMARY_NAME and REDISCLI_AUTH (the password) set.
+
+  # me: this pod's DNS name.
+  me=""
+  for node in $REDIS_NODES; do
+    case "$node" in "$POD_NAME".*) me="$node" ;; esac
+  done
+  if [ -z "$me" ]; then echo "$POD_NAME is not in REDIS_NODES" >&2; exit 1; fi
+
+  # ask NODE ARGS...: a command to NODE's sentinel (3 s at most).
+  ask() {
+    _host=$1
+    shift
+    timeout 3 redis-cli --no-auth-warning -h "$_host" -p "$SENTINEL_PORT" "$@" 2>/dev/null
+  }
+
+  # find_primary: primary := the pod the sentinels name (any pod's sentinel, asked in
+  # turn; named=yes), else pod 0 (named=no: first boot, or no sentinel left).
+  find_primary() {
+    primary=""
+    named=no
+    for node in $REDIS_NODES; do
+      answer=$(ask "$node" sentinel get-master-addr-by-name "$PRIMARY_NAME" | head -n 1) || answer=""
+      for known in $REDIS_NODES; do
+        if [ "$answer" = "$known" ]; then
+          primary="$answer"
+          named=yes
+          return 0
+        fi
+      done
+    done
+    primary=${REDIS_NODES%% *}
+  }
+
+  # hand_over (preStop): a primary with a replica asks another pod's sentinel to fail
+  # over, then waits up to 20 s for its own role to change.
+  hand_over() {
+    info=$(redis-cli -p "$REDIS_PORT" info replication 2>/dev/null) || return 0
+    case "$info" in *role:master*) ;; *) return 0 ;; esac
+    case "$info" in *connected_slaves:0*) return 0 ;; esac
+    for node in $REDIS_NODES; do
+      if [ "$node" = "$me" ]; then continue; fi
+      if ask "$node" sentinel failover "$PRIMARY_NAME" | grep -q OK; then
+        break
+      fi
+    done
+    waited=0
+    while [ "$waited" -lt 20 ]; do
+      redis-cli -p "$REDIS_PORT" info replication 2>/dev/null | grep -q '^role:master' || return 0
+      sleep 1
+      waited=$((waited + 1))
+    done
+  }
+{{- end -}}
+
+{{/* An image of the chart's Redis pods (its own registry, unless global.imageRegistry
+mirrors all); (dict "root" $ "image" .Values.redis.x.image). */}}
+{{- define "apex-mesh.redis.anyImage" -}}
+{{- $image := .image -}}
+{{- $registry := default $image.registry .root.Values.global.imageRegistry -}}
+{{- $repository := ternary (printf "%s/%s" $registry $image.repository) $image.repository (ne $registry "") -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository (toString $image.tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The Redis image (its own registry, unless global.imageRegistry mirrors all). */}}
 {{- define "apex-mesh.redis.image" -}}
 {{- $image := .Values.redis.image -}}
@@ -170,7 +279,14 @@ the volume (its StorageClass must have allowVolumeExpansion: true):
 
 {{/* The Redis URL; the password comes from APEXMESH_REDIS_PASSWORD (dependent variable). */}}
 {{- define "apex-mesh.redis.url" -}}
-{{- if .Values.redis.enabled -}}
+{{- if include "apex-mesh.redis.replication" . -}}
+{{- /* Every pod's sentinel (the same password as the primary's), the primary's name. */ -}}
+{{- $sentinels := list -}}
+{{- range (include "apex-mesh.redis.nodes" . | trim | splitList "\n") -}}
+{{- $sentinels = append $sentinels (printf "%s:%v" . $.Values.redis.sentinel.port) -}}
+{{- end -}}
+{{- printf "redis+sentinel://:$(APEXMESH_REDIS_PASSWORD)@%s/%s/0?sentinel_password=$(APEXMESH_REDIS_PASSWORD)" (join "," $sentinels) .Values.redis.sentinel.primaryName -}}
+{{- else if .Values.redis.enabled -}}
 {{- printf "redis://:$(APEXMESH_REDIS_PASSWORD)@%s:6379/0" (include "apex-mesh.componentName" (dict "root" . "component" "redis")) -}}
 {{- else -}}
 {{- $ext := .Values.externalRedis -}}
@@ -209,6 +325,11 @@ the volume (its StorageClass must have allowVolumeExpansion: true):
   value: {{ .Values.externalRedis.waitReplicas | quote }}
 - name: APEXMESH_REDIS_WAIT_TIMEOUT_MS
   value: {{ .Values.externalRedis.waitTimeoutMs | quote }}
+{{- else if and (include "apex-mesh.redis.replication" .) .Values.redis.waitReplicas }}
+- name: APEXMESH_REDIS_WAIT_REPLICAS
+  value: {{ .Values.redis.waitReplicas | quote }}
+- name: APEXMESH_REDIS_WAIT_TIMEOUT_MS
+  value: {{ .Values.redis.waitTimeoutMs | quote }}
 {{- end }}
 {{- end -}}
 

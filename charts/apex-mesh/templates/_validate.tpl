@@ -20,6 +20,18 @@ Value combinations that cannot work fail the render with a message saying what t
 {{- if and (not .Values.redis.enabled) (not .Values.externalRedis.existingSecret) -}}
 {{- $errors = append $errors "externalRedis.existingSecret: a Secret with the Redis password is required (services refuse a Redis without TLS or password)" -}}
 {{- end -}}
+{{- $redis := .Values.redis -}}
+{{- if include "apex-mesh.redis.replication" . -}}
+{{- if lt (int $redis.replicas) 3 -}}
+{{- $errors = append $errors (printf "redis.replicas (%v): replication needs at least 3 pods, so that a majority of the sentinels is left to fail over when one is gone" $redis.replicas) -}}
+{{- end -}}
+{{- if gt (int $redis.sentinel.quorum) (int $redis.replicas) -}}
+{{- $errors = append $errors (printf "redis.sentinel.quorum (%v) is above redis.replicas (%v): no failover could ever be agreed" $redis.sentinel.quorum $redis.replicas) -}}
+{{- end -}}
+{{- if ge (int $redis.waitReplicas) (int $redis.replicas) -}}
+{{- $errors = append $errors (printf "redis.waitReplicas (%v) must be below redis.replicas (%v): there are only %v replicas to WAIT for, and every write would fail" $redis.waitReplicas $redis.replicas (sub (int $redis.replicas) 1)) -}}
+{{- end -}}
+{{- end -}}
 {{- if and (eq .Values.relay.tls.mode "secret") (not .Values.relay.tls.existingSecret) -}}
 {{- $errors = append $errors "relay.tls.existingSecret: required when relay.tls.mode is secret" -}}
 {{- end -}}
