@@ -31,11 +31,28 @@ EXTERNAL: Final = {
     "up": "Prometheus (every scrape target)",
     "kube_pod_status_ready": "kube-state-metrics",
     "kube_cronjob_status_last_successful_time": "kube-state-metrics",
+    # oliver006/redis_exporter beside the chart's Redis (redis.metrics; its exporter/info.go
+    # and the INFO fields it turns into gauges and counters)
+    "redis_instance_info": "redis_exporter (INFO role, version: one series per instance)",
+    "redis_master_link_up": "redis_exporter (INFO master_link_status, replicas only)",
+    "redis_connected_slaves": "redis_exporter (INFO connected_slaves)",
+    "redis_connected_slave_lag_seconds": "redis_exporter (INFO slaveN lag, on the primary)",
+    "redis_memory_used_bytes": "redis_exporter (INFO used_memory)",
+    "redis_memory_max_bytes": "redis_exporter (INFO maxmemory)",
+    "redis_connected_clients": "redis_exporter (INFO connected_clients)",
+    "redis_commands_processed_total": "redis_exporter (INFO total_commands_processed)",
+}
+
+#: The values every alert of the chart is rendered with: the chart's Redis replicated and
+#: with its exporter, so that the Redis alerts are among them.
+RULE_VALUES: Final = {
+    "metrics": {"prometheusRule": {"enabled": True}},
+    "redis": {"architecture": "replication", "metrics": {"enabled": True}},
 }
 
 
 def rule_groups() -> list[dict[str, Any]]:
-    docs = render({"metrics": {"prometheusRule": {"enabled": True}}})
+    docs = render(RULE_VALUES)
     return named(docs, "PrometheusRule", "apex-mesh")["spec"]["groups"]  # type: ignore[no-any-return]
 
 
@@ -84,6 +101,9 @@ def test_promtool_checks_and_tests_every_alert(tmp_path: Path) -> None:
         "ApexMeshSnapshotTooOld",
         "ApexMeshAuthFailureBurst",
         "ApexMeshGrpcErrors",
+        "ApexMeshRedisNoPrimary",
+        "ApexMeshRedisReplicaLinkDown",
+        "ApexMeshRedisTooFewReplicas",
     } <= alerts
 
 
