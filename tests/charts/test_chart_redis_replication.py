@@ -35,9 +35,12 @@ import redis as redis_py
 
 from apexmesh.store.connection import SENTINEL_SCHEMES, RedisPoolSettings, connect_redis
 from tests.charts.conftest import CHART, Doc, containers, named, of_kind, render, values_of
+from tests.charts.kube_api import against_both_helms
+from tests.charts.test_chart_redis import _claim_size, _dry_run
 from tests.support.polling import scaled, wait_until
 from tests.support.ports import reserved_port
 from tests.support.redis_server import redis_binary
+from tools import helm as tool
 
 pytestmark = pytest.mark.chart
 
@@ -858,3 +861,29 @@ async def test_the_rendered_pods_elect_replicate_and_fail_over(
         assert written == ["before", "after-failover", "after-hand-over", "after-empty-restart"]
     finally:
         await client.aclose()
+
+
+# --------------------------------------------------------------------------- size
+
+
+@against_both_helms
+async def test_a_new_size_says_how_to_grow_every_pods_volume(
+    major: int, kmock: Any, tmp_path: Path
+) -> None:
+    """As in standalone (test_chart_redis.py), the claim template keeps its size, and
+    NOTES name the claim of every pod, not only pod 0's."""
+    statefulset = named(render(REPLICATION), "StatefulSet", STATEFULSET)
+    statefulset["metadata"]["annotations"] = {
+        "meta.helm.sh/release-name": tool.RELEASE,
+        "meta.helm.sh/release-namespace": tool.NAMESPACE,
+    }
+    kmock.objects["apps/v1/statefulsets", tool.NAMESPACE, STATEFULSET] = statefulset
+    release = await _dry_run(
+        kmock, major, tmp_path, "redis.architecture=replication", "redis.persistence.size=20Gi"
+    )
+    assert _claim_size(release) == "8Gi"
+    notes = release["info"]["notes"]
+    for ordinal in range(3):
+        assert f"patch pvc data-apex-mesh-redis-{ordinal} " in notes
+    assert "data-apex-mesh-redis-3" not in notes
+    assert "sentinel get-master-addr-by-name apexmesh" in notes

@@ -266,9 +266,10 @@ fail; the chart keeps the existing one and NOTES say how to grow the volume by h
 WARNING: redis.persistence.size is {{ $wanted }}, but the StatefulSet {{ $name }} claims {{ $kept }}
 and a StatefulSet's volumeClaimTemplates cannot change: the chart kept {{ $kept }}. To grow
 the volume (its StorageClass must have allowVolumeExpansion: true):
-
-     kubectl -n {{ $ns }} patch pvc data-{{ $name }}-0 -p '{"spec":{"resources":{"requests":{"storage":"{{ $wanted }}"}}}}'
-     kubectl -n {{ $ns }} get pvc data-{{ $name }}-0 -w     # until CAPACITY shows {{ $wanted }}
+{{ range $i := until (ternary (int .Values.redis.replicas) 1 (eq (include "apex-mesh.redis.replication" .) "true")) }}
+     kubectl -n {{ $ns }} patch pvc data-{{ $name }}-{{ $i }} -p '{"spec":{"resources":{"requests":{"storage":"{{ $wanted }}"}}}}'
+     kubectl -n {{ $ns }} get pvc data-{{ $name }}-{{ $i }} -w     # until CAPACITY shows {{ $wanted }}
+{{- end }}
      kubectl -n {{ $ns }} delete statefulset {{ $name }} --cascade=orphan
      helm upgrade {{ .Release.Name }} ... (the same values)
 
