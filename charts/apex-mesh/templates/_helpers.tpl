@@ -143,8 +143,9 @@ imagePullSecrets:
   value: {{ $sentinel.port | quote }}
 - name: PRIMARY_NAME
   value: {{ $sentinel.primaryName | quote }}
+{{- /* a failover's time, within the Redis container's startup probe (300 s) */}}
 - name: PRIMARY_WAIT_SECONDS
-  value: {{ div (add $sentinel.downAfterMilliseconds $sentinel.failoverTimeout) 1000 | quote }}
+  value: {{ min 240 (div (add $sentinel.downAfterMilliseconds $sentinel.failoverTimeout) 1000) | quote }}
 {{- end -}}
 
 {{/*
