@@ -9,30 +9,12 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator
-from typing import Final
 
 import grpc
 
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.rpc.batched import serve_batched
-
-#: The retry rule of a ``Deliver`` to a service that does each delivery id once (pubsub),
-#: for every caller of one: the relay (services/relay/wellknown.py) and a pubsub pod
-#: forwarding to a robust topic's owner (services/pubsub/robust_owner.py). A call that
-#: ended with one of these codes may or may not have reached the service, so it is sent
-#: again with the same delivery id, :data:`DELIVER_ATTEMPTS` times at most (the first
-#: included), after :data:`DELIVER_RETRY_BACKOFF_SECONDS`.
-DELIVER_CUT_OFF: Final = frozenset(
-    {
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-    }
-)
-DELIVER_ATTEMPTS: Final = 3
-DELIVER_RETRY_BACKOFF_SECONDS: Final = (0.05, 0.25)
 
 
 class WellKnownEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
@@ -59,8 +41,5 @@ class WellKnownEndpointServicer(endpoint_pb2_grpc.WellKnownEndpointServicer):
 
 
 __all__ = [
-    "DELIVER_ATTEMPTS",
-    "DELIVER_CUT_OFF",
-    "DELIVER_RETRY_BACKOFF_SECONDS",
     "WellKnownEndpointServicer",
 ]

@@ -16,10 +16,12 @@ domain. Which failures are retried, and where:
   relays nothing twice (``SubmitRequest.submission_id``). Without an id it is not
   retried (it could be relayed twice) and answered 451.
 
-Attempts are bounded (``attempts``); the last failure's code is the answer (421 when no
-relay could be reached, 451 when the outcome stayed unknown), every final failure is
-logged and seen by ``observe(address, "gave-up")``. Upstream error text is logged, never
-echoed (STYLE.md 3.3, habit 5).
+Attempts and waits follow one :class:`~apexmesh.rpc.retry.RetryPolicy` (``policy``:
+:data:`~apexmesh.rpc.retry.SUBMIT` unless told, and at least one attempt per relay). The
+last failure's code is the answer (421 when no relay could be reached, 451 when the
+outcome stayed unknown), every final failure is logged and seen by
+``observe(address, "gave-up")``. Upstream error text is logged, never echoed (STYLE.md
+3.3, habit 5).
 
 Flow control: with ``limit`` (an :class:`asyncio.Semaphore` shared by the submitters of
 one process) at most that many Submits are out at once; a caller waits for room, so a
@@ -36,7 +38,6 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
 
 import grpc
 
@@ -44,6 +45,7 @@ from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.rpc.batched import BatchedCaller
 from apexmesh.rpc.observe import observed_channel
+from apexmesh.rpc.retry import SUBMIT, Failure, RetryPolicy, failure_of, may_repeat
 
 _log = logging.getLogger(__name__)
 
@@ -53,31 +55,6 @@ ChannelFactory = Callable[[str], grpc.aio.Channel]
 
 #: Sees every relay call: (address, "answered" | "unavailable" | "failed" | "gave-up").
 CallObserver = Callable[[str, str], None]
-
-#: Seconds to wait before attempt ``n`` (1, 2, ...) after a failure.
-Backoff = Callable[[int], float]
-
-#: Codes of a call cut off mid-flight: it may have reached the relay.
-CUT_OFF: Final = frozenset(
-    {
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.ABORTED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    }
-)
-
-#: Default number of attempts of one submission.
-DEFAULT_ATTEMPTS: Final = 4
-
-
-def exponential_backoff(attempt: int) -> float:
-    """50 ms, 100 ms, 200 ms ... at most 1 s, with up to 50 % jitter (no thundering herd
-    when a relay comes back)."""
-    base = min(1.0, 0.05 * 2.0 ** max(0, attempt - 1))
-    return base * (0.5 + random.random() / 2)
 
 
 class SubmitSource(StrEnum):
@@ -110,8 +87,7 @@ class RelaySubmitter:
         timeout: float,
         channel_factory: ChannelFactory = observed_channel,
         observe: CallObserver | None = None,
-        attempts: int = DEFAULT_ATTEMPTS,
-        backoff: Backoff = exponential_backoff,
+        policy: RetryPolicy = SUBMIT,
         limit: asyncio.Semaphore | None = None,
     ) -> None:
         self._observe = observe
@@ -119,8 +95,8 @@ class RelaySubmitter:
         #: Submits to each relay batched over one stream (apexmesh/rpc/batched.py).
         self._stubs = [(address, _caller(address, channel)) for address, channel in self._channels]
         self._timeout = timeout
-        self._attempts = max(1, attempts)
-        self._backoff = backoff
+        #: Every relay is tried at least once.
+        self._policy = policy.with_at_least(len(self._stubs))
         self._limit = limit
         self._next = 0
 
@@ -159,8 +135,9 @@ class RelaySubmitter:
         )
         turn, unavailable = start, 0
         outcome = SubmitOutcome(ApexReplyCode.SERVICE_NOT_AVAILABLE, "no relay reachable")
-        attempts = max(self._attempts, count)  # every relay is tried at least once
-        for attempt in range(1, attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             address, stub = self._stubs[turn % count]
             async with self._room():
                 try:
@@ -170,7 +147,8 @@ class RelaySubmitter:
                 else:
                     self._seen(address, "answered")
                     return self._answer(address, response)
-            if code == grpc.StatusCode.UNAVAILABLE:
+            failure = failure_of(code)
+            if failure is Failure.UNREACHED:
                 self._seen(address, "unavailable")
                 _log.warning("relay %s unavailable, trying the next one", address)
                 outcome = SubmitOutcome(
@@ -179,7 +157,7 @@ class RelaySubmitter:
                     SubmitSource.UNAVAILABLE,
                 )
                 turn, unavailable = turn + 1, unavailable + 1
-                if unavailable % count:
+                if unavailable % count and self._policy.allows_after(attempt):
                     continue  # another relay not tried in this round: at once
             else:
                 self._seen(address, "failed")
@@ -189,10 +167,12 @@ class RelaySubmitter:
                     "relay call failed; outcome unknown",
                     SubmitSource.ABORTED,
                 )
-                if code not in CUT_OFF or not submission_id:
+                if not may_repeat(failure, repeatable=bool(submission_id)):
                     break  # a retry could relay it twice (no id), or would fail alike
-            if attempt < attempts:
-                await asyncio.sleep(self._backoff(attempt))
+            delay = self._policy.next_delay(attempt, draw=random.random())
+            if delay is None:
+                break
+            await asyncio.sleep(delay)
         self._seen(self._stubs[turn % count][0], "gave-up")
         _log.warning(
             "Submit as %s (id %r) abandoned after %d attempts: %d %s",
@@ -251,11 +231,8 @@ def _caller(
 
 __all__ = [
     "SubmitSource",
-    "CUT_OFF",
-    "Backoff",
     "CallObserver",
     "ChannelFactory",
     "RelaySubmitter",
     "SubmitOutcome",
-    "exponential_backoff",
 ]

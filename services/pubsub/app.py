@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import time
+from dataclasses import replace
 
 import grpc
 from prometheus_client import Gauge
@@ -37,6 +38,7 @@ from apexmesh.pubsub.topic_index import SelectorCompiler
 from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.relay import RelaySubmitter
+from apexmesh.rpc.retry import SUBMIT
 from apexmesh.rpc.server import create_server, graceful_stop
 from apexmesh.store.access_cache import CachedAccessChecker
 from apexmesh.store.connection import connect_redis, keys_for
@@ -91,23 +93,23 @@ class PubsubApp:
         self.catalogue = CatalogueSource(SnapshotStore(self.redis, self.keys), clock=now_ms)
         #: Submits out at once, shared by every submitter of the pod (flow control).
         limit = asyncio.Semaphore(settings.max_submits)
-        attempts = settings.submit_attempts
+        policy = replace(SUBMIT, attempts=settings.submit_attempts)
         self.relays = RelaySubmitter(
             settings.relay_addresses,
             timeout=settings.relay_timeout,
-            attempts=attempts,
+            policy=policy,
             limit=limit,
         )
         self.fanout = RelaySubmitter(
             settings.relay_addresses,
             timeout=settings.fanout_timeout,
-            attempts=attempts,
+            policy=policy,
             limit=limit,
         )
         #: Per relay pod, for forwarded data sent to the pod holding its recipients.
         self.direct = {
             address: RelaySubmitter(
-                [address], timeout=settings.fanout_timeout, attempts=attempts, limit=limit
+                [address], timeout=settings.fanout_timeout, policy=policy, limit=limit
             )
             for address in settings.relay_addresses
         }

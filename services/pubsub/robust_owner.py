@@ -57,12 +57,8 @@ from apexmesh.pubsub.robust.contribution import ContributionGate
 from apexmesh.pubsub.robust.permissions import PermissionTable
 from apexmesh.pubsub.robust.settings import RobustSettings
 from apexmesh.rpc.batched import BatchedCaller
-from apexmesh.rpc.endpoint import (
-    DELIVER_ATTEMPTS,
-    DELIVER_CUT_OFF,
-    DELIVER_RETRY_BACKOFF_SECONDS,
-)
 from apexmesh.rpc.observe import observed_channel
+from apexmesh.rpc.retry import DELIVER, Failure, failure_of
 from apexmesh.store.robust import Retention, RobustStore
 from apexmesh.store.robust_topics import RobustTopics, holder_address
 
@@ -362,9 +358,9 @@ class Sequencers:
 
         A forward that reached nobody is :class:`OwnerUnreachableError`, 450 (nothing was
         sequenced; the relay's sender may send it again). One cut off mid-flight is sent
-        again with the same delivery id, :data:`DELIVER_ATTEMPTS` times at most; the
-        owner answers a repeat from its first commit, so the publication is sequenced
-        once whichever attempt got there.
+        again with the same delivery id, :data:`~apexmesh.rpc.retry.DELIVER`'s attempts
+        at most; the owner answers a repeat from its first commit, so the publication is
+        sequenced once whichever attempt got there.
         Raises :class:`OutcomeUnknownError` when the attempts ran out with the outcome
         unknown (or at once without a delivery id: the owner could not tell a repeat).
         """
@@ -372,7 +368,9 @@ class Sequencers:
             raise ApexError(ApexReplyCode.ACTION_NOT_TAKEN_TRANSIENT, "topic owner unknown")
         repeatable = bool(request.delivery_id)
         cut_off = False
-        for attempt in range(1, DELIVER_ATTEMPTS + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             link = self._link(address)
             try:
                 answer = await link.caller.call(request, timeout=self._timeout)
@@ -385,16 +383,18 @@ class Sequencers:
                     attempt,
                     code,
                 )
-                if code in DELIVER_CUT_OFF:
+                failure = failure_of(code)
+                if failure is Failure.CUT_OFF:
                     cut_off = True
                 else:
-                    if code == grpc.StatusCode.UNAVAILABLE:
+                    if failure is Failure.UNREACHED:
                         self._drop(address, link)  # its pod went away, or is not up yet
                     if not cut_off:  # reached nobody, now and before
                         raise OwnerUnreachableError(address) from None
-                if not repeatable or attempt == DELIVER_ATTEMPTS:
+                delay = DELIVER.next_delay(attempt) if repeatable else None
+                if delay is None:
                     break
-                await asyncio.sleep(DELIVER_RETRY_BACKOFF_SECONDS[attempt - 1])
+                await asyncio.sleep(delay)
                 continue
             return answer.status.code, answer.status.text
         raise OutcomeUnknownError(address, owner_gone=code == grpc.StatusCode.UNAVAILABLE)

@@ -25,19 +25,15 @@ from apexmesh.aio.tasks import stop_tasks
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
 from apexmesh.rpc.channels import internal_channel
+from apexmesh.rpc.retry import PRESENCE_REPORT, RetryPolicy, failure_of, may_repeat
 
 _log = logging.getLogger(__name__)
 
 #: Presence calls of one relay pod in flight at once.
 MAX_IN_FLIGHT: Final = 64
-#: Attempts at one call (the first included), and the seconds before each retry.
-ATTEMPTS: Final = 3
-RETRY_BACKOFF_SECONDS: Final = (0.2, 1.0)
 #: Seconds a stopping pod gives the calls still queued (its detaches, when sessions end
 #: with it); the rest are dropped, as the service repairs lapsed leases by itself.
 CLOSE_SECONDS: Final = 2.0
-#: Failures worth another attempt: the service was busy or not there yet.
-_RETRIED: Final = frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE})
 
 
 class PresenceHook:
@@ -50,14 +46,14 @@ class PresenceHook:
         *,
         timeout: float = 5.0,
         max_in_flight: int = MAX_IN_FLIGHT,
-        backoff: tuple[float, ...] = RETRY_BACKOFF_SECONDS,
+        policy: RetryPolicy = PRESENCE_REPORT,
     ) -> None:
         self._channel = internal_channel(address)
         self._stub = presence_pb2_grpc.PresenceServiceStub(self._channel)
         self._pod_id = pod_id
         self._timeout = timeout
         self._in_flight = asyncio.Semaphore(max_in_flight)
-        self._backoff = backoff
+        self._policy = policy
         self._tail: dict[Endpoint, asyncio.Task[None]] = {}
 
     def attached(self, endpoint: Endpoint) -> None:
@@ -83,16 +79,26 @@ class PresenceHook:
             await asyncio.wait([previous])
         event = presence_pb2.EndpointEvent(endpoint=str(endpoint), pod_id=self._pod_id)
         call = self._stub.EndpointAttached if attached else self._stub.EndpointDetached
-        for attempt in range(1, ATTEMPTS + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 async with self._in_flight:
                     response = await call(event, timeout=self._timeout, wait_for_ready=True)
                 break
             except grpc.aio.AioRpcError as exc:
-                if exc.code() not in _RETRIED or attempt == ATTEMPTS:
+                # An attach or a detach sets a state: a repeat of one that got through
+                # changes nothing, so a call cut off mid-flight may go again too.
+                failure = failure_of(exc.code())
+                delay = (
+                    self._policy.next_delay(attempt)
+                    if may_repeat(failure, repeatable=True)
+                    else None
+                )
+                if delay is None:
                     _log.warning("presence: %s %s: %s", endpoint, attached, exc.code())
                     return
-            await asyncio.sleep(self._backoff[min(attempt, len(self._backoff)) - 1])
+            await asyncio.sleep(delay)
         if response.status.code != 250:
             _log.info("presence refused %s: %s", endpoint, response.status.text)
 

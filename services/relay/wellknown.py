@@ -15,6 +15,7 @@ import itertools
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Final
 
 import grpc
@@ -33,11 +34,7 @@ from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
 from apexmesh.relay.outcomes import DELIVERED, SERVICE_UNAVAILABLE, Outcome, outcome_of
 from apexmesh.rpc.access import AccessClient
 from apexmesh.rpc.batched import BatchedCaller
-from apexmesh.rpc.endpoint import (
-    DELIVER_ATTEMPTS,
-    DELIVER_CUT_OFF,
-    DELIVER_RETRY_BACKOFF_SECONDS,
-)
+from apexmesh.rpc.retry import DELIVER, SERVICE_RESTART, Failure, failure_of, may_repeat
 
 #: How the relay originates data itself (services/relay/router.py ``Router.originate``):
 #: the access service's replies go out as apex=access@DOMAIN.
@@ -58,11 +55,8 @@ MAX_CALLS_PER_POD: Final = 256
 #: (UNAVAILABLE): a pod restarting, or the first second after it is back, while the
 #: channel's reconnect backoff (apexmesh/rpc/channels.py: at most a second) runs out.
 #: Without it a publication in that window was 421 at once, after the relay's ``ok``.
+#: The pauses between rounds are :data:`~apexmesh.rpc.retry.SERVICE_RESTART`'s.
 SERVICE_RESTART_SECONDS: Final = 5.0
-#: The first pause before calling a service whose every pod refused, doubled each time
-#: up to :data:`UNAVAILABLE_BACKOFF_MAX`.
-UNAVAILABLE_BACKOFF_FIRST: Final = 0.1
-UNAVAILABLE_BACKOFF_MAX: Final = 1.0
 
 
 ACCESS = "access"
@@ -88,7 +82,7 @@ class WellKnownServices:
         self._access = access
         self._timeout = timeout
         #: How long a delivery waits while every pod refuses (within the call timeout).
-        self._patience = min(patience, timeout)
+        self._restart = replace(SERVICE_RESTART, bound_seconds=min(patience, timeout))
         #: Services that honour ``delivery_id`` (their work happens once per id): a call
         #: cut off mid-flight is retried (on the next pod) with the same id.
         self._retried = retried
@@ -159,16 +153,16 @@ class WellKnownServices:
         up to a second, for :data:`SERVICE_RESTART_SECONDS` in all. The data stays
         unanswered meanwhile, so its sender is slowed, not dropped. A call cut off
         mid-flight (its outcome unknown) is retried, with the same ``delivery_id``, only
-        for a service that honours it; :data:`DELIVER_ATTEMPTS` at most, then 421 (counted and
-        reported like any failed delivery)."""
+        for a service that honours it; :data:`~apexmesh.rpc.retry.DELIVER`'s attempts at
+        most, then 421 (counted and reported like any failed delivery)."""
         first = self._turns[name]
         self._turns[name] = (first + 1) % len(pods)
         calls = self._calls[name]
         retries = name in self._retried
-        attempts = 0
+        attempts = 0  # calls cut off mid-flight
         position = 0
         refused = 0  # pods in a row whose call reached nobody
-        waited, pause = 0.0, UNAVAILABLE_BACKOFF_FIRST
+        rounds, waited = 0, 0.0  # rounds of pods that all refused, and the pauses after
         while True:
             index = (first + position) % len(pods)
             try:
@@ -178,23 +172,31 @@ class WellKnownServices:
                 code = exc.code()
                 _log.warning("service %s pod %d: %s (%s)", name, index, code, exc.details())
                 position += 1
-                if code == grpc.StatusCode.UNAVAILABLE:
+                failure = failure_of(code)
+                if failure is Failure.UNREACHED:
                     refused += 1
                     if refused < len(pods):
                         continue  # reached nobody: the next pod at once
                     # Every pod refused: nothing was done anywhere, so waiting for one
                     # to come back is safe for any service.
-                    if waited + pause > self._patience:
+                    rounds += 1
+                    pause = self._restart.next_delay(rounds, elapsed=waited)
+                    if pause is None:
                         return SERVICE_UNAVAILABLE
                     await asyncio.sleep(pause)
-                    waited, pause = waited + pause, min(UNAVAILABLE_BACKOFF_MAX, 2 * pause)
+                    waited += pause
                     refused = 0
                     continue
                 refused = 0
                 attempts += 1
-                if not retries or code not in DELIVER_CUT_OFF or attempts >= DELIVER_ATTEMPTS:
+                delay = (
+                    DELIVER.next_delay(attempts)
+                    if may_repeat(failure, repeatable=retries)
+                    else None
+                )
+                if delay is None:
                     return SERVICE_UNAVAILABLE
-                await asyncio.sleep(DELIVER_RETRY_BACKOFF_SECONDS[attempts - 1])
+                await asyncio.sleep(delay)
                 continue
             return outcome_of(response.status)
 

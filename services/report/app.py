@@ -8,6 +8,7 @@ those reports still use them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import grpc
@@ -19,15 +20,15 @@ from apexmesh.ops.admin import AdminSpec, Guard
 from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.http import HttpServer
 from apexmesh.ops.registry import service_registry
-from apexmesh.rpc.relay import DEFAULT_ATTEMPTS
+from apexmesh.rpc.retry import SUBMIT
 from apexmesh.rpc.server import create_server, graceful_stop
 from services.report.http import create_http_app
 from services.report.servicer import (
+    OWED_REPORT,
     RelayPool,
     ReportEndpointServicer,
     ReportMetrics,
     ReportServicer,
-    RetryPolicy,
 )
 from services.report.settings import ReportSettings
 
@@ -72,10 +73,11 @@ class ReportApp:
         settings = self.settings
         retry = None
         if settings.retry_seconds > 0:
-            retry = RetryPolicy(
+            retry = dataclasses.replace(
+                OWED_REPORT,
                 bound_seconds=settings.retry_seconds,
                 # one submission's worst case: each of its attempts and their backoffs
-                attempt_seconds=(settings.relay_timeout + 1.0) * DEFAULT_ATTEMPTS,
+                attempt_seconds=(settings.relay_timeout + 1.0) * (SUBMIT.attempts or 1),
             )
         report = ReportServicer(settings.domains, self.relays, self.metrics, retry=retry)
         endpoint = ReportEndpointServicer(self.metrics)

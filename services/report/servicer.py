@@ -15,8 +15,9 @@ report accepted, so it is answered 451 and not retried here. 421 when no relay c
 reached. Upstream gRPC error text is logged, never echoed (STYLE.md 3.3, habit 5).
 
 A report is owed: its originator got ``ok`` and asked for it. With a
-:class:`RetryPolicy` (the service's, ``APEXMESH_REPORT_RETRY_SECONDS``) the servicer
-does not give it up at the first transient failure. Each submission carries an id
+:class:`~apexmesh.rpc.retry.RetryPolicy` (:data:`OWED_REPORT`, bounded by the service's
+``APEXMESH_REPORT_RETRY_SECONDS``) the servicer does not give it up at the first
+transient failure. Each submission carries an id
 (``SubmitRequest.submission_id``), so a call cut off mid-flight is sent again under the
 same id and a relay that took it relays nothing twice; a transient refusal (4xx: the
 relay could not check the originator's access entries while the access service was
@@ -68,6 +69,7 @@ from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
 from apexmesh.rpc.endpoint import WellKnownEndpointServicer
 from apexmesh.rpc.observe import observed_channel
 from apexmesh.rpc.relay import ChannelFactory, RelaySubmitter, SubmitSource
+from apexmesh.rpc.retry import RetryPolicy
 
 _log = logging.getLogger(__name__)
 
@@ -281,34 +283,32 @@ class RelayPool:
 # --------------------------------------------------------------------------- retries
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RetryPolicy:
-    """How long an owed report is tried again after transient failures (module
-    docstring). Sans-I/O: the caller passes the time already spent."""
+#: How long an owed report is tried again after transient failures (module docstring):
+#: 100 ms doubling to 2 s, for up to 20 s after the first attempt (the service's
+#: ``APEXMESH_REPORT_RETRY_SECONDS`` sets the bound, its relay timeout ``attempt_seconds``).
+OWED_REPORT: Final = RetryPolicy(
+    attempts=None,
+    first_backoff_seconds=0.1,
+    max_backoff_seconds=2.0,
+    bound_seconds=20.0,
+    attempt_seconds=2.0,
+)
 
-    #: Seconds after the first attempt past which no new attempt starts.
-    bound_seconds: float = 20.0
-    #: Wait before the second attempt; doubled for each further one.
-    first_backoff_seconds: float = 0.1
-    #: The wait between attempts never grows past this.
-    max_backoff_seconds: float = 2.0
-    #: Time an attempt may need (a Submit's deadline and its own retries); no attempt
-    #: starts with less than this left of the caller's deadline.
-    attempt_seconds: float = 2.0
 
-    def next_delay(
-        self, outcome: SubmitOutcome, attempt: int, elapsed: float, remaining: float | None
-    ) -> float | None:
-        """Seconds to wait before attempt ``attempt + 1`` after ``outcome``; None: stop
-        (delivered, refused for good, or out of time)."""
-        if not _transient(outcome):
-            return None
-        delay = min(self.first_backoff_seconds * 2.0 ** (attempt - 1), self.max_backoff_seconds)
-        if elapsed + delay > self.bound_seconds:
-            return None
-        if remaining is not None and remaining - delay < self.attempt_seconds:
-            return None
-        return delay
+def next_report_delay(
+    policy: RetryPolicy,
+    outcome: SubmitOutcome,
+    attempt: int,
+    *,
+    elapsed: float,
+    remaining: float | None,
+) -> float | None:
+    """Seconds to wait before attempt ``attempt + 1`` after ``outcome``; None: stop
+    (delivered, refused for good, or out of time). Sans-I/O: the caller passes the time
+    already spent and what is left of its deadline."""
+    if not _transient(outcome):
+        return None
+    return policy.next_delay(attempt, elapsed=elapsed, remaining=remaining)
 
 
 def _transient(outcome: SubmitOutcome) -> bool:
@@ -388,7 +388,9 @@ class ReportServicer(report_pb2_grpc.ReportServiceServicer):
             outcome = await self._relays.submit(originator, payload, submission_id=submission_id)
             elapsed = loop.time() - started
             remaining = None if time_left is None else time_left - elapsed
-            delay = self._retry.next_delay(outcome, attempt, elapsed, remaining)
+            delay = next_report_delay(
+                self._retry, outcome, attempt, elapsed=elapsed, remaining=remaining
+            )
             if delay is None:
                 break
             if outcome.source is not SubmitSource.ABORTED:
@@ -480,11 +482,12 @@ __all__ = [
     "SERVICE_NAME",
     "DestinationInput",
     "RelayPool",
+    "OWED_REPORT",
     "ReportEndpointServicer",
-    "RetryPolicy",
     "ReportMetrics",
     "ReportServicer",
     "SubmitOutcome",
     "Submission",
     "build_report",
+    "next_report_delay",
 ]

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from apexmesh.rpc.relay import RelaySubmitter, SubmitSource
+from apexmesh.rpc.retry import RetryPolicy
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
 from tests.support.polling import still_true, wait_until
 from tests.support.redis_server import free_port
@@ -18,13 +19,13 @@ from tests.support.redis_server import free_port
 pytestmark = pytest.mark.integration
 
 
-def no_wait(_attempt: int) -> float:
-    return 0.0
-
-
 @asynccontextmanager
-async def submitter(addresses: list[str], **options: object) -> AsyncIterator[RelaySubmitter]:
-    client = RelaySubmitter(addresses, timeout=2.0, backoff=no_wait, **options)  # type: ignore[arg-type]
+async def submitter(
+    addresses: list[str], attempts: int = 4, **options: object
+) -> AsyncIterator[RelaySubmitter]:
+    """A submitter that retries at once (no backoff), ``attempts`` times at most."""
+    policy = RetryPolicy(attempts=attempts, first_backoff_seconds=0.0)
+    client = RelaySubmitter(addresses, timeout=2.0, policy=policy, **options)  # type: ignore[arg-type]
     try:
         yield client
     finally:

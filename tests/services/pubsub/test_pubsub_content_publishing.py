@@ -26,6 +26,7 @@ from apexmesh.pubsub.selection.registry import default_classes
 from apexmesh.pubsub.topic_index import SelectorCompiler
 from apexmesh.pubsub.wire import element_payload
 from apexmesh.rpc.relay import RelaySubmitter
+from apexmesh.rpc.retry import RetryPolicy
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache
@@ -92,7 +93,7 @@ async def test_one_data_many_recipients_each_with_its_inre(redis: Redis, keys: K
     await cache.start()
     try:
         async with scripted_relays(relay) as addresses:
-            fanout = RelaySubmitter(addresses, timeout=5.0, attempts=1)
+            fanout = RelaySubmitter(addresses, timeout=5.0, policy=RetryPolicy(attempts=1))
             compiler = SelectorCompiler(default_classes(), SchemaCache(LocalSchemas()))
             publisher = Publisher(
                 cache=cache,

@@ -22,6 +22,7 @@ from apexmesh.pubsub.core import Subscribed, Subscription, TopicCreated
 from apexmesh.pubsub.elements import topic_endpoint
 from apexmesh.pubsub.wire import element_payload
 from apexmesh.rpc.relay import RelaySubmitter
+from apexmesh.rpc.retry import RetryPolicy
 from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import PubsubStore
 from apexmesh.store.pubsub_cache import SubscriberCache
@@ -44,10 +45,6 @@ def clock() -> int:
 
 async def allowed(_owner: Endpoint, _actor: Endpoint) -> bool:
     return True
-
-
-def no_wait(_attempt: int) -> float:
-    return 0.0
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +84,8 @@ async def pod(
     cache = SubscriberCache(redis, keys, clock=clock)
     await cache.start()
     semaphore = asyncio.Semaphore(limit)
-    options = {"timeout": 5.0, "attempts": attempts, "backoff": no_wait, "limit": semaphore}
+    no_wait = RetryPolicy(attempts=attempts, first_backoff_seconds=0.0)
+    options = {"timeout": 5.0, "policy": no_wait, "limit": semaphore}
     fanout = RelaySubmitter(addresses, **options)  # type: ignore[arg-type]
     direct = {a: RelaySubmitter([a], **options) for a in addresses}  # type: ignore[arg-type]
     metrics = PubsubMetrics.create(CollectorRegistry())

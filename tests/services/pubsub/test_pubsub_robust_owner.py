@@ -26,7 +26,7 @@ from apexmesh.client import PubsubClient
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.settings import RobustSettings
-from apexmesh.rpc.endpoint import DELIVER_ATTEMPTS
+from apexmesh.rpc.retry import DELIVER
 from apexmesh.rpc.server import create_server
 from apexmesh.store.keys import Keys
 from apexmesh.store.robust import RobustKeys, RobustStore
@@ -44,6 +44,9 @@ from tests.support.mesh import endpoint_client
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+#: Attempts at one forward, the first included (the one policy of Deliver calls).
+DELIVER_ATTEMPTS = DELIVER.attempts or 1
 
 #: Seconds a forward waits for the owner: short, so a held call is cut off quickly.
 TIMEOUT = 0.5

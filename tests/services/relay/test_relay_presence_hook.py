@@ -15,10 +15,15 @@ import pytest
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
+from apexmesh.rpc.retry import RetryPolicy
 from apexmesh.rpc.server import create_server
 from services.relay.presence_hook import PresenceHook
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.integration
+
+#: Retries 10 ms apart, so a timed-out first call is tried again at once.
+QUICK = RetryPolicy(attempts=3, first_backoff_seconds=0.01, max_backoff_seconds=0.01)
 
 
 class ScriptedPresence(presence_pb2_grpc.PresenceServiceServicer):
@@ -72,7 +77,7 @@ async def hook_to(presence: ScriptedPresence, **options: object) -> AsyncIterato
 
 
 async def settled(presence: ScriptedPresence, expected: int, within: float = 20.0) -> None:
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         while sum(len(events) for events in presence.events.values()) < expected:  # noqa: ASYNC110 - polling the servicer's record
             await asyncio.sleep(0.01)
 
@@ -90,7 +95,7 @@ async def test_a_burst_of_attachments_arrives_whole_and_a_bounded_number_at_a_ti
 
 async def test_a_call_that_timed_out_is_tried_again() -> None:
     presence = ScriptedPresence(slow=1)
-    async with hook_to(presence, timeout=0.3, backoff=(0.01, 0.01)) as hook:
+    async with hook_to(presence, timeout=0.3, policy=QUICK) as hook:
         hook.attached(Endpoint.parse("fred@example.com"))
         await settled(presence, 1)
     assert presence.events == {"fred@example.com": [True]}
@@ -99,7 +104,7 @@ async def test_a_call_that_timed_out_is_tried_again() -> None:
 
 async def test_an_endpoints_events_arrive_in_the_order_they_happened() -> None:
     presence = ScriptedPresence(slow=1)
-    async with hook_to(presence, timeout=0.3, backoff=(0.01, 0.01)) as hook:
+    async with hook_to(presence, timeout=0.3, policy=QUICK) as hook:
         fred = Endpoint.parse("fred@example.com")
         hook.attached(fred)  # its first try times out: the detach still waits for it
         hook.detached(fred)

@@ -33,15 +33,17 @@ from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
+from apexmesh.rpc.retry import RetryPolicy
 from apexmesh.rpc.server import create_server, graceful_stop
 from services.report.servicer import (
     INBOUND_REFUSAL,
+    OWED_REPORT,
     RelayPool,
     ReportEndpointServicer,
     ReportMetrics,
     ReportServicer,
-    RetryPolicy,
     SubmitOutcome,
+    next_report_delay,
 )
 from tests.support.grpc_channels import ready_channel
 from tests.support.redis_server import free_port
@@ -457,8 +459,12 @@ class ScriptedRelay(RecordingRelay):
         return relay_pb2.SubmitResponse(status=common_pb2.ApexStatus(code=code, text=f"c{code}"))
 
 
-QUICK: Final = RetryPolicy(
-    bound_seconds=5.0, first_backoff_seconds=0.01, max_backoff_seconds=0.05, attempt_seconds=0.5
+QUICK: Final = dataclasses.replace(
+    OWED_REPORT,
+    bound_seconds=5.0,
+    first_backoff_seconds=0.01,
+    max_backoff_seconds=0.05,
+    attempt_seconds=0.5,
 )
 
 
@@ -526,18 +532,28 @@ async def test_no_relay_reachable_is_tried_again_then_reported_undeliverable(
 @pytest.mark.unit
 def test_the_retry_policy_stops_before_the_callers_deadline() -> None:
     transient = SubmitOutcome(421, "access service not available", "relay_refused")
-    policy = RetryPolicy(
-        bound_seconds=10.0, first_backoff_seconds=1.0, max_backoff_seconds=4.0, attempt_seconds=2.0
+    policy = dataclasses.replace(
+        OWED_REPORT,
+        bound_seconds=10.0,
+        first_backoff_seconds=1.0,
+        max_backoff_seconds=4.0,
+        attempt_seconds=2.0,
     )
-    assert policy.next_delay(transient, 1, elapsed=0.0, remaining=None) == 1.0
-    assert policy.next_delay(transient, 3, elapsed=1.0, remaining=None) == 4.0
-    assert policy.next_delay(transient, 9, elapsed=1.0, remaining=None) == 4.0
-    assert policy.next_delay(transient, 2, elapsed=9.0, remaining=None) is None  # bound
-    assert policy.next_delay(transient, 1, elapsed=0.0, remaining=2.5) is None  # deadline
-    assert policy.next_delay(transient, 1, elapsed=0.0, remaining=3.5) == 1.0
+
+    def delay(
+        outcome: SubmitOutcome, attempt: int, *, elapsed: float, remaining: float | None
+    ) -> float | None:
+        return next_report_delay(policy, outcome, attempt, elapsed=elapsed, remaining=remaining)
+
+    assert delay(transient, 1, elapsed=0.0, remaining=None) == 1.0
+    assert delay(transient, 3, elapsed=1.0, remaining=None) == 4.0
+    assert delay(transient, 9, elapsed=1.0, remaining=None) == 4.0
+    assert delay(transient, 2, elapsed=9.0, remaining=None) is None  # bound
+    assert delay(transient, 1, elapsed=0.0, remaining=2.5) is None  # deadline
+    assert delay(transient, 1, elapsed=0.0, remaining=3.5) == 1.0
     for final in (
         SubmitOutcome(250, "", "submitted"),
         SubmitOutcome(537, "access denied", "relay_refused"),
         SubmitOutcome(553, "bad", "invalid"),
     ):
-        assert policy.next_delay(final, 1, elapsed=0.0, remaining=None) is None
+        assert delay(final, 1, elapsed=0.0, remaining=None) is None
