@@ -18,7 +18,7 @@ from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
 from apexmesh.rpc.retry import RetryPolicy
 from apexmesh.rpc.server import create_server
 from services.relay.presence_hook import PresenceHook
-from tests.support.polling import scaled
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -77,9 +77,13 @@ async def hook_to(presence: ScriptedPresence, **options: object) -> AsyncIterato
 
 
 async def settled(presence: ScriptedPresence, expected: int, within: float = 20.0) -> None:
-    async with asyncio.timeout(scaled(within)):
-        while sum(len(events) for events in presence.events.values()) < expected:  # noqa: ASYNC110 - polling the servicer's record
-            await asyncio.sleep(0.01)
+    """Wait until the servicer has recorded ``expected`` events."""
+    await wait_until(
+        lambda: sum(len(events) for events in presence.events.values()) >= expected,
+        within=within,
+        every=0.01,
+        what=f"{expected} presence events recorded",
+    )
 
 
 async def test_a_burst_of_attachments_arrives_whole_and_a_bounded_number_at_a_time() -> None:
