@@ -66,6 +66,7 @@ from apexmesh.pubsub.catalogue import (
     TOPIC_CREATED,
     TOPIC_DELETED,
     TOPIC_EVENTS,
+    TOPIC_MODIFIED,
 )
 
 TOPIC_SCHEMA: Final = StructType(
@@ -110,9 +111,15 @@ BROADCAST_IDS_CONF: Final = "spark.apexmesh.snapshot.broadcastIds"
 
 
 #: A change layer's rows (docs/snapshot.md "Incremental runs"): per key touched after
-#: the previous snapshot, the last event's row, and whether the topic then exists.
+#: the previous snapshot, the last event's row, and whether the topic then exists;
+#: ``settings_id`` is the id of the event that set ``settings`` (a ``topic.modified``
+#: after the creation ``id``; absent from layers written before it: read as ``id``).
 TOPIC_CHANGE_SCHEMA: Final = StructType(
-    [*TOPIC_SCHEMA.fields, StructField("exists", BooleanType(), False)]
+    [
+        *TOPIC_SCHEMA.fields,
+        StructField("exists", BooleanType(), False),
+        StructField("settings_id", LongType(), True),
+    ]
 )
 #: The same for subscriptions: ``open`` is whether the identity's last event is a
 #: creation or a renewal (its lease and its topic are judged when the layers are read).
@@ -148,11 +155,14 @@ class History:
         )
 
 
-#: A history's columns: a row's key, the event type, then the rest of the row.
+#: A history's columns: a row's key, the event type, then the rest of the row; a
+#: topic's also the id of the event that set its settings (``settings_id``: its own id,
+#: but for a change layer's row of a topic whose settings a ``topic.modified`` changed).
 TOPIC_EVENT_COLUMNS: Final = (
     *_TOPIC_KEY,
     "type",
     *[f.name for f in TOPIC_SCHEMA.fields if f.name not in _TOPIC_KEY],
+    "settings_id",
 )
 SUBSCRIPTION_EVENT_COLUMNS: Final = (
     *_SUB_KEY,
@@ -173,7 +183,7 @@ def history_of_events(events: DataFrame, *, after: int = 0) -> History:
     # No dropDuplicates: an id seen twice is the same entry of the stream, so the row a
     # key's max_by picks is the same whether it came once or twice (a shuffle saved).
     fresh = events.filter(F.col("id") > F.lit(after))
-    topics = fresh.filter(F.col("type").isin(*sorted(TOPIC_EVENTS))).select(
+    topics = fresh.filter(F.col("type").isin(*sorted(TOPIC_EVENTS | {TOPIC_MODIFIED}))).select(
         "domain",
         "topic",
         "type",
@@ -181,6 +191,7 @@ def history_of_events(events: DataFrame, *, after: int = 0) -> History:
         F.col("originator").alias("creator"),
         _long("at_ms").alias("created_ms"),
         "id",
+        F.col("id").alias("settings_id"),
     )
     subscriptions = fresh.filter(F.col("type").isin(*sorted(SUBSCRIPTION_EVENTS))).select(
         *_SUB_KEY,
@@ -198,7 +209,11 @@ def history_of_events(events: DataFrame, *, after: int = 0) -> History:
 
 
 def _topic_creations(topics: DataFrame) -> DataFrame:
-    return topics.withColumn("type", F.lit(TOPIC_CREATED)).select(*TOPIC_EVENT_COLUMNS)
+    return (
+        topics.withColumn("type", F.lit(TOPIC_CREATED))
+        .withColumn("settings_id", F.col("id"))
+        .select(*TOPIC_EVENT_COLUMNS)
+    )
 
 
 def _subscription_creations(subscriptions: DataFrame) -> DataFrame:
@@ -218,8 +233,11 @@ def history_of_changes(topics: DataFrame, subscriptions: DataFrame) -> History:
     creation, or a deletion (an end) where the key no longer exists (is not open)."""
     topic_type = F.when(F.col("exists"), F.lit(TOPIC_CREATED)).otherwise(F.lit(TOPIC_DELETED))
     sub_type = F.when(F.col("open"), F.lit(SUB_CREATED)).otherwise(F.lit(SUB_ENDED))
+    settings_id = F.coalesce(F.col("settings_id"), F.col("id"))
     return History(
-        topics.withColumn("type", topic_type).select(*TOPIC_EVENT_COLUMNS),
+        topics.withColumn("type", topic_type)
+        .withColumn("settings_id", settings_id)
+        .select(*TOPIC_EVENT_COLUMNS),
         subscriptions.withColumn("type", sub_type).select(*SUBSCRIPTION_EVENT_COLUMNS),
     )
 
@@ -237,26 +255,83 @@ def _last(frame: DataFrame, key: tuple[str, ...], columns: list[str]) -> DataFra
     )
 
 
+def _topic_state(topics: DataFrame) -> DataFrame:
+    """Per (domain, topic) of a history's topic events: ``last``, the last creation or
+    deletion (type, creator, created_ms, id; null when the key has only
+    modifications), and ``set``, the settings of its last creation or modification with
+    that event's id. The catalogue's rule (apexmesh/pubsub/catalogue.py): a topic exists
+    when ``last`` is a creation, with the settings of the latest creation or
+    ``topic.modified`` (a modification before the creation is overridden by it, so the
+    latest of both is the one that counts). ``max_by`` skips rows whose ordering is
+    null, which is how each aggregate sees only its own events (module docstring: one
+    shuffle, hash first)."""
+    changes_existence = F.col("type") != F.lit(TOPIC_MODIFIED)
+    sets_settings = F.col("type") != F.lit(TOPIC_DELETED)
+    last = F.max_by(
+        F.struct("type", "creator", "created_ms", "id"),
+        F.when(changes_existence, F.col("id")),
+    ).alias("last")
+    settings = F.max_by(
+        F.struct("settings", "settings_id"),
+        F.when(sets_settings, F.col("settings_id")),
+    ).alias("set")
+    hashed = topics.withColumn(_KEY_HASH, F.xxhash64(*[F.col(k) for k in _TOPIC_KEY]))
+    return (
+        hashed.repartition(F.col(_KEY_HASH))
+        .groupBy(_KEY_HASH, *_TOPIC_KEY)
+        .agg(last, settings)
+        .drop(_KEY_HASH)
+    )
+
+
 def live_topics(history: History) -> DataFrame:
-    """The existing topics (:data:`TOPIC_SCHEMA`): per (domain, topic) the last event,
-    kept when it is a creation."""
-    last_topics = _last(
-        history.topics, _TOPIC_KEY, ["type", "settings", "creator", "created_ms", "id"]
-    )
-    return last_topics.filter(F.col("type") == TOPIC_CREATED).select(
-        *[f.name for f in TOPIC_SCHEMA.fields]
+    """The existing topics (:data:`TOPIC_SCHEMA`): per (domain, topic) the last creation
+    or deletion, kept when it is a creation, with the settings a later
+    ``topic.modified`` gave it (:func:`_topic_state`)."""
+    state = _topic_state(history.topics)
+    return state.filter(F.col("last.type") == F.lit(TOPIC_CREATED)).select(
+        *_TOPIC_KEY,
+        F.col("set.settings").alias("settings"),
+        F.col("last.creator").alias("creator"),
+        F.col("last.created_ms").alias("created_ms"),
+        F.col("last.id").alias("id"),
     )
 
 
-def changes(history: History) -> tuple[DataFrame, DataFrame]:
+def changes(history: History, previous_topics: DataFrame) -> tuple[DataFrame, DataFrame]:
     """The change layer of ``history`` (:data:`TOPIC_CHANGE_SCHEMA`,
     :data:`SUBSCRIPTION_CHANGE_SCHEMA`): per key its last event, with whether the key
     exists (is open) after it. No lease or topic is judged here: that is done when the
-    layers are read (:func:`live_subscriptions_and_ids`), at the time asked."""
-    topic_columns = [c for c in TOPIC_EVENT_COLUMNS if c not in _TOPIC_KEY]
-    topics = _last(history.topics, _TOPIC_KEY, topic_columns).select(
-        *[f.name for f in TOPIC_SCHEMA.fields],
-        (F.col("type") == F.lit(TOPIC_CREATED)).alias("exists"),
+    layers are read (:func:`live_subscriptions_and_ids`), at the time asked.
+
+    A topic whose only new events are ``topic.modified`` is written as its creation in
+    ``previous_topics`` (the previous snapshot's :func:`live_topics`: its id, creator and
+    time stand, and subscriptions older than the modification stay), with the new
+    settings and their ``settings_id``; modified while not existing, it is written as
+    not existing, which changes nothing."""
+    state = _topic_state(history.topics)
+    before = previous_topics.select(
+        *_TOPIC_KEY,
+        F.struct("creator", "created_ms", "id").alias("before"),
+    )
+    joined = state.join(before, list(_TOPIC_KEY), "left")
+    modified_only = F.col("last").isNull()
+    existed = F.col("before").isNotNull()
+
+    def pick(new: Column, old: Column, missing: Column) -> Column:
+        return F.when(~modified_only, new).when(existed, old).otherwise(missing)
+
+    settings_id = F.col("set.settings_id")
+    topics = joined.select(
+        *_TOPIC_KEY,
+        F.coalesce(F.col("set.settings"), F.lit("")).alias("settings"),
+        pick(F.col("last.creator"), F.col("before.creator"), F.lit("")).alias("creator"),
+        pick(F.col("last.created_ms"), F.col("before.created_ms"), F.lit(0).cast(LongType())).alias(
+            "created_ms"
+        ),
+        pick(F.col("last.id"), F.col("before.id"), settings_id).alias("id"),
+        pick(F.col("last.type") == F.lit(TOPIC_CREATED), F.lit(True), F.lit(False)).alias("exists"),
+        F.coalesce(settings_id, F.col("last.id")).alias("settings_id"),
     )
     sub_columns = [c for c in SUBSCRIPTION_EVENT_COLUMNS if c not in _SUB_KEY]
     subscriptions = _last(history.subscriptions, _SUB_KEY, sub_columns).select(

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow.dataset as pads
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from apexmesh.pubsub.catalogue import SubscriptionRow, TopicRow
 from spark.fold import (
@@ -206,6 +206,7 @@ def read_topic_changes(storage: Storage, directory: str) -> Iterator[tuple[Topic
     """A change layer's topics, each with whether it exists."""
     for row in _rows(storage, f"{directory}/{CHANGED_TOPICS}"):
         exists = bool(row.pop("exists"))
+        row.pop("settings_id", None)  # the row's settings are already the latest
         yield TopicRow(**row), exists
 
 
@@ -233,10 +234,11 @@ def write_full(spark: SparkSession, found: History, at_ms: int, url: str) -> Non
         ids.unpersist()
 
 
-def write_changes(found: History, url: str) -> None:
-    """The change layer of ``found`` (the events after the previous snapshot) under
-    ``url``: per key, its last event and whether the key is still there."""
-    topics, subscriptions = changes(found)
+def write_changes(found: History, previous_topics: DataFrame, url: str) -> None:
+    """The change layer of ``found`` (the events after the previous snapshot, whose
+    topics are ``previous_topics``) under ``url``: per key, its last event and whether
+    the key is still there."""
+    topics, subscriptions = changes(found, previous_topics)
     topics.write.mode("overwrite").parquet(f"{url}/{CHANGED_TOPICS}")
     subscriptions.write.mode("overwrite").parquet(f"{url}/{CHANGED_SUBSCRIPTIONS}")
 

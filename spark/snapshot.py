@@ -52,6 +52,7 @@ from spark.fold import (
     TOPIC_SCHEMA,
     history_of_events,
     history_of_rows,
+    live_topics,
 )
 from spark.layers import (
     FORMAT,
@@ -241,7 +242,8 @@ class SnapshotJob:
         found = history_of_events(events, after=after)
         url = storage.spark_url(directory)
         if decided.kind is Kind.INCREMENTAL and previous is not None:
-            write_changes(found, url)
+            previous_topics = live_topics(history(self.spark, storage, previous))
+            write_changes(found, previous_topics, url)
         else:
             if seed is not None:
                 found = found.union(

@@ -51,6 +51,7 @@ from tests.support.pubsub_events import (
     subscribed,
     topic_created,
     topic_deleted,
+    topic_modified,
 )
 
 if TYPE_CHECKING:
@@ -195,6 +196,7 @@ def across_the_boundary() -> tuple[list[Entry], list[Entry]]:
             subscribed("a", "z@example.com", MID),
             subscribed("a", "s@example.com", MID),
             subscribed("d", "r@example.com", LATER),
+            topic_modified("c", BASE_MS + 14, settings='{"c":1}'),
         ]
     )
     after = numbered(
@@ -212,6 +214,12 @@ def across_the_boundary() -> tuple[list[Entry], list[Entry]]:
             subscribed("a", "s@example.com", LATER, kind="subscription.renewed"),
             topic_created("e", BASE_MS + 110),
             subscribed("e", "t@example.com", LATER),
+            # settings changed, creation and subscriptions kept: in the snapshot (a),
+            # created in the layer (e, twice), and a topic that is gone (d)
+            topic_modified("a", BASE_MS + 112, settings='{"a":2}'),
+            topic_modified("e", BASE_MS + 113, settings='{"e":1}'),
+            topic_modified("e", BASE_MS + 114, settings='{"e":2}'),
+            topic_modified("d", BASE_MS + 115, settings='{"d":9}'),
         ],
         start_ms=BASE_MS + 100,
     )
@@ -230,9 +238,12 @@ def materialized(spark: SparkSession, frame: DataFrame, schema: object) -> DataF
     return spark.createDataFrame(frame.collect(), schema)  # type: ignore[arg-type]
 
 
-def layer(spark: SparkSession, entries: list[Entry], after: int) -> History:
-    """The change layer of ``entries`` after the position ``after``, read back."""
-    topics, subs = changes(history_of_events(frame(spark, entries), after=after))
+def layer(spark: SparkSession, entries: list[Entry], after: int, previous: History) -> History:
+    """The change layer of ``entries`` after the position ``after`` on top of the
+    snapshot ``previous`` (its topics), read back."""
+    topics, subs = changes(
+        history_of_events(frame(spark, entries), after=after), live_topics(previous)
+    )
     return history_of_changes(
         materialized(spark, topics, TOPIC_CHANGE_SCHEMA),
         materialized(spark, subs, SUBSCRIPTION_CHANGE_SCHEMA),
@@ -279,6 +290,13 @@ def test_a_change_layer_on_a_snapshot_equals_the_full_fold(spark: SparkSession) 
         ("c", "q@example.com"),
         ("e", "t@example.com"),
     }  # gone: v (ended), w (its topic created again), z (lease over), r (topic deleted)
+    # a modification changes the settings only, before the snapshot or after it
+    assert {t.topic: t.settings for t in expected[0]} == {
+        "a": '{"a":2}',
+        "b": '{"v":2}',
+        "c": '{"c":1}',
+        "e": '{"e":2}',
+    }
 
     # the full rebuild, both halves out of order
     everything = shuffled(before, 1) + shuffled(later, 2)
@@ -291,7 +309,7 @@ def test_a_change_layer_on_a_snapshot_equals_the_full_fold(spark: SparkSession) 
     assert ("a", "z@example.com") in {
         (r["topic"], r["subscriber"]) for r in base.subscriptions.collect()
     }
-    changed = layer(spark, shuffled(later, 3), position)
+    changed = layer(spark, shuffled(later, 3), position, base)
     # the layer holds one row per key the new events touched, nothing of the rest
     fresh = [e for i, e in later if pack_id(i) > position]
     topics_touched = {e["topic"] for e in fresh if e["type"].startswith("topic.")}
@@ -300,7 +318,7 @@ def test_a_change_layer_on_a_snapshot_equals_the_full_fold(spark: SparkSession) 
         for e in fresh
         if e["type"].startswith("subscription.")
     }
-    assert changed.topics.count() == len(topics_touched) == 3
+    assert changed.topics.count() == len(topics_touched) == 4
     assert changed.subscriptions.count() == len(subs_touched) == 7
     assert view(base.union(changed), AT) == expected
 
@@ -312,10 +330,16 @@ def test_a_chain_of_change_layers_equals_the_full_fold(spark: SparkSession) -> N
     first, second = 1200, 2100
     base = snapshot_rows(spark, log[:first], AT - 200)
     one = layer(
-        spark, (log[first:second] + log[first - 50 : first])[::-1], pack_id(log[first - 1][0])
+        spark,
+        (log[first:second] + log[first - 50 : first])[::-1],
+        pack_id(log[first - 1][0]),
+        base,
     )
     two = layer(
-        spark, (log[second:] + log[second - 50 : second])[::-1], pack_id(log[second - 1][0])
+        spark,
+        (log[second:] + log[second - 50 : second])[::-1],
+        pack_id(log[second - 1][0]),
+        base.union(one),
     )
     expected = reference(fold(log, AT))
     assert expected[1], "the log keeps some subscriptions"

@@ -26,6 +26,11 @@ def topic_created(topic: str, at: int, settings: str = "", **kw: str) -> dict[st
     return event("topic.created", topic, settings=settings, at_ms=str(at), **kw)
 
 
+def topic_modified(topic: str, at: int, settings: str, **kw: str) -> dict[str, str]:
+    """Draft-wyman 6.2.2: new settings for an existing topic (its creation stands)."""
+    return event("topic.modified", topic, settings=settings, at_ms=str(at), **kw)
+
+
 def topic_deleted(topic: str, at: int, **kw: str) -> dict[str, str]:
     return event("topic.deleted", topic, at_ms=str(at), **kw)
 
@@ -124,10 +129,12 @@ def created_again() -> list[Entry]:
 
 
 def random_log(count: int, seed: int, *, topics: int = 20, subscribers: int = 50) -> list[Entry]:
-    """A plausible log of ``count`` events (creations, deletions, subscriptions,
-    renewals, ends, some expired leases, some v1 entries), ids in order."""
+    """A plausible log of ``count`` events (creations, modifications, deletions,
+    subscriptions, renewals, ends, some expired leases, some v1 entries), ids in order.
+    A topic is modified only while it exists, as the service does."""
     rng = random.Random(seed)
     out: list[dict[str, str]] = []
+    existing: set[str] = set()
     for i in range(count):
         topic = f"t{rng.randrange(topics)}"
         who = f"u{rng.randrange(subscribers)}@example.com"
@@ -136,8 +143,12 @@ def random_log(count: int, seed: int, *, topics: int = 20, subscribers: int = 50
         roll = rng.random()
         if roll < 0.08:
             out.append(topic_created(topic, BASE_MS + i, settings=f'{{"n":{i}}}'))
+            existing.add(topic)
         elif roll < 0.11:
             out.append(topic_deleted(topic, BASE_MS + i))
+            existing.discard(topic)
+        elif roll < 0.13 and topic in existing:
+            out.append(topic_modified(topic, BASE_MS + i, settings=f'{{"m":{i}}}'))
         elif roll < 0.6:
             out.append(subscribed(topic, who, expires, sid=sid, selector="a > 1" if sid else ""))
         elif roll < 0.8:
