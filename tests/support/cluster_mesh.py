@@ -1,0 +1,54 @@
+"""The local mesh of the README's run command (apexmesh/ops/localmesh.py), every service
+its own process, TLS and SASL on, with its state on a real Redis Cluster instead of its
+own redis-server (issue #30): the services get ``APEXMESH_REDIS_URL=redis+cluster://...``
+and so a cluster client and hash-tagged keys (docs/redis.md, "Slot groups").
+
+The cluster is the caller's (:class:`~tests.support.redis_cluster.RedisClusterNodes`,
+six nodes on kernel-chosen loopback ports, no password: hence ``APEXMESH_DEV=1``), so
+that a test can kill one of its nodes while the mesh runs. Only how Redis starts differs
+from :class:`LocalMesh`; the services, their settings and the demo's cast are the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from apexmesh.ops.localmesh import LocalMesh
+
+
+class ClusterLocalMesh(LocalMesh):
+    """:class:`LocalMesh` whose services keep their state on the Redis Cluster at
+    ``cluster_url``; it starts and stops no Redis of its own."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        cluster_url: str,
+        *,
+        topics: Sequence[str] = (),
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        # No dashboard: nothing here reads it, and it is one process less to start.
+        # APEXMESH_DEV=1 because the cluster has no password, which the services refuse
+        # otherwise (apexmesh/ops/settings.py); as in tests/support/deployment.py, it
+        # only allows plaintext and anonymous attach: the relays still offer TLS and
+        # SASL and the demo's endpoints still use both.
+        super().__init__(
+            workdir,
+            topics=topics,
+            dashboard=False,
+            settings={"APEXMESH_DEV": "1", **(settings or {})},
+        )
+        self.cluster_url = cluster_url
+
+    @property
+    def redis_url(self) -> str:
+        """The cluster (what the services and the snapshot job are given)."""
+        return self.cluster_url
+
+    async def _start_redis(self) -> None:
+        """Nothing to start: the cluster is up before the mesh (the caller's)."""
+
+
+__all__ = ["ClusterLocalMesh"]
