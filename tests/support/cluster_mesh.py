@@ -11,10 +11,15 @@ from :class:`LocalMesh`; the services, their settings and the demo's cast are th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from apexmesh.ops.localmesh import LocalMesh
+from apexmesh.client import ApexClient
+from apexmesh.ops.localmesh import LocalMesh, Relay
+from scripts.demo import endpoint
+from tests.support.redis_cluster import RedisClusterNodes
 
 
 class ClusterLocalMesh(LocalMesh):
@@ -51,4 +56,42 @@ class ClusterLocalMesh(LocalMesh):
         """Nothing to start: the cluster is up before the mesh (the caller's)."""
 
 
-__all__ = ["ClusterLocalMesh"]
+@contextlib.contextmanager
+def running_cluster(directory: Path) -> Iterator[RedisClusterNodes]:
+    """Six nodes (three primaries, three replicas), stopped on exit."""
+    cluster = RedisClusterNodes(directory)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@contextlib.asynccontextmanager
+async def running_mesh(
+    workdir: Path, cluster: RedisClusterNodes, *, topics: Sequence[str] = ()
+) -> AsyncIterator[ClusterLocalMesh]:
+    """The mesh on ``cluster``; on exit every service is stopped, and each must have
+    exited 0 on its SIGTERM (none crashed; as test_mesh.py checks)."""
+    mesh = ClusterLocalMesh(workdir, cluster.url, topics=topics)
+    await mesh.start()
+    try:
+        yield mesh
+    finally:
+        await mesh.stop()
+    codes = mesh.exit_codes()
+    assert all(code == 0 for code in codes.values()), codes
+
+
+async def session(
+    stack: contextlib.AsyncExitStack, mesh: LocalMesh, relay: Relay, name: str
+) -> ApexClient:
+    """A TLS + SCRAM-SHA-256 session of ``name`` on ``relay`` (scripts/demo.py's),
+    closed with ``stack``."""
+    context = ssl.create_default_context(cafile=str(mesh.ca_file))
+    client = await endpoint(mesh, relay, name, context)
+    stack.push_async_callback(client.close)
+    return client
+
+
+__all__ = ["ClusterLocalMesh", "running_cluster", "running_mesh", "session"]

@@ -20,21 +20,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import TypeVar
 
 import pytest
 import pytest_asyncio
 
-from apexmesh.client import ApexClient, XmlContent
+from apexmesh.client import XmlContent
 from apexmesh.client.pubsub import PubsubClient
 from apexmesh.client.robust import RobustClient
 from apexmesh.ops.localmesh import DEMO_TOPIC, Relay
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.settings import RobustSettings
-from scripts.demo import demo, endpoint, snapshot_step
-from tests.support.cluster_mesh import ClusterLocalMesh
+from scripts.demo import demo, snapshot_step
+from tests.support.cluster_mesh import ClusterLocalMesh, running_cluster, running_mesh, session
 from tests.support.polling import scaled
 from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.robust_clients import publish_at_full_speed, receive_all, warm_up
@@ -58,47 +57,23 @@ T = TypeVar("T")
 
 @pytest.fixture(scope="module")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterNodes]:
-    cluster = RedisClusterNodes(tmp_path_factory.mktemp("mesh-cluster"))
-    cluster.start()
-    try:
+    with running_cluster(tmp_path_factory.mktemp("mesh-cluster")) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def mesh(
     redis_cluster: RedisClusterNodes, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[ClusterLocalMesh]:
-    running = ClusterLocalMesh(
-        tmp_path_factory.mktemp("mesh"),
-        redis_cluster.url,
-        topics=(CONTENT_TOPIC, ROBUST_TOPIC),
-    )
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop()
-    # Every service stopped on its SIGTERM, none crashed (as test_mesh.py checks).
-    assert all(code == 0 for code in running.exit_codes().values()), running.exit_codes()
+    workdir = tmp_path_factory.mktemp("mesh")
+    async with running_mesh(workdir, redis_cluster, topics=(CONTENT_TOPIC, ROBUST_TOPIC)) as up:
+        yield up
 
 
 async def soon(awaitable: Awaitable[T]) -> T:
     """``awaitable`` within :data:`ANSWER_SECONDS` (scaled): a lost delivery fails the
     test there, not at the module's timeout."""
     return await asyncio.wait_for(awaitable, scaled(ANSWER_SECONDS))
-
-
-async def attach(
-    stack: contextlib.AsyncExitStack, mesh: ClusterLocalMesh, relay: Relay, name: str
-) -> ApexClient:
-    """A TLS + SCRAM session of ``name`` on ``relay`` (scripts/demo.py's), closed with
-    ``stack``."""
-    context = ssl.create_default_context(cafile=str(mesh.ca_file))
-    client = await endpoint(mesh, relay, name, context)
-    stack.push_async_callback(client.close)
-    return client
 
 
 async def pubsub_of(
@@ -108,7 +83,7 @@ async def pubsub_of(
     name: str,
     domain: str | None = None,
 ) -> PubsubClient:
-    client = await attach(stack, mesh, relay, name)
+    client = await session(stack, mesh, relay, name)
     helper = PubsubClient(await client.attach(name), domain=domain)
     stack.push_async_callback(helper.aclose)
     return helper
@@ -208,10 +183,10 @@ async def test_a_robust_topic_on_the_cluster(mesh: ClusterLocalMesh) -> None:
     async with contextlib.AsyncExitStack() as stack:
         dino = await pubsub_of(stack, mesh, pod1, "dino@example.com")
         assert (await dino.create_topic(ROBUST_TOPIC, robust=settings)).code == 250
-        fred_client = await attach(stack, mesh, pod1, "fred@example.com")
+        fred_client = await session(stack, mesh, pod1, "fred@example.com")
         fred = RobustClient(await fred_client.attach("fred@example.com"))
         stack.push_async_callback(fred.aclose)
-        barney_client = await attach(stack, mesh, pod2, "barney@example.com")
+        barney_client = await session(stack, mesh, pod2, "barney@example.com")
         barney = RobustClient(await barney_client.attach("barney@example.com"))
         stack.push_async_callback(barney.aclose)
         await barney.follow(ROBUST_TOPIC, resolution=Resolution.BITS32, heartbeat_ms=300)
