@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from apexmesh.client import ApexClient, ApexRequestError
 from apexmesh.store.keys import Keys
 from tests.support.deployment import DOMAIN, Deployment, deployment, rss_bytes
-from tests.support.polling import scaled
+from tests.support.polling import scaled, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.load]
 
@@ -90,11 +90,16 @@ async def test_10k_sessions_closing_at_once_release_everything_and_memory_comes_
                 )
                 assert [c for c in closing if isinstance(c, BaseException)] == []
                 del clients, closing
-                async with asyncio.timeout(30):
-                    while await attachments_of(redis, running, "a") or await attachment_keys(  # noqa: ASYNC110 - polling Redis
-                        redis, running
-                    ):
-                        await asyncio.sleep(0.1)
+
+                async def released_all() -> bool:
+                    return not (
+                        await attachments_of(redis, running, "a")
+                        or await attachment_keys(redis, running)
+                    )
+
+                await wait_until(
+                    released_all, within=30, every=0.1, what="every attachment released"
+                )
                 released = time.monotonic()
                 gc.collect()
                 after.append(await settle_rss(pid))

@@ -12,7 +12,6 @@ test writes them there, so a run refreshes them."""
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Final
 
@@ -25,6 +24,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.services.dashboard.test_dashboard_browser import chromium, close
 from tests.support.demo_mesh import ROOT, DemoMesh
+from tests.support.polling import block_until
 
 pytestmark = [pytest.mark.system, pytest.mark.browser, pytest.mark.timeout(600)]
 
@@ -243,13 +243,13 @@ def subscribers_of(driver: webdriver.Chrome, topic: str) -> list[str]:
 def find_session(driver: webdriver.Chrome, endpoint: str) -> tuple[int, str]:
     """The relay pod and session id ``endpoint`` is attached over, as the dashboard
     reads them (polled until the attach is seen)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        found = sessions_of(driver, RUBBLE, endpoint)
-        if found:
-            return found[0], RUBBLE
-        time.sleep(0.2)  # polling a page's fetch: no event to await
-    raise AssertionError(f"{endpoint} never attached")
+    found = block_until(
+        lambda: sessions_of(driver, RUBBLE, endpoint),
+        within=60,
+        every=0.2,
+        what=f"{endpoint} attached, as the dashboard shows",
+    )
+    return found[0], RUBBLE
 
 
 def test_drain_undrain_and_close_a_session(demo_mesh: DemoMesh, browser: webdriver.Chrome) -> None:

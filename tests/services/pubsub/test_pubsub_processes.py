@@ -25,6 +25,7 @@ from apexmesh.store.pubsub import PubsubStore
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh
 from tests.support.heap import CollectorPauses, frozen_heap
 from tests.support.mesh import endpoint_client
+from tests.support.polling import still_true, wait_until
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer
 
@@ -146,11 +147,11 @@ async def test_kill_one_process_during_10k_publishes(
                 for record in caplog.records
             )
 
-        async def all_arrived() -> None:
-            while not (acknowledged <= got["mike"] and acknowledged <= got["wilma"]):  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-
-        await asyncio.wait_for(all_arrived(), timeout=60)
+        await wait_until(
+            lambda: acknowledged <= got["mike"] and acknowledged <= got["wilma"],
+            within=60,
+            what="every acknowledged publish delivered to mike and wilma",
+        )
         for task in readers:
             task.cancel()
         assert acknowledged <= got["mike"]
@@ -217,10 +218,12 @@ async def test_1000_leases_end_on_time_once(
                     await attachment.send("apex=pubsub@example.com", XmlContent(op.to_xml()))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(answered.wait(), timeout=10)
-            deadline = time.time() + 7 + 20
-            while time.time() < deadline and any(not c for c in cancels.values()):  # noqa: ASYNC110
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(1.5)  # room for a (wrong) second cancel to show up
+            # The longest lease is 7 s; its cancel may come a claim interval later.
+            await wait_until(
+                lambda: all(cancels.values()), within=7 + 20, what="a cancel for every lease"
+            )
+            # Room for a (wrong) second cancel to show up.
+            await still_true(lambda: all(len(c) == 1 for c in cancels.values()), 1.5)
         finally:
             for task in tasks:
                 task.cancel()
