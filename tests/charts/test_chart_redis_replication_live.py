@@ -20,19 +20,13 @@ import redis as redis_py
 
 from apexmesh.store.connection import RedisPoolSettings, connect_redis
 from tests.charts.conftest import Doc, named, render
-from tests.charts.test_chart_redis_replication import by_name, client_env, env_of, pod
+from tests.charts.test_chart_redis_replication import NODES, by_name, client_env, env_of, pod
 from tests.support.polling import scaled, wait_until
 from tests.support.ports import reserved_port
 from tests.support.redis_server import redis_binary
 
 pytestmark = pytest.mark.chart
 
-GOLDEN: Final = Path(__file__).resolve().parent / "golden" / "redis-standalone.json"
-STATEFULSET: Final = "apex-mesh-redis"
-HEADLESS: Final = "apex-mesh-redis-headless.apex-mesh.svc.cluster.local"
-NODES: Final = [f"apex-mesh-redis-{i}.{HEADLESS}" for i in range(3)]
-REPLICATION: Final = {"redis": {"architecture": "replication"}}
-EXPORTER: Final = "docker.io/oliver006/redis_exporter:v1.62.0"
 
 #: The live group's values: failures noticed and acted on fast.
 LIVE: Final = {

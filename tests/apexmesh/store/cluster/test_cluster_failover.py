@@ -37,7 +37,6 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from apexmesh.apex.holding import HoldLimits
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.store.connection import (
     Durability,
@@ -50,19 +49,12 @@ from apexmesh.store.held import HeldStore, HoldRequest
 from apexmesh.store.keys import Keys
 from apexmesh.store.robust import Retention, RobustStore
 from apexmesh.store.robust_reads import stream_entry
+from tests.apexmesh.store.test_sentinel_failover import DINO, DOMAIN, UNLIMITED
 from tests.support.polling import scaled, wait_until
 from tests.support.redis_cluster import Node, RedisClusterNodes
 
 pytestmark = pytest.mark.integration
 
-UNLIMITED = HoldLimits(
-    max_bytes_per_endpoint=None,
-    max_count_per_endpoint=None,
-    max_bytes_per_domain=None,
-    max_count_per_domain=None,
-)
-DOMAIN = "example.com"
-DINO = "dino@example.com"
 KEEP = Retention(count=100_000, ms=3_600_000, link_ttl_ms=600_000)
 #: The issue's bound: the mesh is ready again within 15 s of the kill.
 READY_AGAIN_S = 15.0
