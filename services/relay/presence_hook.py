@@ -6,8 +6,9 @@ each of its endpoints"; the mesh keeps one tuple per attached endpoint
 are fire-and-forget background tasks, in order per endpoint, so an attach or terminate
 never waits on presence. A burst (thousands of sessions attaching at once) is sent at
 most :data:`MAX_IN_FLIGHT` calls at a time, the rest waiting their turn, and a call that
-timed out or found the service unavailable is tried again (attach and detach set a
-state, so a repeat is harmless): 10,000 unbounded calls with a 2 s deadline lost the
+timed out, was cut off or found the service unavailable is tried again, as
+:data:`~apexmesh.rpc.retry.PRESENCE_REPORT` says (attach and detach set a state, so a
+repeat is harmless): 10,000 unbounded calls with a 2 s deadline lost the
 presence of about 900 endpoints in bench/pubsub_fanout.py's 10,000-topic setup. What
 still fails is logged (the presence service also sees lapsed leases by itself, so a
 lost detach is repaired within the lease time).
