@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import secrets
 import subprocess
@@ -131,7 +132,8 @@ def test_redis_takes_its_password_from_stdin_not_from_its_command_line(tmp_path:
 def _existing_statefulset(size: str) -> Doc:
     """The StatefulSet as a first install made it (owned by the release, as helm marks
     what it applies), with a claim template of ``size``."""
-    statefulset = named(render(None), "StatefulSet", STATEFULSET)
+    # a copy: renders are cached, and the golden and other tests read them after
+    statefulset = copy.deepcopy(named(render(None), "StatefulSet", STATEFULSET))
     statefulset["metadata"]["annotations"] = {
         "meta.helm.sh/release-name": tool.RELEASE,
         "meta.helm.sh/release-namespace": NAMESPACE,

@@ -17,6 +17,7 @@ NetworkPolicies' peers and ports (test_chart_render.py) and no password on a com
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -542,7 +543,8 @@ async def test_a_new_size_says_how_to_grow_every_pods_volume(
 ) -> None:
     """As in standalone (test_chart_redis.py), the claim template keeps its size, and
     NOTES name the claim of every pod, not only pod 0's."""
-    statefulset = named(render(REPLICATION), "StatefulSet", STATEFULSET)
+    # a copy: renders are cached, and the golden and other tests read them after
+    statefulset = copy.deepcopy(named(render(REPLICATION), "StatefulSet", STATEFULSET))
     statefulset["metadata"]["annotations"] = {
         "meta.helm.sh/release-name": tool.RELEASE,
         "meta.helm.sh/release-namespace": tool.NAMESPACE,
