@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -156,23 +156,29 @@ class Pod:
             decode_responses=True,
         )
 
-    def replication(self, password: str) -> dict[str, Any] | None:
-        client = self.client(password)
+    def ask(
+        self, password: str, call: Callable[[redis_py.Redis], Any], port: int | None = None
+    ) -> Any:
+        """``call`` on a fresh client of this pod's Redis (or ``port``), closed after;
+        None while the pod does not answer (a probe of a pod that may be down)."""
+        client = self.client(password, port)
         try:
-            return client.info("replication")
+            return call(client)
         except redis_py.RedisError:
             return None
         finally:
             client.close()
 
+    def replication(self, password: str) -> dict[str, Any] | None:
+        info: dict[str, Any] | None = self.ask(password, lambda c: c.info("replication"))
+        return info
+
     def sentinel_says(self, password: str) -> str | None:
-        client = self.client(password, self.sentinel_port)
-        try:
-            answer = client.sentinel_get_master_addr_by_name("apexmesh")
-        except redis_py.RedisError:
-            return None
-        finally:
-            client.close()
+        answer = self.ask(
+            password,
+            lambda c: c.sentinel_get_master_addr_by_name("apexmesh"),
+            self.sentinel_port,
+        )
         return str(answer[0]) if isinstance(answer, tuple) else None
 
     def log(self) -> str:
@@ -219,13 +225,9 @@ def _agreed(pods: list[Pod], password: str, primary: Pod, replicas: int = 2) -> 
     if not all(one.sentinel_says(password) == primary.address for one in pods):
         return False
     for one in pods:
-        client = one.client(password, one.sentinel_port)
-        try:
-            known = client.sentinel_slaves("apexmesh")
-        except redis_py.RedisError:
+        known = one.ask(password, lambda c: c.sentinel_slaves("apexmesh"), one.sentinel_port)
+        if known is None:
             return False
-        finally:
-            client.close()
         up = [r for r in known if not (r["is_sdown"] or r["is_disconnected"])]
         if len(up) < replicas:
             return False
