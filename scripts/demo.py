@@ -32,6 +32,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.presence import Publish, check_timestamp
 from apexmesh.apex.timing import DATA_TIMING, DataTiming, data_timing_of
 from apexmesh.client import ApexClient, XmlContent, connect_endpoint
@@ -60,7 +61,7 @@ async def endpoint(mesh: LocalMesh, relay: Relay, name: str, context: ssl.SSLCon
 async def fred_state(presence: PresenceClient) -> str:
     """Wait for the next publish about fred and say whether fred is attached."""
     while True:
-        message = await asyncio.wait_for(presence.next_message(), TIMEOUT)
+        message = await within(presence.next_message(), TIMEOUT)
         if isinstance(message, Publish):
             for item in message.presence.tuples:
                 if item.destination == "apex:fred@example.com":
@@ -89,7 +90,7 @@ async def pubsub_step(fred: Attachment, barney: Attachment, wilma: Attachment) -
         )
         say("wilma@rubble.com", f"published to apex=pubsub/{DEMO_TOPIC}@example.com")
         for who in ("fred@example.com", "barney@example.com"):
-            topic, data = await asyncio.wait_for(pubsub[who].next_publication(), TIMEOUT)
+            topic, data = await within(pubsub[who].next_publication(), TIMEOUT)
             say(who, f"pubsub {topic}: received {data.content!r} from {data.originator}")
     finally:
         for helper in pubsub.values():
@@ -116,7 +117,7 @@ async def party_step(
     clients.append(dino_client)
     dino = await dino_client.attach("dino@example.com")
     say("dino@example.com", f"attached to {pod2.name}")
-    data = await asyncio.wait_for(dino.receive(), TIMEOUT)
+    data = await within(dino.receive(), TIMEOUT)
     (option,) = [o for o in data.options if o.internal == DATA_TIMING]
     left = data_timing_of(option).no_later_than
     say("dino@example.com", f"received held {data.content!r}, noLaterThan now {left} ms")
@@ -157,7 +158,7 @@ async def demo(mesh: LocalMesh) -> None:
             "wilma@rubble.com with statusRequest: relay said ok",
         )
         for who, attachment in (("barney@example.com", barney), ("wilma@rubble.com", wilma)):
-            data = await asyncio.wait_for(attachment.receive(), TIMEOUT)
+            data = await within(attachment.receive(), TIMEOUT)
             say(who, f"received {data.content!r} ({data.content_type}) from {data.originator}")
         reports = await result.reports(2, timeout=TIMEOUT)
         for report in reports:
@@ -193,7 +194,7 @@ async def demo(mesh: LocalMesh) -> None:
         say("fred@example.com", f"attached again to {pod1.name}")
         say("barney@example.com", f"presence: {await fred_state(presence)}")
         await presence.terminate(subscription)
-        answer = await asyncio.wait_for(presence.next_message(), TIMEOUT)
+        answer = await within(presence.next_message(), TIMEOUT)
         say("barney@example.com", f"ended the subscription: {answer.to_xml().decode()}")
 
         # Pubsub (draft-schwartz-apex-pubsub, issue #7): barney creates a topic, fred

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, cast
 
+from apexmesh.aio.tasks import within
 from apexmesh.beep import events as ev
 from apexmesh.beep.codes import ReplyCode
 from apexmesh.beep.errors import BeepError
@@ -400,7 +401,7 @@ class BeepConnection(asyncio.Protocol):
                 self._release = self.loop.create_future()
                 self.call(lambda s: s.close(code))
                 with contextlib.suppress(BeepError, TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self._release), timeout)
+                    await within(asyncio.shield(self._release), timeout)
         finally:
             self.abort()
         await self._until_lost(timeout)
@@ -431,11 +432,11 @@ class BeepConnection(asyncio.Protocol):
         if transport is None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._lost.wait(), timeout)
+            await within(self._lost.wait(), timeout)
             return
         self._cut_off(transport)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._lost.wait(), timeout)
+            await within(self._lost.wait(), timeout)
 
     def message_consumed(self, count: int = 1) -> None:
         """Queued messages were taken by the application (read back-pressure)."""

@@ -7,7 +7,11 @@ Redis or network failure and goes round again. ``task.cancel(); await task`` the
 waits forever, and so does the service's shutdown (seen in a test run: a relay's stop
 hung on its lease-renewal loop, sleeping for its next round in a task already marked
 "cancelling", i.e. the cancellation had been delivered and swallowed during a Redis
-call).
+call). One way it is lost is Python 3.11's ``asyncio.wait_for``: cancelled just as what
+it awaits finishes, it returns the result and the cancellation is gone
+(python/cpython#86296). redis-py's writes used it (apexmesh/store/cancellable.py keeps
+them from it); the project's own code awaits with a bound through :func:`within`, and
+ruff refuses ``asyncio.wait_for`` in it (pyproject.toml, TID251).
 
 :func:`stop_task` cancels, waits a bounded time, and cancels again while the task
 lives; a task that outlives every request is left with a warning instead of hanging
@@ -18,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import Any, Final
+from collections.abc import Awaitable, Iterable
+from typing import Any, Final, TypeVar
+
+T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 
@@ -28,6 +34,14 @@ STOP_GRACE_SECONDS: Final = 2.0
 
 #: Cancellation requests before a task is given up on.
 STOP_REQUESTS: Final = 3
+
+
+async def within(awaitable: Awaitable[T], seconds: float | None) -> T:
+    """``await awaitable``, or TimeoutError after ``seconds`` (None: unbounded), as
+    ``asyncio.wait_for``, but a cancellation of the caller is never lost (module
+    docstring). The awaitable runs in the caller's task: a timeout cancels it there."""
+    async with asyncio.timeout(seconds):
+        return await awaitable
 
 
 async def stop_task(task: asyncio.Future[Any] | None, *, grace: float = STOP_GRACE_SECONDS) -> None:
@@ -56,4 +70,4 @@ async def stop_tasks(
     await asyncio.gather(*(stop_task(task, grace=grace) for task in tasks))
 
 
-__all__ = ["STOP_GRACE_SECONDS", "STOP_REQUESTS", "stop_task", "stop_tasks"]
+__all__ = ["STOP_GRACE_SECONDS", "STOP_REQUESTS", "stop_task", "stop_tasks", "within"]

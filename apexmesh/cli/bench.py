@@ -39,6 +39,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.cli import traffic
 from apexmesh.cli.base import app, fail, mesh, options, run, show
@@ -266,7 +267,7 @@ def bench_sub(
                     receiving_task = asyncio.ensure_future(receive_all())
                     await _pipelined(count, in_flight, one)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(receiving_task), wait)
+                        await within(asyncio.shield(receiving_task), wait)
                     receiving_task.cancel()
                     result.ended = time.perf_counter()
                 with contextlib.suppress(Exception):

@@ -31,6 +31,7 @@ from typing import Annotated, Any
 import typer
 from cryptography import x509
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.endpoint import Endpoint, EndpointError, normalize_domain
 from apexmesh.cli.base import app, fail, options, show, with_admin
 from apexmesh.cli.commands import held_app
@@ -390,11 +391,11 @@ async def _served(target: Target, ca_file: str, timeout: float) -> dict[str, Any
     host, _, port = target.edge.rpartition(":")
 
     async def handshake(context: ssl.SSLContext) -> bytes:
-        conn = await asyncio.wait_for(
+        conn = await within(
             connect(host, int(port), ssl_context=context, server_hostname="localhost"), timeout
         )
         try:
-            await asyncio.wait_for(conn.start_tls(), timeout)
+            await within(conn.start_tls(), timeout)
             assert conn.transport is not None  # noqa: S101  (tuned)
             der = conn.transport.get_extra_info("ssl_object").getpeercert(binary_form=True)
             return bytes(der)

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.cli.output import rfc3339
 from apexmesh.client import ApexClient, connect_endpoint
@@ -129,9 +130,9 @@ async def subscribe(
             for _ in range(count):
                 try:
                     if pubsub is not None:
-                        name, data = await asyncio.wait_for(pubsub.next_publication(), timeout)
+                        name, data = await within(pubsub.next_publication(), timeout)
                     else:
-                        data = await asyncio.wait_for(attachment.receive(), timeout)
+                        data = await within(attachment.receive(), timeout)
                         name = ""
                 except TimeoutError:
                     return
@@ -217,7 +218,7 @@ async def trace(
         received = None
         if receiver is not None:
             with contextlib.suppress(TimeoutError):
-                data = await asyncio.wait_for(receiver.receive(), timeout)
+                data = await within(receiver.receive(), timeout)
                 received = {"by": recipient, "from": str(data.originator)}
         reports: list[dict[str, Any]] = []
         with contextlib.suppress(Exception):

@@ -30,7 +30,7 @@ from typing import Final
 
 from apexmesh.aio import BeepConnection, Channel, ChannelStartError, ConnectionClosedError, connect
 from apexmesh.aio.connection import Incoming, Reply
-from apexmesh.aio.tasks import stop_task
+from apexmesh.aio.tasks import stop_task, within
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.content import MimePart, parse_payload
 from apexmesh.apex.data import Data, Recipient
@@ -667,7 +667,7 @@ async def connect_endpoint(
 async def _release(conn: BeepConnection, timeout: float) -> None:  # noqa: ASYNC109
     """Release the session (RFC 3080 section 2.4), or abort it after ``timeout``."""
     try:
-        await asyncio.wait_for(conn.close(), timeout)
+        await within(conn.close(), timeout)
     except TimeoutError:
         conn.abort()
 

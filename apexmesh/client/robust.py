@@ -310,10 +310,11 @@ class RobustClient(RobustRequests):
     async def _stop(self) -> None:
         """Cancel the reader and the timer, again if one swallowed it, within bounds
         (:func:`apexmesh.aio.tasks.stop_tasks`). On Python 3.11 a cancel that meets an
-        ``asyncio.wait_for`` as it finishes (the reader attaching again, inside
-        ``connect_endpoint``) can be lost; a bare await of the task after one cancel is
-        the likely cause of a test teardown that hung once, with the reader attached
-        again and the timer of another client still waiting."""
+        ``asyncio.wait_for`` as it finishes can be lost; a bare await of the task after
+        one cancel was the likely cause of a test teardown that hung once, with the
+        reader attached again and the timer of another client still waiting. The
+        project's code now bounds its awaits with :func:`~apexmesh.aio.tasks.within`
+        instead, but a library may still lose one."""
         tasks, self._tasks = self._tasks, []
         await stop_tasks(tasks)
 

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.beep.errors import BeepError
 from apexmesh.client.client import connect_endpoint
@@ -64,10 +65,10 @@ async def exchange(
     )
     try:
         say(f"connected to {host}:{port} ({'TLS' if ssl_context else 'plaintext'}, {MECHANISM})")
-        attachment = await asyncio.wait_for(client.attach(identity), timeout)
+        attachment = await within(client.attach(identity), timeout)
         say(f"attached {identity}")
         token = uuid.uuid4().hex.encode()
-        result = await asyncio.wait_for(
+        result = await within(
             attachment.send(
                 identity,
                 b"apex-mesh smoke " + token,
@@ -77,7 +78,7 @@ async def exchange(
             timeout,
         )
         say("sent one data to itself with statusRequest: relay said ok")
-        data = await asyncio.wait_for(attachment.receive(), timeout)
+        data = await within(attachment.receive(), timeout)
         if not data.content.endswith(token):
             raise SmokeError(f"received other data than sent: {data.content!r}")
         say(f"received it back from {data.originator}")
@@ -86,7 +87,7 @@ async def exchange(
         if codes != [int(ApexReplyCode.SUCCESS)]:
             raise SmokeError(f"statusResponse codes {codes}, expected [250]")
         say(f"statusResponse 250 in {time.monotonic() - started:.2f}s")
-        await asyncio.wait_for(attachment.terminate(), timeout)
+        await within(attachment.terminate(), timeout)
     finally:
         await client.close()
 

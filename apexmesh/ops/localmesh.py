@@ -32,6 +32,7 @@ from typing import Any, Final
 
 import httpx
 
+from apexmesh.aio.tasks import within
 from apexmesh.ops.targets import Context, Target, write_context
 
 _log = logging.getLogger(__name__)
@@ -594,7 +595,7 @@ class LocalMesh:
         if child.process is None or child.process.stdout is None:
             raise RuntimeError(f"{child.name} was not started")
         try:
-            line = await asyncio.wait_for(child.process.stdout.readline(), READY_TIMEOUT_SECONDS)
+            line = await within(child.process.stdout.readline(), READY_TIMEOUT_SECONDS)
         except TimeoutError:
             raise RuntimeError(f"{child.name} printed no listening line; see {child.log}") from None
         if not line:
@@ -622,7 +623,7 @@ class LocalMesh:
             if child.process is None:
                 continue
             try:
-                await asyncio.wait_for(child.process.wait(), STOP_GRACE_SECONDS)
+                await within(child.process.wait(), STOP_GRACE_SECONDS)
             except TimeoutError:
                 child.process.kill()
                 await child.process.wait()

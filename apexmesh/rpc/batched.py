@@ -37,6 +37,7 @@ from typing import Final, Generic, NoReturn, Protocol, TypeVar, cast
 import grpc
 from google.protobuf.message import DecodeError
 
+from apexmesh.aio.tasks import within
 from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.ops.logs import correlation_id
 
@@ -306,7 +307,7 @@ class BatchedCaller(Generic[RequestT, ResponseT]):
             return await self._unary(request, timeout=timeout)
         future = self._current().send(request.SerializeToString())
         try:
-            message = await asyncio.wait_for(future, timeout)
+            message = await within(future, timeout)
         except TimeoutError:
             raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer in time") from None
         except _UnsupportedError:

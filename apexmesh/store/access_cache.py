@@ -42,7 +42,7 @@ from typing import Final, Protocol
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from apexmesh.aio.tasks import stop_task
+from apexmesh.aio.tasks import stop_task, within
 from apexmesh.apex.access import Decision
 from apexmesh.common.cache import BoundedCache
 from apexmesh.store.keys import Keys
@@ -334,7 +334,7 @@ class CachedAccessChecker:
                 # Bounded: closing a subscription interrupted by cancellation can wait on
                 # a connection that will never answer, and shutdown must not hang on it.
                 with contextlib.suppress(RedisError, OSError, TimeoutError):
-                    await asyncio.wait_for(pubsub.aclose(), PUBSUB_CLOSE_SECONDS)  # type: ignore[no-untyped-call]
+                    await within(pubsub.aclose(), PUBSUB_CLOSE_SECONDS)  # type: ignore[no-untyped-call]
 
 
 __all__ = ["CachedAccessChecker", "CheckKey", "DecisionSource"]

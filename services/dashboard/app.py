@@ -29,7 +29,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import Gauge
 
-from apexmesh.aio.tasks import stop_task
+from apexmesh.aio.tasks import stop_task, within
 from apexmesh.ops.http import HttpServer, create_ops_app
 from apexmesh.ops.registry import service_registry
 from services.dashboard.collector import Collector
@@ -153,7 +153,7 @@ class DashboardApp:
             while collector.version == seen:
                 async with collector.changed:
                     try:
-                        await asyncio.wait_for(collector.changed.wait(), KEEPALIVE_SECONDS)
+                        await within(collector.changed.wait(), KEEPALIVE_SECONDS)
                         idle = False
                     except TimeoutError:
                         idle = True

@@ -21,6 +21,7 @@ import grpc
 from redis.asyncio import Redis
 
 from apexmesh.aio import BeepConnection, Channel, listen
+from apexmesh.aio.tasks import within
 from apexmesh.apex.associations import Binding
 from apexmesh.apex.holding import HOLD_FOR_ENDPOINT, TIMING_OPTIONS
 from apexmesh.apex.options import STATUS_REQUEST, OptionRegistry
@@ -445,7 +446,7 @@ class RelayApp:
         for server in (*self._listeners, *self._retired):
             # wait_closed waits for every accepted connection; all were closed above.
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2.0)
+                await within(server.wait_closed(), 2.0)
         self._listeners.clear()
         self._retired.clear()
         if self.router.holder is not None:

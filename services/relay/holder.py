@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.content import MimePart, build_payload, parse_payload
 from apexmesh.apex.data import Data
@@ -285,7 +286,7 @@ class Holder:
             # Woken by close() too: a cancellation swallowed inside a Redis call must not
             # leave this loop sleeping forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._sweep_seconds)
+                await within(self._stopping.wait(), self._sweep_seconds)
 
     async def sweep(self) -> None:
         """One round: expire, send due transient reports, refresh the gauges."""

@@ -9,7 +9,6 @@ Service until it can.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Final
 
@@ -18,6 +17,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from apexmesh.aio.tasks import within
 from apexmesh.ops.admin import AdminSpec
 from apexmesh.ops.http import create_ops_app, redis_ready
 from apexmesh.rpc.access import AccessClient
@@ -50,7 +50,7 @@ def create_http_app(
         if reason is not None:
             return reason
         try:
-            await asyncio.wait_for(access.version(), ACCESS_PROBE_SECONDS)
+            await within(access.version(), ACCESS_PROBE_SECONDS)
         except (grpc.aio.AioRpcError, TimeoutError) as exc:
             detail = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else "no answer"
             return f"access service unreachable ({detail})"

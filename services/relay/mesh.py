@@ -25,7 +25,7 @@ import dns.exception
 import dns.resolver
 
 from apexmesh.aio import BeepConnection, Channel, ChannelStartError, ConnectionClosedError, connect
-from apexmesh.aio.tasks import stop_tasks
+from apexmesh.aio.tasks import stop_tasks, within
 from apexmesh.apex.associations import Binding
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.discovery import (
@@ -214,9 +214,7 @@ class MeshPool:
                 )
             )
         try:
-            return await asyncio.wait_for(
-                self._bind(conn, domain, static=static), CONNECT_TIMEOUT_SECONDS
-            )
+            return await within(self._bind(conn, domain, static=static), CONNECT_TIMEOUT_SECONDS)
         except (MeshError, BeepError, TimeoutError, OSError) as exc:
             await conn.close()
             if isinstance(exc, MeshError):

@@ -49,7 +49,7 @@ from typing import Any
 from cryptography import x509
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from apexmesh.aio.tasks import stop_task
+from apexmesh.aio.tasks import stop_task, within
 from apexmesh.beep.sasl import StaticCredentials
 from apexmesh.beep.sasl.credentials import ScramKeys
 from apexmesh.ops.settings import SettingsError
@@ -168,7 +168,7 @@ class MaterialWatcher:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval or None)
+                await within(self._wake.wait(), self._interval or None)
             self._wake.clear()
             try:
                 await self.check()
