@@ -65,7 +65,9 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from apexmesh.aio.tasks import within
 from apexmesh.ops.settings import SettingsError, env_float, env_int
+from apexmesh.store.cancellable import keep_cancellations, sentinel_connection_class
 from apexmesh.store.keys import Keys
 
 #: Default number of connections of a process's pool.
@@ -198,6 +200,7 @@ def connect_redis(url: str, pool: RedisPoolSettings) -> Redis:
             retry=retry,
             socket_timeout=SOCKET_TIMEOUT,
         )
+        keep_cancellations(cluster)
         _CLUSTERS[cluster] = (url, pool)
         if pool.durability.replicas:
             _DURABILITY[cluster] = pool.durability
@@ -262,14 +265,20 @@ class _BoundedCluster(RedisCluster):
         self._loaded: set[tuple[str, str]] = set()
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            await asyncio.wait_for(self._room.acquire(), self._wait)
-        except TimeoutError:
-            raise RedisConnectionError(f"no free connection in {self._wait} s") from None
+        await self._take_room()
         try:
             return await self._through_failover(*args, **kwargs)
         finally:
             self._room.release()
+
+    async def _take_room(self) -> None:
+        """One of the ``size`` places of commands in flight, or RedisConnectionError after
+        ``timeout`` s (through :func:`~apexmesh.aio.tasks.within`: with ``wait_for`` a
+        cancellation as the place was taken was lost)."""
+        try:
+            await within(self._room.acquire(), self._wait)
+        except TimeoutError:
+            raise RedisConnectionError(f"no free connection in {self._wait} s") from None
 
     def register_script(self, script: Any) -> Any:
         """redis-py's script object; its text is kept by hash, so that
@@ -287,10 +296,7 @@ class _BoundedCluster(RedisCluster):
         send a redirected command on its own, away from the WAIT). Tried again like a
         command (:meth:`_through_failover`) after a broken connection or a moved slot.
         Returns the commands' replies, then WAIT's."""
-        try:
-            await asyncio.wait_for(self._room.acquire(), self._wait)
-        except TimeoutError:
-            raise RedisConnectionError(f"no free connection in {self._wait} s") from None
+        await self._take_room()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FAILOVER_SECONDS
         failures = 0
@@ -376,14 +382,16 @@ def dedicated_client(redis: Redis) -> Redis:
     user, password = _password(parts.netloc)
     return cast(
         Redis,
-        RedisCluster(
-            startup_nodes=[ClusterNode(h, p) for h, p in _hosts(parts.netloc, parts.scheme)],
-            username=user,
-            password=password,
-            ssl=parts.scheme.startswith("rediss"),
-            max_connections=pool.max_connections,
-            retry=Retry(NoBackoff(), 0),
-            socket_timeout=SOCKET_TIMEOUT,
+        keep_cancellations(
+            RedisCluster(
+                startup_nodes=[ClusterNode(h, p) for h, p in _hosts(parts.netloc, parts.scheme)],
+                username=user,
+                password=password,
+                ssl=parts.scheme.startswith("rediss"),
+                max_connections=pool.max_connections,
+                retry=Retry(NoBackoff(), 0),
+                socket_timeout=SOCKET_TIMEOUT,
+            )
         ),
     )
 
@@ -426,7 +434,8 @@ def _sentinel_client(
         db=int(names[1]) if len(names) == 2 else 0,
         username=user,
         password=password,
-        ssl=tls,
+        # TLS or not by the class (the pool reads ``ssl`` only without one).
+        connection_class=sentinel_connection_class(tls),
         max_connections=pool.max_connections,
         timeout=pool.timeout,
         # redis-py's own retry (no backoff retries of ours): with retries, its connection

@@ -8,6 +8,12 @@ import pytest
 from redis.asyncio import Redis
 
 from apexmesh.ops.settings import SettingsError, check_redis_url
+from apexmesh.store.cancellable import (
+    KeepingConnection,
+    KeepingSentinelConnection,
+    KeepingSentinelSSLConnection,
+    KeepingSSLConnection,
+)
 from apexmesh.store.connection import (
     Durability,
     RedisPoolSettings,
@@ -93,3 +99,35 @@ async def test_sentinel_and_cluster_urls_and_the_wait_settings() -> None:
     finally:
         await client.aclose()
         await other.aclose()
+
+
+@pytest.mark.unit
+async def test_sentinel_and_cluster_connections_write_without_wait_for() -> None:
+    """apexmesh/store/cancellable.py: the clients with a socket timeout (Sentinel,
+    Cluster) make connections whose write keeps a cancellation, over TLS too; the
+    Sentinel pool gets no ``ssl`` argument besides its class (a connection refuses it)."""
+    made: dict[str, type[object]] = {}
+    for url in (
+        "redis+sentinel://10.0.0.1:26379/apexmesh",
+        "rediss+sentinel://10.0.0.1:26379/apexmesh",
+        "redis+cluster://10.0.0.1:6379",
+        "rediss+cluster://10.0.0.1:6379",
+    ):
+        client = connect_redis(url, RedisPoolSettings())
+        try:
+            if "sentinel" in url:
+                made[url.partition(":")[0]] = client.connection_pool.connection_class
+                assert "ssl" not in client.connection_pool.connection_kwargs
+            else:
+                manager = client.nodes_manager  # type: ignore[attr-defined]
+                classes = {n.connection_class for n in manager.startup_nodes.values()}
+                assert classes == {manager.connection_kwargs["connection_class"]}
+                made[url.partition(":")[0]] = classes.pop()
+        finally:
+            await client.aclose()
+    assert made == {
+        "redis+sentinel": KeepingSentinelConnection,
+        "rediss+sentinel": KeepingSentinelSSLConnection,
+        "redis+cluster": KeepingConnection,
+        "rediss+cluster": KeepingSSLConnection,
+    }
