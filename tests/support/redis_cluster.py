@@ -14,7 +14,12 @@ between (the node exits with "Address already in use"), starts again on fresh po
   ``repl-diskless-sync-delay`` (5 s by default) for its first full sync, had never had a
   link, counts its data as infinitely old and refuses to stand for election ("Disconnected
   from master for longer than allowed", ``cluster-replica-validity-factor``). The nodes
-  also start that sync at once (``repl-diskless-sync-delay 0``).
+  also start that sync at once (``repl-diskless-sync-delay 0``). A replica whose link is
+  up is not yet sent the primary's writes: after a diskless sync Redis 7.0 starts the
+  stream on the replica's first ``REPLCONF ACK``, up to a second later. A primary killed
+  in that second took every write with it (the failover test lost its 53 holds, about 1
+  run in 3 on a loaded machine), so the start also waits until each primary's replicas
+  acknowledge a write (:func:`_streaming`).
 - :class:`SentinelGroup`: one primary, one replica and three sentinels (quorum 2), with a
   short ``down-after-milliseconds`` so that a failover takes seconds.
 """
@@ -27,6 +32,8 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Final
+
+import redis
 
 from tests.support.redis_server import free_port, ping, redis_binary
 
@@ -152,6 +159,18 @@ def _wait(condition: object, what: str, timeout: float = READY_TIMEOUT) -> None:
         time.sleep(0.1)  # probe interval
 
 
+def _streaming(port: int, replicas: int) -> bool:
+    """Whether the ``replicas`` of the (empty) primary on ``port`` acknowledge a write:
+    ``FLUSHALL``, which needs no key of the node's slots, then ``WAIT`` on the same
+    connection."""
+    client = redis.Redis(port=port, socket_timeout=READY_TIMEOUT)
+    try:
+        client.execute_command("FLUSHALL")
+        return int(client.execute_command("WAIT", replicas, 1000)) >= replicas
+    finally:
+        client.close()
+
+
 def _check_created(answer: str) -> None:
     if "[OK] All 16384 slots covered" not in answer:
         raise RuntimeError(f"redis-cli --cluster create failed:\n{answer}")
@@ -185,6 +204,8 @@ class RedisClusterNodes:
             )
             _check_created(answer)
             _wait(self._ready, "the cluster")
+            for primary in self.primaries():
+                _wait(lambda port=primary.port: _streaming(port, self.replicas), "replication")
         except BaseException:
             self.stop()
             raise
@@ -225,15 +246,22 @@ class RedisClusterNodes:
                     return self._by_address(fields[1])
         raise LookupError(f"no live primary serves slot {slot} of {key!r}")
 
+    def replicas_of(self, primary: Node) -> list[Node]:
+        """The live nodes that replicate ``primary`` (``INFO replication``'s
+        ``master_port``): with two replicas per primary, either may win its election."""
+        found = [
+            node
+            for node in self.nodes
+            if node.process is not None
+            and f"master_port:{primary.port}" in _cli(node.port, "info", "replication").split()
+        ]
+        if not found:
+            raise LookupError(f"no replica of 127.0.0.1:{primary.port}")
+        return found
+
     def replica_of(self, primary: Node) -> Node:
-        """A node that replicates ``primary`` (``INFO replication``'s ``master_port``)."""
-        for node in self.nodes:
-            if (
-                node.process is not None
-                and f"master_port:{primary.port}" in _cli(node.port, "info", "replication").split()
-            ):
-                return node
-        raise LookupError(f"no replica of 127.0.0.1:{primary.port}")
+        """One node that replicates ``primary`` (the first of :meth:`replicas_of`)."""
+        return self.replicas_of(primary)[0]
 
     def _by_address(self, address: str) -> Node:
         port = int(address.partition("@")[0].rpartition(":")[2])
@@ -283,6 +311,7 @@ class SentinelGroup:
                 replica.extra += ["--replicaof", "127.0.0.1", str(self.primary.port)]
                 replica.start()
             _wait(self._replicated, "replication")
+            _wait(lambda: _streaming(self.primary.port, len(self.replica_nodes)), "replication")
             quorum = self.sentinel_count // 2 + 1
             for i in range(self.sentinel_count):
                 sentinel = Node(
