@@ -52,6 +52,7 @@ asked in pieces, the next once the previous is filled.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -229,10 +230,12 @@ class SubscriberStub:
         if link is not None and link.last is None:
             if reply.count == 0:
                 del self._links[reply.trans_id]
+                answered_to = link.first - 1
             else:
-                link.last = link.first + reply.count - 1
+                link.last = answered_to = link.first + reply.count - 1
                 self._requested_to = max(self._requested_to, link.last)
             self._drain(out, now_ms)
+            self._request_beyond(answered_to, out, now_ms)
             self._request_rest(out, now_ms)
         return out
 
@@ -428,18 +431,24 @@ class SubscriberStub:
         self._requested_to = last
         self._link_request(first, last, out, now)
 
-    def _runs(self, first: int, end: int) -> list[tuple[int, int]]:
-        """The runs of missing positions in ``first .. end``, at most :data:`MAX_RUNS`
-        (one range spans the rest: redelivering what the stub already holds costs less
-        than many requests)."""
+    def _runs(
+        self, first: int, end: int, asked: Callable[[int], bool] | None = None
+    ) -> list[tuple[int, int]]:
+        """The runs of missing positions in ``first .. end`` (and not ``asked``), at most
+        :data:`MAX_RUNS` (one range spans the rest: redelivering what the stub already
+        holds costs less than many requests)."""
+
+        def wanted(pos: int) -> bool:
+            return pos not in self._buffer and not (asked is not None and asked(pos))
+
         runs: list[tuple[int, int]] = []
         pos = first
         while pos <= end:
-            if pos in self._buffer:
+            if not wanted(pos):
                 pos += 1
                 continue
             run = pos
-            while run + 1 <= end and run + 1 not in self._buffer:
+            while run + 1 <= end and wanted(run + 1):
                 run += 1
             runs.append((pos, run))
             pos = run + 1
@@ -469,6 +478,26 @@ class SubscriberStub:
         for run_from, run_to in self._runs(first, end):
             self._link_request(run_from, run_to, out, now)
         self._requested_to = max(self._requested_to, end)
+
+    def _request_beyond(self, answered_to: int, out: list[StubEvent], now: int) -> None:
+        """An open link repair learnt its extent: the service answers it up to
+        ``answered_to`` (``gapreply``). The holes above, up to the highest position
+        received, were counted as asked by it (:meth:`_asked_to`), so no later gap asked
+        for them; ask now for those no other request covers. Without this they were
+        never asked for while heartbeats kept the link in time (the Hypothesis test of
+        permission skips: 4 publications never delivered, 1 run in about 40,000)."""
+        first = max(answered_to + 1, self._next_pos, self._settled_to() + 1)
+        end = min(self._high_pos - 1, first + self.max_gap - 1)
+        ranges = [
+            (link.first, self._high_pos if link.last is None else link.last)
+            for link in self._links.values()
+            if link.epoch == self._epoch
+        ]
+        for run_from, run_to in self._runs(
+            first, end, asked=lambda pos: any(low <= pos <= high for low, high in ranges)
+        ):
+            self.stats.gaps_detected += 1
+            self._link_request(run_from, run_to, out, now)
 
     def _request_rest(self, out: list[StubEvent], now: int) -> None:
         """Every link repair of the epoch is filled, and holes beyond what they asked

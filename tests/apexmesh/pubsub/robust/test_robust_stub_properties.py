@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from apexmesh.pubsub.robust.seq import Resolution
@@ -79,6 +79,10 @@ def test_link_context_lost_repairs_by_source(
     loss=st.sampled_from([0.0, 0.2]),
     deny=st.sampled_from([0.2, 0.5]),
 )
+# Two of the five runs in 200,000 that left publications undelivered before the stub
+# asked for the holes above an open repair's answered extent (stub._request_beyond).
+@example(seed=3982790005, publications=70, loss=0.2, deny=0.5)
+@example(seed=3773965786, publications=69, loss=0.2, deny=0.5)
 def test_permission_skips_are_not_gaps(
     seed: int, publications: int, loss: float, deny: float
 ) -> None:
