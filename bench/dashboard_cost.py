@@ -47,6 +47,7 @@ from loads import cpu_seconds, free_port
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.ops.targets import Context, Target, write_context
 from apexmesh.pubsub.changes import Subscribed, Subscription, TopicCreated
@@ -185,7 +186,7 @@ class Bench:
             return
         process.terminate()
         try:
-            await asyncio.wait_for(process.wait(), 30)
+            await within(process.wait(), 30)
         except TimeoutError:
             process.kill()
             await process.wait()
@@ -229,7 +230,7 @@ async def open_browser(http: httpx.AsyncClient, stop: asyncio.Event) -> int:
             await http.get("/api/topics", params={"domain": DOMAIN, "limit": 50})
             await http.get("/api/history")
             try:
-                await asyncio.wait_for(stop.wait(), 10)
+                await within(stop.wait(), 10)
             except TimeoutError:
                 continue
 

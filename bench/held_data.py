@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 from figures import figure  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 
+from apexmesh.aio.tasks import within  # noqa: E402
 from apexmesh.apex.holding import HoldLimits  # noqa: E402
 from apexmesh.client import ApexClient, Attachment, connect_endpoint  # noqa: E402
 from apexmesh.ops.localmesh import LocalMesh  # noqa: E402
@@ -157,7 +158,7 @@ async def mesh_drain(port: int, endpoint: str, payloads: list[bytes]) -> tuple[f
     started = time.perf_counter()
     attachment = await client.attach(endpoint)
     for index, payload in enumerate(payloads):
-        got = await asyncio.wait_for(attachment.receive(), 60)
+        got = await within(attachment.receive(), 60)
         assert got.content == payload, (index, got.content[:16])
     elapsed = time.perf_counter() - started
     return len(payloads) / elapsed, client

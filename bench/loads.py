@@ -88,7 +88,7 @@ class Tally:
     async def drained(self, within: float = DRAIN_SECONDS) -> None:
         """Wait for every expected delivery (or the deadline: then fewer are counted)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.done.wait(), within)
+            await within(self.done.wait(), within)
 
     def missing(self, acknowledged: Sequence[int]) -> list[int]:
         """Acknowledged publications that did not reach every subscriber."""

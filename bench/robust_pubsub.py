@@ -49,6 +49,7 @@ from loads import DRAIN_SECONDS, IN_FLIGHT, Tally, stamp, unstamp, windowed
 from pubsub_fanout import DOMAIN, ApexSide, Result, measured
 from redis.asyncio import Redis
 
+from apexmesh.aio.tasks import within
 from apexmesh.client import ApexClient, Attachment, connect_endpoint
 from apexmesh.client.outgoing import XmlContent
 from apexmesh.client.robust import RobustClient
@@ -303,7 +304,7 @@ async def kill_scenario(what: str, publications: int, kill_at: int) -> list[dict
         for attempt in range(1, 31):
             await publisher.publish(KILLED, stamp(-attempt, 0.0))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(subscriber.next(), timeout=1.0)
+                await within(subscriber.next(), timeout=1.0)
                 break
         else:
             raise SystemExit("kill: the subscriber never received a warm-up publication")

@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from figures import figure
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.content import MimePart
 from apexmesh.apex.data import Data, Originator, Recipient
 from apexmesh.apex.endpoint import Endpoint
@@ -436,7 +437,7 @@ class Feeder:
             return
         if self.process.returncode is None:
             try:
-                await asyncio.wait_for(self.process.wait(), 10)
+                await within(self.process.wait(), 10)
             except TimeoutError:
                 self.process.kill()
                 await self.process.wait()
@@ -600,7 +601,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     shapes = SHAPES if args.shape in (None, "redis") else (args.shape,)
     figures = run(
-        asyncio.wait_for(
+        within(
             bench(
                 count,
                 shapes,

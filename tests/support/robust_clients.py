@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from apexmesh.aio.tasks import within
 from apexmesh.client.robust import RobustClient
 from apexmesh.pubsub.robust.stub import Publication
 
@@ -21,7 +22,7 @@ async def warm_up(
     for attempt in range(attempts):
         await publisher.publish(topic, f"warm {attempt}".encode())
         with contextlib.suppress(TimeoutError):
-            first = await asyncio.wait_for(subscriber.next(), timeout=1.0)
+            first = await within(subscriber.next(), timeout=1.0)
             assert first.payload.startswith(b"warm")
             return
     pytest.fail("the subscriber never received a warm-up publication")
@@ -75,5 +76,5 @@ async def receive_all(
             wanted.discard(publication.payload)
     with contextlib.suppress(TimeoutError):
         while True:
-            got.append(await asyncio.wait_for(subscriber.next(), timeout=0.5))
+            got.append(await within(subscriber.next(), timeout=0.5))
     return got

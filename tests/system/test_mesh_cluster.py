@@ -17,7 +17,6 @@ over BEEP/TCP.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Iterator
@@ -26,6 +25,7 @@ from typing import TypeVar
 import pytest
 import pytest_asyncio
 
+from apexmesh.aio.tasks import within
 from apexmesh.client import XmlContent
 from apexmesh.client.pubsub import PubsubClient
 from apexmesh.client.robust import RobustClient
@@ -73,7 +73,7 @@ async def mesh(
 async def soon(awaitable: Awaitable[T]) -> T:
     """``awaitable`` within :data:`ANSWER_SECONDS` (scaled): a lost delivery fails the
     test there, not at the module's timeout."""
-    return await asyncio.wait_for(awaitable, scaled(ANSWER_SECONDS))
+    return await within(awaitable, scaled(ANSWER_SECONDS))
 
 
 async def pubsub_of(

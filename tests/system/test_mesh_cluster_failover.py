@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from apexmesh.aio.tasks import within
 from apexmesh.client import ApexClientError, Attachment
 from apexmesh.ops.localmesh import redis_prefix
 from apexmesh.store.connection import keys_for
@@ -89,7 +90,7 @@ async def send_holds(fred: Attachment, kill: Callable[[], Awaitable[None]]) -> S
         payload = f"held {n}".encode()
         n += 1
         try:
-            await asyncio.wait_for(
+            await within(
                 fred.send(DINO, payload, content_type="text/plain", hold=True),
                 scaled(SEND_SECONDS),
             )
@@ -113,7 +114,7 @@ async def receive_held(dino: Attachment, wanted: set[bytes]) -> Counter[bytes]:
             got[(await dino.receive()).content] += 1
     with contextlib.suppress(TimeoutError):
         while True:
-            got[(await asyncio.wait_for(dino.receive(), 0.5)).content] += 1
+            got[(await within(dino.receive(), 0.5)).content] += 1
     return got
 
 
@@ -137,7 +138,7 @@ async def test_kill_9_of_the_relay_slots_primary_loses_no_acknowledged_held_data
                 readiness.append(asyncio.create_task(ready_again(mesh, time.monotonic())))
 
             sends = await send_holds(fred, kill)
-            ready_after = await asyncio.wait_for(readiness[0], scaled(60))
+            ready_after = await within(readiness[0], scaled(60))
             dino_client = await session(stack, mesh, pod2, DINO)
             dino = await dino_client.attach(DINO)
             got = await receive_held(dino, set(sends.acknowledged))

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from apexmesh.aio.tasks import within
 from apexmesh.client import PubsubClient
 from apexmesh.client.attachment import Attachment
 from apexmesh.client.robust import RobustClient
@@ -86,7 +87,7 @@ async def receive_all(wilma: RobustClient, ok: dict[bytes, int]) -> list[Publica
             seen.add(publication.payload)
     with contextlib.suppress(TimeoutError):
         while True:
-            got.append(await asyncio.wait_for(wilma.next(), timeout=0.5))
+            got.append(await within(wilma.next(), timeout=0.5))
     return got
 
 

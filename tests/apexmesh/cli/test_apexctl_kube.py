@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apexmesh.aio.tasks import within
 from tests.support.demo_mesh import DemoMesh
 
 pytestmark = pytest.mark.system
@@ -63,7 +64,7 @@ async def apexctl(env: dict[str, str], *args: str) -> tuple[int, str, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
+    out, err = await within(process.communicate(), 120)
     return process.returncode or 0, out.decode(), err.decode()
 
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 
+from apexmesh.aio.tasks import within
 from tests.support.demo_mesh import DemoMesh
 from tests.support.redis_server import free_port
 
@@ -127,7 +128,7 @@ async def apexctl(env: dict[str, str], *args: str, stdin: bytes = b"") -> tuple[
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(process.communicate(stdin), 120)
+    out, err = await within(process.communicate(stdin), 120)
     return process.returncode or 0, out.decode(), err.decode()
 
 

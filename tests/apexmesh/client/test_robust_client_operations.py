@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.client import Attachment, PubsubClient
 from apexmesh.client.errors import ApexRequestError, PubsubError
@@ -164,7 +165,7 @@ async def test_a_subscriber_restarting_its_process_resumes_where_it_left_off(
         assert stub.stats.resyncs == 1
         assert stub.stats.source_repairs >= 1
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(third.next(), timeout=0.5)
+            await within(third.next(), timeout=0.5)
 
 
 async def test_a_snapshot_answers_images_or_nothing_and_the_item_cache_takes_them(
@@ -257,5 +258,5 @@ async def test_keep_subscribed_renews_the_lease_before_it_ends(
         assert not lease.done()
         selection = wilma.keep_subscribed(NEWS, duration=2, selector="price > 1")
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(selection), timeout=0.5)
+            await within(asyncio.shield(selection), timeout=0.5)
         assert not selection.done()  # subscribed and renewing (an id: no refusal)

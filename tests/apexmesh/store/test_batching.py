@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from apexmesh.aio.tasks import within
 from apexmesh.store.batching import Coalescer
 
 pytestmark = pytest.mark.unit
@@ -69,7 +70,7 @@ async def test_sequential_calls_each_get_an_answer() -> None:
     recorder = Recorder()
     coalescer = Coalescer("test", recorder.flush)
     for i in range(50):
-        assert await asyncio.wait_for(coalescer.call(i), 1.0) == i * 10
+        assert await within(coalescer.call(i), 1.0) == i * 10
 
 
 async def test_a_failed_flush_fails_its_batch_only() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.client.outgoing import XmlContent
@@ -68,7 +69,7 @@ async def test_hop_budget_stops_data_at_the_crossing(
         _, local = await mike.next_publication()
         assert local.content == b"<hop />"
         if crosses:
-            _, remote = await asyncio.wait_for(bob.next_publication(), timeout=10)
+            _, remote = await within(bob.next_publication(), timeout=10)
             assert remote.content == b"<hop />"
             return
         with pytest.raises(TimeoutError):

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.codes import ApexReplyCode
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.pubsub.changes import Announced, TopicCreated
@@ -107,7 +108,7 @@ async def test_a_sliding_window_bounds_the_entries_in_flight(
     await still_true(lambda: relay.in_flight == 4, 0.05)
     assert not starting.done()
     relay.release.set()
-    tasks = await asyncio.wait_for(starting, 5)
+    tasks = await within(starting, 5)
     await asyncio.gather(*tasks)
     assert relay.most_in_flight == 4
     assert len(relay.seen) == 10
@@ -123,7 +124,7 @@ async def test_start_returns_before_the_work_is_done(
     worker = _worker(store, relay, access, concurrency=8)
     entries = _sends(f"mike@{DOMAIN}", 3, "a")
     await store.journal(DOMAIN, entries, 0)
-    tasks = await asyncio.wait_for(worker.start(DOMAIN, entries), 1)
+    tasks = await within(worker.start(DOMAIN, entries), 1)
     assert len(tasks) == 3
     assert not any(task.done() for task in tasks)
     assert await _journalled(redis, keys) == 3
@@ -185,7 +186,7 @@ async def test_closing_lets_entries_in_flight_finish_for_the_grace(
     entries = _sends(f"mike@{DOMAIN}", 2, "a")
     await store.journal(DOMAIN, entries, 0)
     await worker.start(DOMAIN, entries)
-    await asyncio.wait_for(worker.aclose(grace=0.05), 2)
+    await within(worker.aclose(grace=0.05), 2)
     # Not finished within the grace: stopped, and still journalled for a redo.
     assert await _journalled(redis, keys) == 2
 

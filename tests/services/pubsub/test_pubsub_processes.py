@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.client import ApexClient, Attachment
@@ -104,7 +105,7 @@ async def test_kill_one_process_during_10k_publishes(
         # Warm the relays' access caches (core:data to the subscribers) before the burst.
         await fred.publish("load", b"-1")
         for helper in (mike, wilma):
-            _, first = await asyncio.wait_for(helper.next_publication(), timeout=10)
+            _, first = await within(helper.next_publication(), timeout=10)
             assert first.content == b"-1"
         readers = [
             asyncio.create_task(collect(n, h)) for n, h in (("mike", mike), ("wilma", wilma))
@@ -217,7 +218,7 @@ async def test_1000_leases_end_on_time_once(
                     )
                     await attachment.send("apex=pubsub@example.com", XmlContent(op.to_xml()))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(answered.wait(), timeout=10)
+                    await within(answered.wait(), timeout=10)
             # The longest lease is 7 s; its cancel may come a claim interval later.
             await wait_until(
                 lambda: all(cancels.values()), within=7 + 20, what="a cancel for every lease"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from apexmesh.aio.tasks import stop_task
+from apexmesh.aio.tasks import stop_task, within
 from apexmesh.apex.elements import Reply
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.client import ApexClient, PubsubClient
@@ -422,7 +422,7 @@ async def test_a_lost_link_context_resynchronises_and_is_repaired_by_source(
         assert any(not r.by_link for _, r in lossy.gaps)
         assert any(isinstance(e, Resynchronised) for e in events)
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(wilma.next(), timeout=0.5)
+            await within(wilma.next(), timeout=0.5)
 
 
 async def test_one_sequencer_forwarding_and_failover_to_the_other_pod(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.options import Option
 from apexmesh.client import PubsubClient
@@ -133,4 +134,4 @@ async def test_a_redistributed_robust_topic_repairs_what_the_boundary_lost(
         assert upstream_stub.resolution == UPSTREAM.resolution  # asked of example.com
         assert upstream_stub.stats.link_repairs >= 1
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(dave.next(), timeout=1.5)  # no heartbeat published
+            await within(dave.next(), timeout=1.5)  # no heartbeat published

@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+from apexmesh.aio.tasks import within
 from apexmesh.beep.mime import beep_xml
 from apexmesh.client import ApexRequestError
 from tests.support.mesh import (
@@ -177,7 +178,7 @@ async def test_ten_megabytes(mesh: Mesh) -> None:
             "<recipient identity='barney@example.com' /></data>",
             body=b"x" * (10 * 1024 * 1024),
         )
-        reply = await asyncio.wait_for(channel.request(big), 20)
+        reply = await within(channel.request(big), 20)
         assert reply.kind == "ERR"
         assert b"554" in reply.payload
         assert await ask(channel, "<terminate transID='1' />") == OK

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from apexmesh.aio import BeepConnection, ChannelStartError, ConnectionClosedError
+from apexmesh.aio.tasks import within
 from apexmesh.beep import events as ev
 from apexmesh.beep.frames import encode_frame
 from apexmesh.beep.management import ProfileOffer
@@ -85,7 +86,7 @@ async def bystanders(pod: SecureRelay) -> AsyncIterator[Bystanders]:
 
 async def read_message(reader: asyncio.StreamReader) -> bytes:
     """One whole frame as the relay wrote it (header line to the END trailer)."""
-    return await asyncio.wait_for(reader.readuntil(b"END\r\n"), 10)
+    return await within(reader.readuntil(b"END\r\n"), 10)
 
 
 async def plain_session(pod: SecureRelay) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -158,7 +159,7 @@ def framing_case(raw: Callable[[], bytes], *, plain: bool = False) -> Callable[.
             writer.write(raw())
             with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError, TimeoutError):
                 await writer.drain()
-                await asyncio.wait_for(reader.read(), 10)  # the relay closes, unanswered
+                await within(reader.read(), 10)  # the relay closes, unanswered
             writer.close()
 
         return await ended_with(send)

@@ -15,6 +15,7 @@ import asyncio
 import pytest
 
 from apexmesh.aio import Channel, ChannelStartError
+from apexmesh.aio.tasks import within
 from apexmesh.beep.frames import encode_frame
 from apexmesh.beep.mime import beep_xml
 from apexmesh.client import ApexRequestError
@@ -78,7 +79,7 @@ async def test_a_start_that_fails_inside_the_relay_is_answered(
         redis_server.stop()
         try:
             with pytest.raises(ChannelStartError) as refused:
-                await asyncio.wait_for(
+                await within(
                     apex_channel(conn, "<attach endpoint='fred@example.com' transID='1' />"), 10
                 )
         finally:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from apexmesh.aio.tasks import within
 from apexmesh.client import ApexRequestError, Attachment, SessionClosedError, connect_endpoint
 from apexmesh.store.held import HeldStore
 from apexmesh.store.keys import Keys
@@ -158,5 +159,5 @@ async def test_quota_of_a_relay_process_answers_450(
         assert (await store.usage(ENDPOINT))[0] == 5
     async with endpoint_client(mesh.b.edge_port) as other:
         barney = await other.attach(ENDPOINT)
-        got = [seq_of((await asyncio.wait_for(barney.receive(), 5)).content) for _ in range(5)]
+        got = [seq_of((await within(barney.receive(), 5)).content) for _ in range(5)]
         assert got == [0, 1, 2, 3, 4]

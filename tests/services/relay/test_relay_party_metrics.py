@@ -8,13 +8,13 @@ that pod's counters see every event; the gauges come from Redis through its swee
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.holding import HoldLimits
 from apexmesh.apex.timing import DataTiming
 from apexmesh.client import ApexRequestError
@@ -89,7 +89,7 @@ async def test_party_pack_counters_and_gauges(mesh: Mesh) -> None:
 
         # drain on attach (same pod)
         barney = await two.attach("barney@example.com")
-        got = [(await asyncio.wait_for(barney.receive(), 5)).content for _ in range(3)]
+        got = [(await within(barney.receive(), 5)).content for _ in range(3)]
         assert got == [b"held 0", b"held 1", b"held 2"]
         drained = await scrape_until(
             port,
@@ -104,7 +104,7 @@ async def test_party_pack_counters_and_gauges(mesh: Mesh) -> None:
         result = await fred.send(
             "barney@example.com", b"on time", timing=DataTiming(return_trip=20_000)
         )
-        assert (await asyncio.wait_for(barney.receive(), 5)).content == b"on time"
+        assert (await within(barney.receive(), 5)).content == b"on time"
         (report,) = await result.reports(1, timeout=5)
         assert report.destinations[0].reply.code == 250
 

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.ops.logs import correlation_id
@@ -142,7 +143,7 @@ async def test_a_broken_stream_settles_pending_deliveries_with_421(
         pending = peers.deliver(address, BARNEY, FRED, b"lost in transit")
         await eventually(lambda: bool(recorder.batches))
         await server.stop(None)
-        assert await asyncio.wait_for(pending, 5) == UNAVAILABLE
+        assert await within(pending, 5) == UNAVAILABLE
     finally:
         await peers.close()
 

@@ -31,13 +31,13 @@ the clock too and is stopped first.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections.abc import Callable
 
 import pytest
 
 from apexmesh.aio import Channel
+from apexmesh.aio.tasks import within
 from apexmesh.beep.mime import beep_xml
 from apexmesh.beep.xml import Element, parse_xml
 from services.relay.app import RelayApp
@@ -168,7 +168,7 @@ async def test_2_1_2_timing_error_report(mesh: Mesh) -> None:
         </data>""",
         )
         # barney gets the data and does not answer in time
-        unanswered = await asyncio.wait_for(barney.receive(), 5)
+        unanswered = await within(barney.receive(), 5)
         _, report = await receive_msg(fred)
         del unanswered
     expected = rfc(
@@ -206,7 +206,7 @@ async def test_2_2_1_transient_timing_report(mesh: Mesh) -> None:
              </option>
          </data>""",
         )
-        slow = await asyncio.wait_for(barney.receive(), 5)
+        slow = await within(barney.receive(), 5)
         _, report = await receive_msg(fred)
         slow.reply(beep_xml(b"<ok />"))  # delivery goes on
     expected = rfc(

@@ -7,11 +7,11 @@ tests/apexmesh/apex/test_timing.py; here the clock is real and the times are sho
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 
 import pytest
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.timing import DATA_TIMING, DataTiming, data_timing_of
 from apexmesh.beep.mime import beep_xml
 from apexmesh.client import ReceivedData
@@ -109,7 +109,7 @@ async def test_transient_report_then_delivery(mesh: Mesh) -> None:
         await ask(channel, "<attach endpoint='barney@example.com' transID='1' />")
         fred = await one.attach("fred@example.com")
         result = await fred.send("barney@example.com", b"slow", timing=DataTiming(report_after=200))
-        incoming = await asyncio.wait_for(channel.receive(), 5)
+        incoming = await within(channel.receive(), 5)
         (report,) = await result.reports(1, timeout=5)
         assert report.destinations[0].reply.code == 350
         incoming.reply(beep_xml(b"<ok />"))
