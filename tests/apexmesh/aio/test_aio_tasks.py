@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from apexmesh.aio.tasks import STOP_REQUESTS, stop_task, stop_tasks, within
-from tests.support.polling import scaled
+from tests.support.cancelling import turns_going_on
 
 pytestmark = pytest.mark.integration
 
@@ -81,41 +81,19 @@ async def test_an_ended_tasks_error_is_consumed_and_none_is_fine() -> None:
     assert isinstance(task.exception(), RuntimeError)
 
 
-async def _first_going_on(bound: object, turns: int = 12) -> int | None:
-    """Tasks that await ``bound(<a call done in one turn>, 10)`` in a loop, each
-    cancelled one turn of the event loop later than the one before: the turn of the
-    first that goes on (it is then stopped by a flag), or None."""
-    stopped = False
-
-    async def done_at_once() -> int:
-        await asyncio.sleep(0)  # one turn, as a write that drains at once
-        return 1
-
-    async def loop() -> None:
-        while not stopped:
-            await bound(done_at_once(), 10)  # type: ignore[operator]
-
-    for turn in range(turns):
-        task = asyncio.create_task(loop())
-        for _ in range(turn):
-            await asyncio.sleep(0)  # one turn of the loop: where the cancellation lands
-        task.cancel()
-        done, _ = await asyncio.wait([task], timeout=scaled(1))
-        if not done:
-            stopped = True
-            await task
-            return turn
-    return None
+async def _done_at_once() -> int:
+    await asyncio.sleep(0)  # one turn, as a write that drains at once
+    return 1
 
 
 async def test_within_never_loses_a_cancellation() -> None:
     """Python 3.11's ``wait_for`` returns the result when its task is cancelled as the
     awaited call finishes (python/cpython#86296); :func:`within` ends every task."""
-    assert await _first_going_on(within) is None
+    assert await turns_going_on(lambda: within(_done_at_once(), 10), 12) == []
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 rebuilt wait_for on timeout")
 async def test_asyncio_wait_for_loses_one_on_this_python() -> None:
     """What the test above would find without :func:`within` (why ruff refuses
     ``asyncio.wait_for``, pyproject.toml TID251)."""
-    assert await _first_going_on(asyncio.wait_for) is not None  # noqa: TID251
+    assert await turns_going_on(lambda: asyncio.wait_for(_done_at_once(), 10), 12) != []  # noqa: TID251

@@ -4,14 +4,13 @@ went on with its next command."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
 from redis.asyncio import Redis
 
 from apexmesh.store.connection import dedicated_client
-from tests.support.polling import scaled
+from tests.support.cancelling import turns_going_on
 
 pytestmark = pytest.mark.integration
 
@@ -24,27 +23,7 @@ WRITERS = 200
 
 async def _cancelled_writers_going_on(redis: Redis) -> list[int]:
     key = f"cancel-{uuid.uuid4().hex[:8]}"
-    going_on: list[int] = []
-
-    async def write() -> None:
-        n = 0
-        while True:
-            n += 1
-            await redis.set(key, n)
-
-    for turns in range(WRITERS):
-        task = asyncio.create_task(write())
-        for _ in range(turns):
-            await asyncio.sleep(0)  # one turn of the loop: where the cancellation lands
-        task.cancel()
-        done, _ = await asyncio.wait([task], timeout=scaled(2))
-        if not done:
-            going_on.append(turns)
-            task.cancel()  # a second cancellation lands elsewhere
-            await asyncio.wait([task], timeout=scaled(2))
-            if len(going_on) >= 3:
-                break
-    return going_on
+    return await turns_going_on(lambda: redis.incr(key), WRITERS, limit=3)
 
 
 async def test_a_writer_cancelled_at_any_turn_of_the_loop_ends(redis: Redis) -> None:
