@@ -17,7 +17,7 @@ from apexmesh.aio.tasks import within
 from apexmesh.store.keys import Keys
 from tests.charts.conftest import drain_hook, render
 from tests.support.mesh import ADMIN_TOKEN, Mesh, endpoint_client, running_mesh
-from tests.support.polling import still_true, wait_until
+from tests.support.polling import scaled, still_true, wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.chart, pytest.mark.integration]
@@ -53,7 +53,7 @@ async def test_the_hook_drains_a_real_relay_and_waits_for_its_sessions(
     port = relay_mesh.b.http_port
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
         refused = await run_hook(script, port, token="not-the-admin-token-0123456")
-        _, stderr = await within(refused.communicate(), 30)
+        _, stderr = await within(refused.communicate(), scaled(30))
         assert refused.returncode != 0
         assert b"drain refused" in stderr
         assert (await http.get("/readyz")).status_code == 200
@@ -69,5 +69,5 @@ async def test_the_hook_drains_a_real_relay_and_waits_for_its_sessions(
             # A session is still open: the hook is waiting for it, within its grace.
             await still_true(lambda: hook.returncode is None, 1.5)
         # The session ended: the hook returns well before its 60 s.
-        _, stderr = await within(hook.communicate(), 30)
+        _, stderr = await within(hook.communicate(), scaled(30))
         assert hook.returncode == 0, stderr

@@ -8,13 +8,15 @@ from contextlib import asynccontextmanager
 
 import grpc
 
+from tests.support.polling import scaled
+
 
 @asynccontextmanager
 async def ready_channel(port: int, within: float = 5.0) -> AsyncIterator[grpc.aio.Channel]:
     """An insecure loopback channel to ``port``, yielded once it is READY."""
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
-        async with asyncio.timeout(within):
+        async with asyncio.timeout(scaled(within)):
             await channel.channel_ready()
         yield channel
     finally:

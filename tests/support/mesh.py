@@ -302,7 +302,7 @@ async def endpoint_client(port: int) -> AsyncIterator[ApexClient]:
 
 async def receive(attachment: Attachment, within: float = 5.0) -> ReceivedData:
     """The attachment's next data; TimeoutError when none comes within ``within`` s."""
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         return await attachment.receive()
 
 
@@ -330,7 +330,7 @@ def answer_of(kind: str, payload: bytes) -> tuple[str, str, dict[str, str]]:
 async def ask(channel: Channel, xml: str | bytes, within: float = 5.0) -> tuple[str, str, str]:
     """Send one APEX element as a MSG; return (RPY/ERR, tag, code or '')."""
     body = xml.encode() if isinstance(xml, str) else xml
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         reply = await channel.request(beep_xml(body))
     kind, tag, attrs = answer_of(reply.kind, reply.payload)
     return kind, tag, attrs.get("code", "")
@@ -347,7 +347,7 @@ async def ask_payload(
     channel: Channel, payload: bytes, within: float = 5.0
 ) -> tuple[str, str, str]:
     """Send a complete BEEP payload (entity headers included); (RPY/ERR, tag, code)."""
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         reply = await channel.request(payload)
     kind, tag, attrs = answer_of(reply.kind, reply.payload)
     return kind, tag, attrs.get("code", "")
@@ -370,7 +370,7 @@ def cid_payload(control: str, content_id: str = "1@example.com", body: bytes = b
 async def receive_msg(channel: Channel, within: float = 5.0) -> tuple[bytes, Element]:
     """The next MSG the relay sends on ``channel``, answered ``<ok />``: its payload and
     its control element (the start part of a multipart payload)."""
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         incoming = await channel.receive()
     incoming.reply(beep_xml(b"<ok />"))
     return incoming.payload, parse_xml(parse_payload(incoming.payload).control)

@@ -11,6 +11,7 @@ import pytest
 from apexmesh.aio.tasks import within
 from apexmesh.client.robust import RobustClient
 from apexmesh.pubsub.robust.stub import Publication
+from tests.support.polling import scaled
 
 
 async def warm_up(
@@ -69,7 +70,7 @@ async def receive_all(
     whatever else comes within half a second (a duplicate would come then)."""
     got: list[Publication] = []
     wanted = set(payloads)
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         while wanted:
             publication = await subscriber.next()
             got.append(publication)

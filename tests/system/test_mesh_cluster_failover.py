@@ -114,7 +114,7 @@ async def receive_held(dino: Attachment, wanted: set[bytes]) -> Counter[bytes]:
             got[(await dino.receive()).content] += 1
     with contextlib.suppress(TimeoutError):
         while True:
-            got[(await within(dino.receive(), 0.5)).content] += 1
+            got[(await within(dino.receive(), scaled(0.5))).content] += 1
     return got
 
 

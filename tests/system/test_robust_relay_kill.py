@@ -35,6 +35,7 @@ from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.settings import RobustSettings
 from apexmesh.pubsub.robust.stub import Publication
 from tests.support.deployment import DOMAIN, Deployment, deployment
+from tests.support.polling import scaled
 from tests.support.robust_clients import warm_up
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(150)]
@@ -80,7 +81,7 @@ async def receive_all(wilma: RobustClient, ok: dict[bytes, int]) -> list[Publica
     else comes within half a second (a duplicate would come then)."""
     got: list[Publication] = []
     seen: set[bytes] = set()
-    async with asyncio.timeout(60):
+    async with asyncio.timeout(scaled(60)):
         while not ok.keys() <= seen:
             publication = await wilma.next()
             got.append(publication)

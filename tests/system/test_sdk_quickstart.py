@@ -46,7 +46,7 @@ RUNNER: Final = textwrap.dedent(
             code = compile(text, f"docs/sdk.md block {number}", "exec", flags=flags)
             pending = eval(code, scope)
             if pending is not None:
-                await within(pending, 60)
+                await within(pending, scaled(60))
 
     asyncio.run(run())
     print("--- all blocks ran", flush=True)

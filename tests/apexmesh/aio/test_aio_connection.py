@@ -28,7 +28,7 @@ from apexmesh.beep import events as ev
 from apexmesh.beep.mime import build_entity, split_entity
 from apexmesh.beep.sasl import SaslClientExchange, SaslServerExchange, StaticCredentials
 from apexmesh.beep.session import Role, SessionConfig
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -269,7 +269,7 @@ async def test_garbage_closes_that_session_and_listener_serves_others(
     assert greeting.startswith(b"RPY 0 0 . 0 ")
     writer.write(b"HELO this is not BEEP\r\n")
     await writer.drain()
-    assert await within(reader.read(), 5) == b""  # closed without a response
+    assert await within(reader.read(), scaled(5)) == b""  # closed without a response
     writer.close()
     await writer.wait_closed()
     conn = await connect("127.0.0.1", port)
@@ -331,7 +331,7 @@ async def test_close_cuts_off_a_transport_still_flushing_to_a_peer_that_never_re
     )
     transport.write(b"x" * (64 * 1024 * 1024))  # more than both kernels' buffers
     assert transport.get_write_buffer_size() > 0
-    await within(conn.close(timeout=0.2), 10)
+    await within(conn.close(timeout=0.2), scaled(10))
     assert conn.transport is None  # connection_lost came: the socket is closed
     assert transport.get_extra_info("socket").fileno() == -1
 
@@ -364,7 +364,7 @@ async def test_receive_ends_when_the_peer_closes_the_channel(
     served = conns[-1]._channels[channel.number]  # the listener's side of the channel
     await channel.close()
     with pytest.raises(ConnectionClosedError):
-        await within(served.receive(), 5)
+        await within(served.receive(), scaled(5))
     await conn.close()
 
 
@@ -392,7 +392,7 @@ async def test_idle_timeout_counts_from_the_last_activity() -> None:
             assert (await channel.request(build_entity(b"ping"))).kind == "RPY"
             last = loop.time()
         with pytest.raises(ConnectionClosedError):
-            await within(channel.receive(), 10)
+            await within(channel.receive(), scaled(10))
         assert loop.time() - last >= idle * 0.9  # released by silence, not early
     finally:
         for served in conns:
@@ -427,7 +427,7 @@ async def test_a_tls_failure_is_logged_once_with_its_reason_on_both_sides(
     with caplog.at_level("WARNING", logger="apexmesh.aio.connection"):
         with pytest.raises(ConnectionClosedError, match=r"TLS negotiation failed: .+"):
             await conn.start_tls()
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             await conns[-1].closed
         await asyncio.sleep(0)  # the listener's handshake task finishes its logging
         gc.collect()  # a future whose exception nobody retrieved would be reported now
@@ -482,7 +482,7 @@ async def test_closing_a_held_session_sends_the_held_answer_first(
 
     listener.on_auth_failed = failed
     exchange = SaslClientExchange("SCRAM-SHA-256", authcid="fred", password="x", host="localhost")
-    async with asyncio.timeout(5):  # not the 30 s hold
+    async with asyncio.timeout(scaled(5)):  # not the 30 s hold
         with pytest.raises(AuthenticationError) as failure:
             await conn.authenticate("SCRAM-SHA-256", exchange)
         assert failure.value.code == 535
@@ -577,7 +577,7 @@ async def test_receive_batch_takes_every_queued_msg_in_order_then_raises_at_the_
         assert len(got) == 100
         assert all(isinstance(r, Reply) and r.ok for r in got)
         await channel.close()
-        assert isinstance(await within(ended, 5), ConnectionClosedError)
+        assert isinstance(await within(ended, scaled(5)), ConnectionClosedError)
     finally:
         await conn.close()
         srv.close()

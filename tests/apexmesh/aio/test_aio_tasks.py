@@ -13,6 +13,7 @@ import pytest
 
 from apexmesh.aio.tasks import STOP_REQUESTS, stop_task, stop_tasks, within
 from tests.support.cancelling import turns_going_on
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +43,7 @@ class Swallower:
 async def test_a_task_that_stops_at_once() -> None:
     task = asyncio.create_task(asyncio.sleep(3600))  # to be cancelled while sleeping
     await asyncio.sleep(0)
-    await within(stop_task(task), 1)
+    await within(stop_task(task), scaled(1))
     assert task.cancelled()
 
 
@@ -50,7 +51,7 @@ async def test_a_lost_cancellation_is_asked_again() -> None:
     loop = Swallower(budget=1)
     task = asyncio.create_task(loop.run())
     await asyncio.sleep(0)
-    await within(stop_task(task, grace=0.05), 2)
+    await within(stop_task(task, grace=0.05), scaled(2))
     assert task.cancelled()
     assert loop.seen == 2
 
@@ -62,12 +63,12 @@ async def test_a_task_that_never_stops_is_left_with_a_warning(
     task = asyncio.create_task(loop.run())
     await asyncio.sleep(0)
     with caplog.at_level(logging.WARNING, logger="apexmesh.aio.tasks"):
-        await within(stop_task(task, grace=0.02), 2)
+        await within(stop_task(task, grace=0.02), scaled(2))
     assert not task.done()
     assert loop.seen == STOP_REQUESTS
     assert "did not stop" in caplog.text
     loop.budget = 0  # the test's own clean-up
-    await within(stop_task(task), 1)
+    await within(stop_task(task), scaled(1))
     assert task.cancelled()
 
 
@@ -89,7 +90,7 @@ async def _done_at_once() -> int:
 async def test_within_never_loses_a_cancellation() -> None:
     """Python 3.11's ``wait_for`` returns the result when its task is cancelled as the
     awaited call finishes (python/cpython#86296); :func:`within` ends every task."""
-    assert await turns_going_on(lambda: within(_done_at_once(), 10), 12) == []
+    assert await turns_going_on(lambda: within(_done_at_once(), scaled(10)), 12) == []
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 rebuilt wait_for on timeout")

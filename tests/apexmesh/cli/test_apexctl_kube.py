@@ -17,6 +17,7 @@ import yaml
 
 from apexmesh.aio.tasks import within
 from tests.support.demo_mesh import DemoMesh
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.system
 
@@ -64,7 +65,7 @@ async def apexctl(env: dict[str, str], *args: str) -> tuple[int, str, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await within(process.communicate(), 120)
+    out, err = await within(process.communicate(), scaled(120))
     return process.returncode or 0, out.decode(), err.decode()
 
 

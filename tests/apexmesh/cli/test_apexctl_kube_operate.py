@@ -19,6 +19,7 @@ import yaml
 
 from apexmesh.aio.tasks import within
 from tests.support.demo_mesh import DemoMesh
+from tests.support.polling import scaled
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.system
@@ -128,7 +129,7 @@ async def apexctl(env: dict[str, str], *args: str, stdin: bytes = b"") -> tuple[
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await within(process.communicate(stdin), 120)
+    out, err = await within(process.communicate(stdin), scaled(120))
     return process.returncode or 0, out.decode(), err.decode()
 
 

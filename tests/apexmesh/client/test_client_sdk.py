@@ -50,7 +50,7 @@ from apexmesh.client import (
     XmlContent,
     connect_endpoint,
 )
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -318,9 +318,9 @@ async def test_data_right_behind_the_attach_ok_is_accepted(
     _, state = peer
     await client.attach("fred@example.com")
     eager = await client.attach("eager@example.com")
-    reply = await within(state.eager_replies[0], 5)
+    reply = await within(state.eager_replies[0], scaled(5))
     assert reply.kind == "RPY"
-    assert (await within(eager.receive(), 5)).content == b"<early/>"
+    assert (await within(eager.receive(), scaled(5))).content == b"<early/>"
 
 
 async def test_attaching_twice_as_one_endpoint_is_refused_locally(client: ApexClient) -> None:
@@ -499,7 +499,7 @@ async def test_status_request_is_on_the_wire_and_its_report_is_collected(
     destination = reports[0].destinations[0]
     assert destination.identity == ep("barney@example.com")
     assert destination.reply.code == 250
-    await within(state.report_sent.wait(), 5)
+    await within(state.report_sent.wait(), scaled(5))
     assert state.report_replies[0].kind == "RPY"  # the client answered the report ok
     assert fred.receive_nowait() is None  # a collected report is not queued
 
@@ -528,7 +528,7 @@ async def test_uncollected_report_reaches_the_receive_queue(
     report = report_data(relay_domain=DOMAIN, originator=fred.endpoint, response=response)
     reply = await state.push(beep_xml(report.to_xml()))
     assert reply.kind == "RPY"
-    received = await within(fred.receive(), 5)
+    received = await within(fred.receive(), scaled(5))
     assert received.originator == ep("apex=report@example.com")
     assert received.status_response == response
     assert received.is_xml
@@ -552,7 +552,7 @@ async def test_data_for_an_attached_recipient_is_accepted_and_queued(
     reply = await state.push(data_to(["fred@example.com"], b"<ping n='1'/>"))
     assert reply.kind == "RPY"
     assert split_entity(reply.payload).body == Ok().to_xml()
-    received = await within(fred.receive(), 5)
+    received = await within(fred.receive(), scaled(5))
     assert received.originator == ep("wilma@example.com")
     assert received.recipients == (ep("fred@example.com"),)
     assert received.content == b"<ping n='1'/>"
@@ -572,7 +572,7 @@ async def test_data_for_no_attached_recipient_is_550(
     # One attached recipient among several is enough (section 4.4.4.2 step 3).
     reply = await state.push(data_to(["barney@example.com", "fred@example.com"]))
     assert reply.kind == "RPY"
-    received = await within(fred.receive(), 5)
+    received = await within(fred.receive(), scaled(5))
     assert received.recipients == (ep("barney@example.com"), ep("fred@example.com"))
     assert fred.receive_nowait() is None
 
@@ -601,7 +601,7 @@ async def test_octet_data_and_unprocessed_options_are_exposed(
     reply = await state.push(build_payload(data, (part,), boundary="b0undary"))
     assert reply.kind == "RPY"
     for attachment in (fred, wilma):
-        received = await within(attachment.receive(), 5)
+        received = await within(attachment.receive(), scaled(5))
         assert received.content == body
         assert received.content_type == "text/plain"
         assert received.options == (per_data,)
@@ -638,7 +638,7 @@ async def test_relay_initiated_terminate_ends_the_attachment(
     reply = await state.push(beep_xml(terminate.to_xml()))
     assert reply.kind == "RPY"
     with pytest.raises(AttachmentTerminatedError) as info:
-        await within(waiter, 5)
+        await within(waiter, scaled(5))
     assert info.value.code == 421
     assert info.value.text == "relay going down"
     assert not fred.attached
@@ -686,7 +686,7 @@ async def test_close_wakes_receivers_and_refuses_more_work(client: ApexClient) -
     await asyncio.sleep(0)
     await client.close()
     with pytest.raises(AttachmentTerminatedError) as info:
-        await within(waiter, 5)
+        await within(waiter, scaled(5))
     assert info.value.code == 421
     with pytest.raises(SessionClosedError):
         await client.attach("wilma@example.com")
@@ -699,7 +699,7 @@ async def test_relay_closing_the_session_ends_attachments(
     fred = await client.attach("fred@example.com")
     state.conns[0].abort()
     with pytest.raises(AttachmentTerminatedError) as info:
-        await within(fred.receive(), 5)
+        await within(fred.receive(), scaled(5))
     assert info.value.code == 421
 
 

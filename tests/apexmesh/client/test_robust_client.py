@@ -33,6 +33,7 @@ from apexmesh.store.keys import Keys
 from tests.services.pubsub.conftest import started_mesh
 from tests.services.pubsub.robust_support import HeldOk, Lossy, subscribed
 from tests.support.mesh import endpoint_client
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -86,7 +87,7 @@ async def _setup(
 
 async def _receive(client: RobustClient, count: int, within: float = 20.0) -> list[bytes]:
     out: list[bytes] = []
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         while len(out) < count:
             out.append((await client.next()).payload)
     return out

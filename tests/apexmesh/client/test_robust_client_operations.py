@@ -32,7 +32,7 @@ from apexmesh.store.robust_keys import RobustKeys
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh, until
 from tests.services.pubsub.robust_support import subscribed
 from tests.support.mesh import endpoint_client
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -84,7 +84,7 @@ async def _topic(mesh: PubsubMesh, stack: contextlib.AsyncExitStack, *topics: st
 
 
 async def _next(client: RobustClient, count: int, within: float = 15.0) -> list[bytes]:
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         return [(await client.next()).payload for _ in range(count)]
 
 

@@ -18,7 +18,7 @@ from apexmesh.client.received import ReceivedData
 from apexmesh.store.keys import Keys
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh
 from tests.support.mesh import endpoint_client
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -50,7 +50,7 @@ async def running(
 
 
 async def received(pubsub: PubsubClient, within: float = 5.0) -> tuple[str, ReceivedData]:
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         return await pubsub.next_publication()
 
 

@@ -23,6 +23,7 @@ from services.presence.settings import PresenceSettings
 from services.relay.app import RelayApp
 from services.relay.settings import RelaySettings
 from tests.support.mesh import base_env, endpoint_client, relay_env, retried
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer, free_port
 
 #: Access entries (RFC 3341): data to everybody; wilma and barney may subscribe to fred,
@@ -145,7 +146,7 @@ class Party:
     presence: PresenceClient
 
     async def next(self, within: float = 5.0) -> PresenceMessage:
-        async with asyncio.timeout(within):
+        async with asyncio.timeout(scaled(within)):
             return await self.presence.next_message()
 
 

@@ -21,6 +21,7 @@ from apexmesh.client.presence import PresenceClient
 from apexmesh.store.keys import Keys
 from tests.services.presence.conftest import LEASE_MS, Attach, Party, PresenceMesh, presence_mesh
 from tests.support.mesh import retried
+from tests.support.polling import scaled
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer
 
@@ -133,7 +134,7 @@ async def test_restart_keeps_subscriptions_and_entries(
                     # The subscription survived: fred leaving is published to barney
                     # with the old transID, and the entry still holds fred's tuple.
                     await fred.terminate()
-                    async with asyncio.timeout(10.0):
+                    async with asyncio.timeout(scaled(10.0)):
                         seen = await barney.next_message()
                     assert isinstance(seen, Publish)
                     assert seen.trans_id == 10

@@ -36,7 +36,7 @@ from services.report.app import ReportApp
 from services.report.settings import ReportSettings
 from tests.support.loops import LoopFactories, loop_factories
 from tests.support.mesh import base_env, endpoint_client, relay_env, retried, stop_watched
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 from tests.support.redis_server import RedisServer, free_port
 
 TOPIC: Final = "music.jazz.milesdavis"
@@ -290,11 +290,11 @@ class Party:
     seen: list[AnyServiceMessage] = field(default_factory=list)
 
     async def message(self, within: float = 5.0) -> AnyServiceMessage:
-        async with asyncio.timeout(within):
+        async with asyncio.timeout(scaled(within)):
             return await self.pubsub.next_message()
 
     async def publication(self, within: float = 5.0) -> tuple[str, ReceivedData]:
-        async with asyncio.timeout(within):
+        async with asyncio.timeout(scaled(within)):
             return await self.pubsub.next_publication()
 
 

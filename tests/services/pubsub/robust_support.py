@@ -14,7 +14,7 @@ from apexmesh.client.attachment import Attachment
 from apexmesh.client.received import ReceivedData
 from apexmesh.pubsub.robust.elements import OPTION_NAME, RobustInfo, robust_from_option
 from apexmesh.pubsub.robust.operations import GapRequest, parse_request
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 
 
 async def subscribed(apps: Any, domain: str, topic: str, endpoint: Endpoint) -> None:
@@ -128,7 +128,7 @@ async def publications(
     publications came (the heartbeats among them kept when ``heartbeats``)."""
     out: list[tuple[RobustInfo, ReceivedData]] = []
     seen = 0
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         while seen < count:
             _topic, received = await queue_get()
             info = robust_info(received, endpoint)

@@ -22,6 +22,7 @@ from services.pubsub.app import PubsubApp
 from services.pubsub.settings import PubsubSettings
 from tests.services.pubsub.conftest import TOPIC, started_mesh, until
 from tests.support.mesh import endpoint_client
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -73,5 +74,5 @@ async def test_hop_budget_stops_data_at_the_crossing(
             assert remote.content == b"<hop />"
             return
         with pytest.raises(TimeoutError):
-            async with asyncio.timeout(1.5):
+            async with asyncio.timeout(scaled(1.5)):
                 await bob.next_publication()

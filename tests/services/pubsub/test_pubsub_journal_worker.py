@@ -23,7 +23,7 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.pubsub import JournalEntry, JournalKind, PubsubStore, new_entry
 from services.pubsub.journal import JournalWorker
 from services.pubsub.metrics import PubsubMetrics
-from tests.support.polling import still_true, wait_until
+from tests.support.polling import scaled, still_true, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -108,7 +108,7 @@ async def test_a_sliding_window_bounds_the_entries_in_flight(
     await still_true(lambda: relay.in_flight == 4, 0.05)
     assert not starting.done()
     relay.release.set()
-    tasks = await within(starting, 5)
+    tasks = await within(starting, scaled(5))
     await asyncio.gather(*tasks)
     assert relay.most_in_flight == 4
     assert len(relay.seen) == 10
@@ -124,7 +124,7 @@ async def test_start_returns_before_the_work_is_done(
     worker = _worker(store, relay, access, concurrency=8)
     entries = _sends(f"mike@{DOMAIN}", 3, "a")
     await store.journal(DOMAIN, entries, 0)
-    tasks = await within(worker.start(DOMAIN, entries), 1)
+    tasks = await within(worker.start(DOMAIN, entries), scaled(1))
     assert len(tasks) == 3
     assert not any(task.done() for task in tasks)
     assert await _journalled(redis, keys) == 3
@@ -186,7 +186,7 @@ async def test_closing_lets_entries_in_flight_finish_for_the_grace(
     entries = _sends(f"mike@{DOMAIN}", 2, "a")
     await store.journal(DOMAIN, entries, 0)
     await worker.start(DOMAIN, entries)
-    await within(worker.aclose(grace=0.05), 2)
+    await within(worker.aclose(grace=0.05), scaled(2))
     # Not finished within the grace: stopped, and still journalled for a redo.
     assert await _journalled(redis, keys) == 2
 

@@ -12,6 +12,7 @@ import pytest
 from apexmesh.apex.elements import Reply
 from apexmesh.client import Audience, PubsubError, XmlContent
 from tests.services.pubsub.conftest import Attach, PubsubMesh
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,7 @@ async def test_the_creator_subscribes_publishes_and_grants_on_its_topic(
             )
         ),
     )
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(scaled(5)):
         granted = await fred.pubsub.next_other()  # apex=access's reply
     assert b"code='250'" in granted.content or b'code="250"' in granted.content
     assert (await wilma.pubsub.subscribe(TOPIC, duration=60)).code == 250

@@ -50,6 +50,7 @@ from services.pubsub.robust_serving import RobustSettingsReader
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh, until
 from tests.services.pubsub.robust_support import Lossy, publications, subscribed
 from tests.support.mesh import endpoint_client
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -115,13 +116,13 @@ async def robust_mesh(
 
 async def _answer(client: PubsubClient, within: float = 10.0) -> object:
     """The next robust answer (gapreply, sourceinfo) the client got."""
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         received = await client.next_other()
     return parse_answer(received.content)
 
 
 async def _reply(client: PubsubClient, within: float = 10.0) -> Reply:
-    async with asyncio.timeout(within):
+    async with asyncio.timeout(scaled(within)):
         while True:
             message = await client.next_message()
             if isinstance(message, Reply):
@@ -364,11 +365,11 @@ async def test_heartbeats_reveal_a_dropped_delivery_within_two_intervals(
         await subscribed(mesh.mesh.pubsub.values(), DOMAIN, NEWS, WILMA)
         publisher = await mesh.robust("fred", "a")
         await publisher.publish(NEWS, b"one")
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(scaled(10)):
             assert (await wilma.next()).payload == b"one"
         await publisher.publish(NEWS, b"two")
         published = time.monotonic()
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(scaled(10)):
             assert (await wilma.next()).payload == b"two"
         assert lossy.dropped
         assert lossy.gaps
@@ -401,7 +402,7 @@ async def test_a_lost_link_context_resynchronises_and_is_repaired_by_source(
         publisher = await mesh.robust("fred", "a")
         for n in range(3):
             await publisher.publish(NEWS, f"p{n}".encode())
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(scaled(10)):
             assert [(await wilma.next()).payload for _ in range(3)] == [b"p0", b"p1", b"p2"]
         losing["on"] = True
         for n in range(3, 6):
@@ -414,7 +415,7 @@ async def test_a_lost_link_context_resynchronises_and_is_repaired_by_source(
         losing["on"] = False
         for n in range(6, 9):
             await publisher.publish(NEWS, f"p{n}".encode())
-        async with asyncio.timeout(20):
+        async with asyncio.timeout(scaled(20)):
             got = [(await wilma.next()).payload for _ in range(6)]
         assert got == [f"p{n}".encode() for n in range(3, 9)]
         stub = wilma.stub(NEWS)
@@ -443,7 +444,7 @@ async def test_one_sequencer_forwarding_and_failover_to_the_other_pod(
         via_b = await mesh.robust("barney", "b")
         for n in range(4):
             await (via_a if n % 2 else via_b).publish(NEWS, f"m{n}".encode())
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(scaled(10)):
             assert [(await wilma.next()).payload for _ in range(4)] == [
                 f"m{n}".encode() for n in range(4)
             ]
@@ -470,7 +471,7 @@ async def test_one_sequencer_forwarding_and_failover_to_the_other_pod(
         await until(taken, within=10)
         for n in range(4, 7):
             await survivor.publish(NEWS, f"m{n}".encode(), timeout=15)
-        async with asyncio.timeout(15):
+        async with asyncio.timeout(scaled(15)):
             assert [(await wilma.next()).payload for _ in range(3)] == [
                 f"m{n}".encode() for n in range(4, 7)
             ]

@@ -36,6 +36,7 @@ from services.pubsub.settings import PubsubSettings
 from tests.services.pubsub.conftest import TOPIC, started_mesh, until
 from tests.services.pubsub.robust_support import subscribed
 from tests.support.mesh import endpoint_client
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -118,7 +119,7 @@ async def test_a_redistributed_robust_topic_repairs_what_the_boundary_lost(
             assert await fred.publish(TOPIC, f"<q><n>{n}</n></q>".encode(), header) == n
 
         got = []
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(scaled(30)):
             while len(got) < COUNT:
                 got.append(await dave.next())
         assert [p.payload for p in got] == [f"<q><n>{n}</n></q>".encode() for n in range(1, 31)]

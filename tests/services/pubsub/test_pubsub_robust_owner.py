@@ -41,6 +41,7 @@ from services.pubsub.robust_serving import RobustSettingsReader
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh, until
 from tests.support.fake_owner import ScriptedOwner, scripted_owners
 from tests.support.mesh import endpoint_client
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -186,7 +187,7 @@ async def test_channels_to_owners_are_bounded_and_the_evicted_and_idle_ones_clos
         assert await seq.forward(one, publication("relay-1-1")) == (ApexReplyCode.SUCCESS, "")
         assert await seq.forward(two, publication("relay-1-2")) == (ApexReplyCode.SUCCESS, "")
         assert seq.owner_addresses == (two,)
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             await first.ended.wait()
         assert not second.ended.is_set()
         clock.now += OWNER_CHANNEL_IDLE_MS - 1
@@ -195,7 +196,7 @@ async def test_channels_to_owners_are_bounded_and_the_evicted_and_idle_ones_clos
         clock.now += 1
         await seq.renew()
         assert not seq.owner_addresses  # closed
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             await second.ended.wait()
 
 

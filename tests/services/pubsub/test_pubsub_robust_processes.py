@@ -25,7 +25,7 @@ from apexmesh.store.keys import Keys
 from apexmesh.store.robust import RobustKeys
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh
 from tests.support.mesh import endpoint_client
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer
 from tests.support.robust_clients import warm_up
@@ -111,7 +111,7 @@ async def test_kill_9_of_the_sequencing_process_loses_no_published_publication(
                     ok.append(payload)
             assert len(ok) >= PUBLICATIONS - 10, f"{failed} publications failed"
             got: list[bytes] = []
-            async with asyncio.timeout(60):
+            async with asyncio.timeout(scaled(60)):
                 while not set(ok) <= set(got):
                     publication = await wilma.next()
                     if not publication.payload.startswith(b"warm"):

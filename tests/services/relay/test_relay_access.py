@@ -13,7 +13,7 @@ import pytest
 from apexmesh.beep.xml import Element, parse_xml
 from apexmesh.client import Attachment, XmlContent
 from tests.support.mesh import Mesh, endpoint_client
-from tests.support.polling import eventually, wait_until
+from tests.support.polling import eventually, scaled, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ ACCESS = "apex=access@example.com"
 async def ask_access(fred: Attachment, operation: str) -> Element:
     """Send ``operation`` inline to apex=access and return the reply's XML content."""
     result = await fred.send(ACCESS, XmlContent(operation.encode()), status_request=True)
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(scaled(5)):
         got = await fred.receive()
     assert str(got.originator) == ACCESS
     assert [str(r) for r in got.recipients] == [str(fred.endpoint)]
@@ -91,7 +91,7 @@ async def test_set_over_beep_changes_delivery(mesh: Mesh) -> None:
             return code == 250
 
         await wait_until(granted, 5, every=0.05, what="the decision cache follows the grant")
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             while (await dino.receive()).content != b"woof":
                 pass
 
@@ -108,7 +108,7 @@ async def test_operation_from_another_domain(mesh: Mesh) -> None:
                 b" actions='core:data' />"
             ),
         )
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             got = await betty.receive()
         assert str(got.originator) == ACCESS
         root = parse_xml(got.content)
@@ -133,7 +133,7 @@ async def test_access_service_down_fails_closed_with_421(mesh: Mesh) -> None:
         await fred.send("barney@example.com", b"not now")
         await eventually(lambda: outcomes(mesh, "421") == 1)
         with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.3):
+            async with asyncio.timeout(scaled(0.3)):
                 await barney.receive()
         await fred.send("wilma@example.com", b"still served")
         assert (await wilma.receive()).content == b"still served"

@@ -21,6 +21,7 @@ from tests.support.mesh import (
     cid_payload,
     endpoint_client,
 )
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +42,7 @@ async def still_serving(mesh: Mesh) -> None:
         wilma = await one.attach("wilma@example.com")
         barney = await two.attach("barney@example.com")
         result = await wilma.send("barney@example.com", b"still here", status_request=True)
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             assert (await barney.receive()).content == b"still here"
         [report] = await result.reports(1, timeout=5)
         assert [int(d.reply.code) for d in report.destinations] == [250]
@@ -158,7 +159,7 @@ async def test_cid_not_in_the_payload(mesh: Mesh) -> None:
             " transID='5' /></data>"
         )
         assert await ask_payload(channel, cid_payload(control)) == OK
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             incoming = await channel.receive()
         incoming.reply(beep_xml(b"<ok />"))
         text = incoming.payload.decode()
@@ -178,7 +179,7 @@ async def test_ten_megabytes(mesh: Mesh) -> None:
             "<recipient identity='barney@example.com' /></data>",
             body=b"x" * (10 * 1024 * 1024),
         )
-        reply = await within(channel.request(big), 20)
+        reply = await within(channel.request(big), scaled(20))
         assert reply.kind == "ERR"
         assert b"554" in reply.payload
         assert await ask(channel, "<terminate transID='1' />") == OK

@@ -57,7 +57,7 @@ class Bystanders:
         sender = self.wilma.attachments[0]
         receiver = self.barney.attachments[0]
         await sender.send("barney@example.com", f"still here {n}".encode())
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(scaled(10)):
             received = await receiver.receive()
         assert received.content == f"still here {n}".encode()
 
@@ -86,7 +86,7 @@ async def bystanders(pod: SecureRelay) -> AsyncIterator[Bystanders]:
 
 async def read_message(reader: asyncio.StreamReader) -> bytes:
     """One whole frame as the relay wrote it (header line to the END trailer)."""
-    return await within(reader.readuntil(b"END\r\n"), 10)
+    return await within(reader.readuntil(b"END\r\n"), scaled(10))
 
 
 async def plain_session(pod: SecureRelay) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -159,7 +159,7 @@ def framing_case(raw: Callable[[], bytes], *, plain: bool = False) -> Callable[.
             writer.write(raw())
             with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError, TimeoutError):
                 await writer.drain()
-                await within(reader.read(), 10)  # the relay closes, unanswered
+                await within(reader.read(), scaled(10))  # the relay closes, unanswered
             writer.close()
 
         return await ended_with(send)
@@ -234,7 +234,7 @@ async def many_channel_starts(pod: SecureRelay) -> int:
             futures.append(future)
     except ConnectionClosedError:
         pass
-    async with asyncio.timeout(60):
+    async with asyncio.timeout(scaled(60)):
         results = await asyncio.gather(*futures, return_exceptions=True)
     refused = {r.code for r in results if isinstance(r, ChannelStartError)}
     accepted = sum(1 for r in results if not isinstance(r, BaseException))

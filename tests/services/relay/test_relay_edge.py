@@ -20,7 +20,7 @@ from apexmesh.beep.frames import encode_frame
 from apexmesh.beep.mime import beep_xml
 from apexmesh.client import ApexRequestError
 from tests.support.mesh import Mesh, apex_channel, ask, beep_session, endpoint_client, start_answer
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -80,7 +80,8 @@ async def test_a_start_that_fails_inside_the_relay_is_answered(
         try:
             with pytest.raises(ChannelStartError) as refused:
                 await within(
-                    apex_channel(conn, "<attach endpoint='fred@example.com' transID='1' />"), 10
+                    apex_channel(conn, "<attach endpoint='fred@example.com' transID='1' />"),
+                    scaled(10),
                 )
         finally:
             redis_server.start()

@@ -27,7 +27,7 @@ from apexmesh.client import ApexRequestError, Attachment, SessionClosedError, co
 from apexmesh.store.held import HeldStore
 from apexmesh.store.keys import Keys
 from tests.support.mesh import Mesh, endpoint_client
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 from tests.support.processes import ServiceProcess
 
 pytestmark = pytest.mark.integration
@@ -123,7 +123,7 @@ async def test_10k_held_survive_sigkill_and_drain_once_in_order_on_the_other_pod
         ):
             barney = await other.attach(ENDPOINT)
             got: list[int] = []
-            async with asyncio.timeout(90):
+            async with asyncio.timeout(scaled(90)):
                 while len(got) < MESSAGES:
                     got.append(seq_of((await barney.receive()).content))
             assert got == list(range(MESSAGES))  # all, in order, none twice
@@ -137,7 +137,7 @@ async def test_10k_held_survive_sigkill_and_drain_once_in_order_on_the_other_pod
             # Exactly once: nothing more comes after the last one (no redelivery).
             assert barney.receive_nowait() is None
             with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.5):
+                async with asyncio.timeout(scaled(0.5)):
                     await barney.receive()
 
 
@@ -159,5 +159,5 @@ async def test_quota_of_a_relay_process_answers_450(
         assert (await store.usage(ENDPOINT))[0] == 5
     async with endpoint_client(mesh.b.edge_port) as other:
         barney = await other.attach(ENDPOINT)
-        got = [seq_of((await within(barney.receive(), 5)).content) for _ in range(5)]
+        got = [seq_of((await within(barney.receive(), scaled(5))).content) for _ in range(5)]
         assert got == [0, 1, 2, 3, 4]

@@ -19,6 +19,7 @@ from apexmesh.beep.mime import beep_xml
 from apexmesh.beep.session import SessionConfig
 from apexmesh.beep.xml import parse_xml
 from tests.support.mesh import Mesh, cid_payload, endpoint_client, receive
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +69,7 @@ async def open_link(mesh: Mesh, slate: ForeignRelay) -> None:
     async with endpoint_client(mesh.a.edge_port) as client:
         fred = await client.attach("fred@example.com")
         await fred.send("mr.slate@slate.com", b"hello slate")
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             incoming = await slate.received.get()
     control = parse_xml(parse_payload(incoming.payload).control)
     assert control.find("originator").get("identity") == "fred@example.com"  # type: ignore[union-attr]
@@ -85,7 +86,7 @@ async def test_data_sent_back_over_the_link_is_delivered(mesh: Mesh, slate: Fore
     assert slate.channel is not None
     async with endpoint_client(mesh.b.edge_port) as client:
         barney = await client.attach("barney@example.com")
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             reply = await slate.channel.request(
                 cid_payload(FROM_SLATE, "1@slate.com", b"quarry closes")
             )
@@ -101,7 +102,7 @@ async def test_data_for_another_domains_originator_is_refused_537(
     await open_link(mesh, slate)
     assert slate.channel is not None
     spoofed = FROM_SLATE.replace("mr.slate@slate.com", "fred@rubble.com")
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(scaled(5)):
         reply = await slate.channel.request(cid_payload(spoofed, "1@slate.com"))
     assert reply.kind == "ERR"
     assert b"537" in reply.payload
@@ -112,7 +113,7 @@ async def test_terminate_from_the_listening_relay_is_answered_and_ends_the_link(
 ) -> None:
     await open_link(mesh, slate)
     assert slate.channel is not None
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(scaled(5)):
         reply = await slate.channel.request(beep_xml(b"<terminate transID='0' />"))
     assert reply.kind == "RPY"
     assert b"<ok" in reply.payload
@@ -121,6 +122,6 @@ async def test_terminate_from_the_listening_relay_is_answered_and_ends_the_link(
     async with endpoint_client(mesh.a.edge_port) as client:
         fred = await client.attach("fred@example.com")
         await fred.send("mr.slate@slate.com", b"again")
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             await slate.received.get()
     assert slate.channel is not first

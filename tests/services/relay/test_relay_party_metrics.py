@@ -19,7 +19,7 @@ from apexmesh.apex.holding import HoldLimits
 from apexmesh.apex.timing import DataTiming
 from apexmesh.client import ApexRequestError
 from tests.support.mesh import Mesh, apex_channel, ask, beep_session, endpoint_client
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ async def test_party_pack_counters_and_gauges(mesh: Mesh) -> None:
 
         # drain on attach (same pod)
         barney = await two.attach("barney@example.com")
-        got = [(await within(barney.receive(), 5)).content for _ in range(3)]
+        got = [(await within(barney.receive(), scaled(5))).content for _ in range(3)]
         assert got == [b"held 0", b"held 1", b"held 2"]
         drained = await scrape_until(
             port,
@@ -104,7 +104,7 @@ async def test_party_pack_counters_and_gauges(mesh: Mesh) -> None:
         result = await fred.send(
             "barney@example.com", b"on time", timing=DataTiming(return_trip=20_000)
         )
-        assert (await within(barney.receive(), 5)).content == b"on time"
+        assert (await within(barney.receive(), scaled(5))).content == b"on time"
         (report,) = await result.reports(1, timeout=5)
         assert report.destinations[0].reply.code == 250
 

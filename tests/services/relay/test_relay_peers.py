@@ -23,7 +23,7 @@ from apexmesh.relay.outcomes import DELIVERED, Outcome
 from apexmesh.rpc.server import create_server
 from services.relay.peers import BATCH_OCTETS, PACKED_OUTCOMES, UNAVAILABLE, PeerDelivery
 from services.relay.servicer import _Answers
-from tests.support.polling import eventually
+from tests.support.polling import eventually, scaled
 
 pytestmark = pytest.mark.integration
 
@@ -143,7 +143,7 @@ async def test_a_broken_stream_settles_pending_deliveries_with_421(
         pending = peers.deliver(address, BARNEY, FRED, b"lost in transit")
         await eventually(lambda: bool(recorder.batches))
         await server.stop(None)
-        assert await within(pending, 5) == UNAVAILABLE
+        assert await within(pending, scaled(5)) == UNAVAILABLE
     finally:
         await peers.close()
 

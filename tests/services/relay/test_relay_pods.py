@@ -97,7 +97,7 @@ async def test_closing_the_apex_channel_releases_its_attachments(short_lease: Me
         channel = await apex_channel(conn, "<attach endpoint='fred@example.com' transID='1' />")
         assert start_answer(channel) == ("ok", "")
         barney = await other.attach("barney@example.com")
-        await within(channel.close(), 5)
+        await within(channel.close(), scaled(5))
         # data for fred meanwhile is not delivered (and breaks nothing)
         result = await barney.send("fred@example.com", b"anyone?", status_request=True)
         [report] = await result.reports(1, timeout=5)

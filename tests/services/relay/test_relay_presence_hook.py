@@ -18,7 +18,7 @@ from apexmesh.contracts.presence.v1 import presence_pb2, presence_pb2_grpc
 from apexmesh.rpc.retry import RetryPolicy
 from apexmesh.rpc.server import create_server
 from services.relay.presence_hook import PresenceHook
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +121,7 @@ async def test_a_stopping_pod_does_not_wait_out_a_backlog_of_calls() -> None:
     """Thousands of detaches queued behind a slow service when the pod stops: the stop
     gives them a bounded time, then drops them (the service repairs lapsed leases)."""
     presence = ScriptedPresence(latency=1.0)
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(scaled(10)):
         async with hook_to(presence, max_in_flight=1) as hook:
             for index in range(1_000):
                 hook.detached(Endpoint.parse(f"e{index}@example.com"))

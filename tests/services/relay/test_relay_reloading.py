@@ -29,7 +29,7 @@ from apexmesh.client import ApexClient, connect_endpoint
 from apexmesh.store.keys import Keys
 from services.access.app import AccessApp
 from services.access.settings import AccessSettings
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer
 from tests.support.secure import HOST, PASSWORDS, SEED, relay_env
@@ -223,17 +223,17 @@ async def test_a_running_relay_takes_new_credentials_and_a_renewed_certificate_k
 
             # The sessions opened before go on, both ways, over the first certificate.
             await fred.send("barney@example.com", b"after the reload")
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(scaled(10)):
                 assert (await barney.receive()).content == b"after the reload"
             await barney.send("fred@example.com", b"and back")
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(scaled(10)):
                 assert (await fred.receive()).content == b"and back"
 
             # A new endpoint attaches and exchanges data with an old session.
             async with await client(port, trust, "wilma@example.com", "wilma-2") as wilma_client:
                 wilma = await wilma_client.attach("wilma@example.com")
                 await fred.send("wilma@example.com", b"welcome")
-                async with asyncio.timeout(10):
+                async with asyncio.timeout(scaled(10)):
                     assert (await wilma.receive()).content == b"welcome"
 
             # A bad change (a key of another certificate) keeps the renewed certificate.

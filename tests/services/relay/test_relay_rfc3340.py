@@ -27,6 +27,7 @@ from tests.support.mesh import (
     receive_msg,
     start_answer,
 )
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -190,7 +191,7 @@ async def test_443_relay_initiated_terminate(mesh: Mesh) -> None:
         )
         assert answer.terminated
         with pytest.raises(AttachmentTerminatedError) as ended:
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(scaled(5)):
                 await wilma.receive()
         assert ended.value.code == 554
 
@@ -228,7 +229,7 @@ async def test_51_status_request_250_then_550(mesh: Mesh) -> None:
         fred = await apex_channel(conn, "<attach endpoint='fred@example.com' transID='1' />")
         barney = await client.attach("barney@example.com")  # on the other pod
         assert await ask_payload(fred, cid_payload(with_status(FRED_TO_BARNEY))) == OK
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             got = await barney.receive()
         assert (str(got.originator), got.content) == ("fred@example.com", b"hi")
         assert [o.internal for o in got.options] == ["statusRequest"]  # final keeps it
@@ -254,7 +255,7 @@ async def test_51_cross_domain_report_from_rubble(mesh: Mesh) -> None:
         barney = await client.attach("barney@rubble.com")
         sent = cid_payload(to_rubble)
         assert await ask_payload(fred, sent) == OK  # relay #1
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             got = await barney.receive()  # relay #2 -> appl. #2
         assert (str(got.originator), got.content) == ("fred@example.com", b"hi")
         assert [(o.internal, o.trans_id) for o in got.options] == [("statusRequest", 86)]

@@ -51,6 +51,7 @@ from tests.support.mesh import (
     receive_msg,
     start_answer,
 )
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -168,7 +169,7 @@ async def test_2_1_2_timing_error_report(mesh: Mesh) -> None:
         </data>""",
         )
         # barney gets the data and does not answer in time
-        unanswered = await within(barney.receive(), 5)
+        unanswered = await within(barney.receive(), scaled(5))
         _, report = await receive_msg(fred)
         del unanswered
     expected = rfc(
@@ -206,7 +207,7 @@ async def test_2_2_1_transient_timing_report(mesh: Mesh) -> None:
              </option>
          </data>""",
         )
-        slow = await within(barney.receive(), 5)
+        slow = await within(barney.receive(), scaled(5))
         _, report = await receive_msg(fred)
         slow.reply(beep_xml(b"<ok />"))  # delivery goes on
     expected = rfc(

@@ -17,7 +17,7 @@ from apexmesh.beep.mime import beep_xml
 from apexmesh.client import ReceivedData
 from services.relay.timekeeper import wall_ms
 from tests.support.mesh import Mesh, apex_channel, ask, beep_session, endpoint_client, receive
-from tests.support.polling import still_true
+from tests.support.polling import scaled, still_true
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +109,7 @@ async def test_transient_report_then_delivery(mesh: Mesh) -> None:
         await ask(channel, "<attach endpoint='barney@example.com' transID='1' />")
         fred = await one.attach("fred@example.com")
         result = await fred.send("barney@example.com", b"slow", timing=DataTiming(report_after=200))
-        incoming = await within(channel.receive(), 5)
+        incoming = await within(channel.receive(), scaled(5))
         (report,) = await result.reports(1, timeout=5)
         assert report.destinations[0].reply.code == 350
         incoming.reply(beep_xml(b"<ok />"))

@@ -17,6 +17,7 @@ from apexmesh.beep.sasl import SaslClientExchange
 from apexmesh.beep.tuning import TLS_PROFILE, sasl_profile
 from apexmesh.client import connect_endpoint
 from apexmesh.store.keys import Keys
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 from tests.support.secure import HOST, PASSWORDS, SecureRelay, secure_relay
 
@@ -67,7 +68,7 @@ async def test_an_authenticated_endpoint_exchanges_data(pod: SecureRelay) -> Non
         fred = await one.attach("fred@example.com")
         barney = await two.attach("barney@example.com")
         await fred.send("barney@example.com", b"over TLS")
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             assert (await barney.receive()).content == b"over TLS"
 
 
@@ -108,7 +109,7 @@ async def test_sasl_failures_are_throttled_logged_counted_then_closed_with_421(
         )
         with pytest.raises((AuthenticationError, ConnectionClosedError)):
             await conn.authenticate("SCRAM-SHA-256", exchange)
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(scaled(5)):
             ended = await conn.closed
     assert codes == [535, 535]
     # the second attempt waited out the delay of the first failure (50 ms)
@@ -141,7 +142,7 @@ async def test_a_new_session_from_a_guessing_address_is_closed_at_its_first_fail
     )
     with pytest.raises((AuthenticationError, ConnectionClosedError)):
         await conn.authenticate("DIGEST-MD5", exchange)
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(scaled(5)):
         ended = await conn.closed
     assert getattr(ended, "code", None) == 421
 

@@ -23,7 +23,7 @@ from apexmesh.client import ApexClient, Attachment, SendResult, connect_endpoint
 from apexmesh.store.keys import Keys
 from services.access.app import AccessApp
 from tests.support.mesh import Mesh, running_mesh
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -103,7 +103,7 @@ async def test_every_report_owed_during_an_access_outage_arrives(
                     ("barney@example.com", 250)
                 ], identity
             received = 0
-            async with asyncio.timeout(20):
+            async with asyncio.timeout(scaled(20)):
                 while received < len(senders) + PER_SENDER + len(owed):  # every data, once
                     await barney.receive()
                     received += 1

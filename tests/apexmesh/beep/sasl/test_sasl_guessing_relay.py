@@ -22,6 +22,7 @@ from apexmesh.aio import AuthenticationError, BeepConnection, ConnectionClosedEr
 from apexmesh.beep.sasl import SaslClientExchange
 from apexmesh.beep.sasl.throttle import ThrottlePolicy
 from apexmesh.store.keys import Keys
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 from tests.support.secure import HOST, PASSWORDS, SecureRelay, secure_relay
 
@@ -151,7 +152,7 @@ async def test_past_the_limit_an_address_is_refused_before_any_password_is_check
                 await conn.authenticate("SCRAM-SHA-256", exchange)
             assert refused.value.code == 421
             assert "too many failed authentications" in str(refused.value)
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(scaled(5)):
                 ended = await conn.closed
             assert getattr(ended, "code", None) == 421
         # Fred from his own address is not locked out.

@@ -21,6 +21,7 @@ from apexmesh.beep.sasl import SaslClientExchange
 from apexmesh.beep.tuning import sasl_profile
 from apexmesh.client import connect_endpoint
 from apexmesh.store.keys import Keys
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 from tests.support.secure import HOST, PASSWORDS, SecureRelay, secure_relay
 
@@ -86,7 +87,7 @@ async def test_cram_md5_authenticates_an_endpoint_over_tcp_and_tls(
             fred = await one.attach("fred@example.com")
             barney = await two.attach("barney@example.com")
             await fred.send("barney@example.com", b"after CRAM-MD5")
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(scaled(10)):
                 assert (await barney.receive()).content == b"after CRAM-MD5"
         # a wrong password is the usual generic 535
         conn = await pod.session()
