@@ -36,11 +36,12 @@ STOP_GRACE_SECONDS: Final = 2.0
 STOP_REQUESTS: Final = 3
 
 
-async def within(awaitable: Awaitable[T], seconds: float | None) -> T:
-    """``await awaitable``, or TimeoutError after ``seconds`` (None: unbounded), as
-    ``asyncio.wait_for``, but a cancellation of the caller is never lost (module
-    docstring). The awaitable runs in the caller's task: a timeout cancels it there."""
-    async with asyncio.timeout(seconds):
+async def within(awaitable: Awaitable[T], timeout: float | None) -> T:  # noqa: ASYNC109
+    """``await awaitable``, or TimeoutError after ``timeout`` seconds (None: unbounded),
+    as ``asyncio.wait_for`` (same parameters), but a cancellation of the caller is never
+    lost (module docstring). The awaitable runs in the caller's task: a timeout cancels
+    it there."""
+    async with asyncio.timeout(timeout):
         return await awaitable
 
 

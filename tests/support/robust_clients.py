@@ -23,7 +23,7 @@ async def warm_up(
     for attempt in range(attempts):
         await publisher.publish(topic, f"warm {attempt}".encode())
         with contextlib.suppress(TimeoutError):
-            first = await within(subscriber.next(), timeout=1.0)
+            first = await within(subscriber.next(), timeout=scaled(1.0))
             assert first.payload.startswith(b"warm")
             return
     pytest.fail("the subscriber never received a warm-up publication")
@@ -77,5 +77,5 @@ async def receive_all(
             wanted.discard(publication.payload)
     with contextlib.suppress(TimeoutError):
         while True:
-            got.append(await within(subscriber.next(), timeout=0.5))
+            got.append(await within(subscriber.next(), timeout=scaled(0.5)))
     return got

@@ -88,7 +88,7 @@ async def receive_all(wilma: RobustClient, ok: dict[bytes, int]) -> list[Publica
             seen.add(publication.payload)
     with contextlib.suppress(TimeoutError):
         while True:
-            got.append(await within(wilma.next(), timeout=0.5))
+            got.append(await within(wilma.next(), timeout=scaled(0.5)))
     return got
 
 

@@ -28,6 +28,7 @@ from apexmesh.pubsub.subscription_elements import ContentCancel, SubscriptionRep
 from apexmesh.store.keys import Keys
 from tests.services.pubsub.conftest import started_mesh
 from tests.support.mesh import endpoint_client
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 
 
@@ -80,12 +81,12 @@ async def test_helpers_against_the_mesh(
             assert await fred.list_topics() == ("sports",)
             # keep_subscribed renews at half-life: the lease of 1 s is still there later.
             lease = mike.keep_subscribed("sports", duration=1)
-            first = await within(mike.next_message(), timeout=5)
+            first = await within(mike.next_message(), timeout=scaled(5))
             assert isinstance(first, Reply)
             assert first.code == 250
             await asyncio.sleep(1.6)  # past the 1 s lease: the time passing is under test
             await fred.publish("sports", b"goal")
-            topic, received = await within(mike.next_publication(), timeout=5)
+            topic, received = await within(mike.next_publication(), timeout=scaled(5))
             assert (topic, received.content) == ("sports", b"goal")
             lease.cancel()
             answer = await mike.cancel("sports")
@@ -93,7 +94,7 @@ async def test_helpers_against_the_mesh(
             assert answer.code == 250
             await fred.publish("sports", b"late")
             with pytest.raises(TimeoutError):
-                await within(mike.next_publication(), timeout=0.5)
+                await within(mike.next_publication(), timeout=scaled(0.5))
             deleted = await fred.delete_topic("sports")
             assert isinstance(deleted, Reply)
             assert deleted.code == 250
@@ -157,7 +158,7 @@ async def test_content_helpers_return_ids_and_raise_the_code_of_every_refusal(
             await fred.create_topic("news")
             await fred.publish("news", XmlContent(CACHED))
             one = await mike.select("news", duration=60, selector="x > 1", cached=True)
-            topic, ids, received = await within(mike.next_match(), timeout=5)
+            topic, ids, received = await within(mike.next_match(), timeout=scaled(5))
             assert (topic, ids) == ("news", (one,))  # the cached message, replayed
             assert b"<m x='2'/>" in received.content
             two = await mike.select(
@@ -165,7 +166,7 @@ async def test_content_helpers_return_ids_and_raise_the_code_of_every_refusal(
             )
             assert two != one
             await fred.publish("news", XmlContent(b"<m x='3'/>"))
-            _, ids, _ = await within(mike.next_match(), timeout=5)
+            _, ids, _ = await within(mike.next_match(), timeout=scaled(5))
             assert ids == (one, two)
             assert (await mike.unselect(subscription_id=one)).code == 250
             refusals: dict[int, Callable[[], Awaitable[object]]] = {

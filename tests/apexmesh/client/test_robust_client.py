@@ -124,7 +124,7 @@ async def test_dropped_deliveries_are_repaired_by_link_range_in_order_once(
         assert stub.stats.link_repairs >= 2
         assert all(r.by_link for _, r in lossy.gaps)
         with pytest.raises(TimeoutError):
-            await within(wilma.next(), timeout=0.3)
+            await within(wilma.next(), timeout=scaled(0.3))
 
 
 async def test_the_reader_takes_the_repair_without_waiting_for_its_gap_requests_ok(
@@ -233,7 +233,7 @@ async def test_a_robust_client_subscribes_by_itself_and_passes_plain_data_on(
                 await fred.subscribe("nosuch", duration=60)
             assert refused.value.code == 537  # step 1: no access entry for an unknown topic
             await mike.publish("sports", b"goal")
-            received = await within(fred.next_other(), timeout=10)
+            received = await within(fred.next_other(), timeout=scaled(10))
             assert received.content == b"goal"
             assert (await fred.cancel("sports")).code == 250
         finally:
@@ -281,7 +281,7 @@ async def test_the_stub_reattaches_by_itself_and_its_application_misses_nothing(
             stub = wilma.stub(TOPIC)
             assert stub.stats.delivered == count
             with pytest.raises(TimeoutError):
-                await within(wilma.next(), timeout=0.5)
+                await within(wilma.next(), timeout=scaled(0.5))
         finally:
             for client in (owner, fred, wilma):
                 await client.aclose()

@@ -165,7 +165,7 @@ async def test_a_subscriber_restarting_its_process_resumes_where_it_left_off(
         assert stub.stats.resyncs == 1
         assert stub.stats.source_repairs >= 1
         with pytest.raises(TimeoutError):
-            await within(third.next(), timeout=0.5)
+            await within(third.next(), timeout=scaled(0.5))
 
 
 async def test_a_snapshot_answers_images_or_nothing_and_the_item_cache_takes_them(
@@ -258,5 +258,5 @@ async def test_keep_subscribed_renews_the_lease_before_it_ends(
         assert not lease.done()
         selection = wilma.keep_subscribed(NEWS, duration=2, selector="price > 1")
         with contextlib.suppress(TimeoutError):
-            await within(asyncio.shield(selection), timeout=0.5)
+            await within(asyncio.shield(selection), timeout=scaled(0.5))
         assert not selection.done()  # subscribed and renewing (an id: no refusal)

@@ -70,7 +70,7 @@ async def test_hop_budget_stops_data_at_the_crossing(
         _, local = await mike.next_publication()
         assert local.content == b"<hop />"
         if crosses:
-            _, remote = await within(bob.next_publication(), timeout=10)
+            _, remote = await within(bob.next_publication(), timeout=scaled(10))
             assert remote.content == b"<hop />"
             return
         with pytest.raises(TimeoutError):

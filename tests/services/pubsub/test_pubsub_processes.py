@@ -26,7 +26,7 @@ from apexmesh.store.pubsub import PubsubStore
 from tests.services.pubsub.conftest import PubsubMesh, started_mesh
 from tests.support.heap import CollectorPauses, frozen_heap
 from tests.support.mesh import endpoint_client
-from tests.support.polling import still_true, wait_until
+from tests.support.polling import scaled, still_true, wait_until
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer
 
@@ -105,7 +105,7 @@ async def test_kill_one_process_during_10k_publishes(
         # Warm the relays' access caches (core:data to the subscribers) before the burst.
         await fred.publish("load", b"-1")
         for helper in (mike, wilma):
-            _, first = await within(helper.next_publication(), timeout=10)
+            _, first = await within(helper.next_publication(), timeout=scaled(10))
             assert first.content == b"-1"
         readers = [
             asyncio.create_task(collect(n, h)) for n, h in (("mike", mike), ("wilma", wilma))
@@ -218,7 +218,7 @@ async def test_1000_leases_end_on_time_once(
                     )
                     await attachment.send("apex=pubsub@example.com", XmlContent(op.to_xml()))
                 with contextlib.suppress(TimeoutError):
-                    await within(answered.wait(), timeout=10)
+                    await within(answered.wait(), timeout=scaled(10))
             # The longest lease is 7 s; its cancel may come a claim interval later.
             await wait_until(
                 lambda: all(cancels.values()), within=7 + 20, what="a cancel for every lease"

@@ -423,7 +423,7 @@ async def test_a_lost_link_context_resynchronises_and_is_repaired_by_source(
         assert any(not r.by_link for _, r in lossy.gaps)
         assert any(isinstance(e, Resynchronised) for e in events)
         with pytest.raises(TimeoutError):
-            await within(wilma.next(), timeout=0.5)
+            await within(wilma.next(), timeout=scaled(0.5))
 
 
 async def test_one_sequencer_forwarding_and_failover_to_the_other_pod(

@@ -135,4 +135,4 @@ async def test_a_redistributed_robust_topic_repairs_what_the_boundary_lost(
         assert upstream_stub.resolution == UPSTREAM.resolution  # asked of example.com
         assert upstream_stub.stats.link_repairs >= 1
         with pytest.raises(TimeoutError):
-            await within(dave.next(), timeout=1.5)  # no heartbeat published
+            await within(dave.next(), timeout=scaled(1.5))  # no heartbeat published

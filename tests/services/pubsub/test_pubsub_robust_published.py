@@ -31,7 +31,7 @@ from tests.services.pubsub.test_pubsub_robust import (
     _robust_topic,
     robust_mesh,
 )
-from tests.support.polling import eventually
+from tests.support.polling import eventually, scaled
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -64,7 +64,7 @@ async def test_published_reaches_its_publisher_after_the_pod_that_owed_it_died(
         fred = await mesh.robust("fred", "a")
         publishing = asyncio.create_task(fred.publish(NEWS, b"owed", timeout=60))
         # The publication is sequenced and delivered; its published is journalled only.
-        assert (await within(wilma.next(), timeout=20)).payload == b"owed"
+        assert (await within(wilma.next(), timeout=scaled(20))).payload == b"owed"
         await eventually(lambda: unreachable.refused > 0, within=20)
         (owner,) = (
             name
@@ -79,7 +79,7 @@ async def test_published_reaches_its_publisher_after_the_pod_that_owed_it_died(
         await stop_tasks((dead._loop, dead._alive, dead._robust))
         assert dead._grpc is not None
         await dead._grpc.stop(0)
-        assert await within(publishing, timeout=60) == 1
+        assert await within(publishing, timeout=scaled(60)) == 1
         store = mesh.mesh.pubsub[owner].store
 
         async def forgotten() -> bool:  # the redo's entry goes once a relay took it
