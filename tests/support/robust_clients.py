@@ -77,5 +77,6 @@ async def receive_all(
             wanted.discard(publication.payload)
     with contextlib.suppress(TimeoutError):
         while True:
-            got.append(await within(subscriber.next(), timeout=scaled(0.5)))
+            async with asyncio.timeout(scaled(0.5)):  # (``within`` is the bound here)
+                got.append(await subscriber.next())
     return got
