@@ -88,7 +88,8 @@ class Tally:
     async def drained(self, within: float = DRAIN_SECONDS) -> None:
         """Wait for every expected delivery (or the deadline: then fewer are counted)."""
         with contextlib.suppress(TimeoutError):
-            await within(self.done.wait(), within)
+            async with asyncio.timeout(within):
+                await self.done.wait()
 
     def missing(self, acknowledged: Sequence[int]) -> list[int]:
         """Acknowledged publications that did not reach every subscriber."""
