@@ -467,15 +467,22 @@ class SubscriberStub:
             self._link_request(start, last, out, now)
         self._requested_to = max(self._requested_to, end)
 
-    def _request_holes(self, out: list[StubEvent], now: int, start: int, upto: int | None) -> None:
+    def _request_holes(
+        self,
+        out: list[StubEvent],
+        now: int,
+        start: int,
+        upto: int | None,
+        asked: Callable[[int], bool] | None = None,
+    ) -> None:
         """A link repair of ``start .. upto`` (None: open) made no progress for the
         repair timeout: ask again for what is still missing of it (below the highest
-        position received; ``max_gap`` at most). Holes outside it are another
-        request's."""
+        position received; ``max_gap`` at most, none that is ``asked``). Holes outside
+        it are another request's."""
         first = max(self._next_pos, self._settled_to() + 1, start)
         below = self._high_pos - 1 if upto is None else min(upto, self._high_pos - 1)
         end = min(below, first + self.max_gap - 1)
-        for run_from, run_to in self._runs(first, end):
+        for run_from, run_to in self._runs(first, end, asked):
             self._link_request(run_from, run_to, out, now)
         self._requested_to = max(self._requested_to, end)
 
@@ -486,18 +493,18 @@ class SubscriberStub:
         for them; ask now for those no other request covers. Without this they were
         never asked for while heartbeats kept the link in time (the Hypothesis test of
         permission skips: 4 to 19 publications never delivered, 5 runs in 200,000 or fewer)."""
-        first = max(answered_to + 1, self._next_pos, self._settled_to() + 1)
-        end = min(self._high_pos - 1, first + self.max_gap - 1)
         ranges = [
             (link.first, self._high_pos if link.last is None else link.last)
             for link in self._links.values()
             if link.epoch == self._epoch
         ]
-        for run_from, run_to in self._runs(
-            first, end, asked=lambda pos: any(low <= pos <= high for low, high in ranges)
-        ):
-            self.stats.gaps_detected += 1
-            self._link_request(run_from, run_to, out, now)
+        self._request_holes(
+            out,
+            now,
+            answered_to + 1,
+            None,
+            asked=lambda pos: any(low <= pos <= high for low, high in ranges),
+        )
 
     def _request_rest(self, out: list[StubEvent], now: int) -> None:
         """Every link repair of the epoch is filled, and holes beyond what they asked
