@@ -27,16 +27,13 @@ from pathlib import Path
 
 import pytest
 
-from apexmesh.aio.tasks import within
 from apexmesh.client import PubsubClient
 from apexmesh.client.attachment import Attachment
 from apexmesh.client.robust import RobustClient
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.settings import RobustSettings
-from apexmesh.pubsub.robust.stub import Publication
 from tests.support.deployment import DOMAIN, Deployment, deployment
-from tests.support.polling import scaled
-from tests.support.robust_clients import warm_up
+from tests.support.robust_clients import receive_all, warm_up
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(150)]
 
@@ -76,22 +73,6 @@ async def publish_all(running: Deployment, fred: RobustClient) -> dict[bytes, in
     return ok
 
 
-async def receive_all(wilma: RobustClient, ok: dict[bytes, int]) -> list[Publication]:
-    """Wilma's application's publications until every ``ok`` one arrived, then whatever
-    else comes within half a second (a duplicate would come then)."""
-    got: list[Publication] = []
-    seen: set[bytes] = set()
-    async with asyncio.timeout(scaled(60)):
-        while not ok.keys() <= seen:
-            publication = await wilma.next()
-            got.append(publication)
-            seen.add(publication.payload)
-    with contextlib.suppress(TimeoutError):
-        while True:
-            got.append(await within(wilma.next(), timeout=scaled(0.5)))
-    return got
-
-
 async def test_kill_9_of_the_subscribers_relay_process_loses_nothing_published(
     tmp_path: Path,
 ) -> None:
@@ -126,7 +107,7 @@ async def test_kill_9_of_the_subscribers_relay_process_loses_nothing_published(
         started = time.monotonic()
         ok = await publish_all(running, fred)
         published = time.monotonic() - started
-        got = await receive_all(wilma, ok)
+        got = await receive_all(wilma, list(ok), within=60)
         elapsed = time.monotonic() - started
 
         payloads = [p.payload for p in got if not p.payload.startswith(b"warm")]
