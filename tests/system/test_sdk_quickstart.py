@@ -21,6 +21,7 @@ from typing import Any, Final
 import pytest
 
 from tests.support.demo_mesh import ROOT, DemoMesh
+from tests.support.polling import scaled
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 
@@ -28,13 +29,16 @@ SDK_DOC: Final = ROOT / "docs" / "sdk.md"
 _BLOCK: Final = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 #: Runs the blocks after the first as docs/sdk.md says: the quickstart imported (its
-#: ``main`` not run), then each block with top-level await, within a deadline each.
+#: ``main`` not run), then each block with top-level await, each within the deadline in
+#: seconds its first argument gives (the test passes it scaled; the runner is a program
+#: of its own, so it cannot import the test harness).
 RUNNER: Final = textwrap.dedent(
     """
     import ast, asyncio, sys, types
     from pathlib import Path
 
-    blocks = [Path(name).read_text() for name in sys.argv[1:]]
+    deadline = float(sys.argv[1])
+    blocks = [Path(name).read_text() for name in sys.argv[2:]]
     quickstart = types.ModuleType("quickstart")
     exec(compile(blocks[0], "docs/sdk.md block 1", "exec"), quickstart.__dict__)
 
@@ -46,7 +50,8 @@ RUNNER: Final = textwrap.dedent(
             code = compile(text, f"docs/sdk.md block {number}", "exec", flags=flags)
             pending = eval(code, scope)
             if pending is not None:
-                await within(pending, scaled(60))
+                async with asyncio.timeout(deadline):
+                    await pending
 
     asyncio.run(run())
     print("--- all blocks ran", flush=True)
@@ -63,7 +68,7 @@ def run_python(mesh: DemoMesh, tmp_path: Path, *args: str) -> subprocess.Complet
         [sys.executable, *args],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=scaled(240),
         check=False,
         cwd=tmp_path,
         env=mesh.env(),  # what the printed line sets: APEXCTL_CONTEXT, PATH
@@ -93,7 +98,7 @@ def test_every_other_block_runs_after_it(demo_mesh: DemoMesh, tmp_path: Path) ->
     assert len(names) >= 5, "the quickstart and its continuations"
     runner = tmp_path / "runner.py"
     runner.write_text(RUNNER, encoding="utf-8")
-    done = run_python(demo_mesh, tmp_path, str(runner), *names)
+    done = run_python(demo_mesh, tmp_path, str(runner), str(scaled(60)), *names)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "--- all blocks ran" in done.stdout
     assert "b'barney may publish'" in done.stdout
