@@ -578,6 +578,10 @@ async def main(argv: list[str]) -> None:
         help="offer fanout and topics publications at RATE/s instead of 100 in flight",
     )
     args = parser.parse_args(argv)
+    if args.content_subscribers <= 0 or args.content_subscribers % CONTENT_GROUPS:
+        # Each publication matches one group of subscribers (g = index mod 100); with
+        # groups of unequal size no single expected count per publication would hold.
+        parser.error(f"--content-subscribers must be a positive multiple of {CONTENT_GROUPS}")
     chosen = scenarios(args)
     topics = sorted({t for s in chosen for t in s.names})
     if "content" in args.scenario:
