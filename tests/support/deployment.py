@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from apexmesh.client import ApexClient, connect_endpoint
+from tests.support.polling import scaled
 from tests.support.processes import ServiceProcess
 from tests.support.redis_server import RedisServer, free_port
 
@@ -77,14 +78,14 @@ class Deployment:
         """An SDK session to ``relay``: TLS and SCRAM-SHA-256 as ``user`` when the
         deployment has users, plain otherwise."""
         if self.ssl_context is None or user is None:
-            return await connect_endpoint("127.0.0.1", self.edge_port(relay), timeout=30.0)
+            return await connect_endpoint("127.0.0.1", self.edge_port(relay), timeout=scaled(30.0))
         return await connect_endpoint(
             "127.0.0.1",
             self.edge_port(relay),
             ssl_context=self.ssl_context,
             server_hostname="localhost",
             sasl=("SCRAM-SHA-256", user, self.passwords[user]),
-            timeout=30.0,
+            timeout=scaled(30.0),
         )
 
     def pid(self, process: ServiceProcess) -> int:

@@ -293,11 +293,11 @@ async def _start(common: dict[str, str], seed: Path, lease_ms: int, started: lis
 @contextlib.asynccontextmanager
 async def endpoint_client(port: int) -> AsyncIterator[ApexClient]:
     """An endpoint SDK client on a relay's apex-edge port, closed on exit."""
-    client = await connect_endpoint("127.0.0.1", port, timeout=5.0)
+    client = await connect_endpoint("127.0.0.1", port, timeout=scaled(5.0))
     try:
         yield client
     finally:
-        await client.close(timeout=5.0)
+        await client.close(timeout=scaled(5.0))
 
 
 async def receive(attachment: Attachment, within: float = 5.0) -> ReceivedData:
@@ -309,7 +309,7 @@ async def receive(attachment: Attachment, within: float = 5.0) -> ReceivedData:
 @contextlib.asynccontextmanager
 async def beep_session(port: int) -> AsyncIterator[BeepConnection]:
     """A raw BEEP session (for exact bytes), closed on exit."""
-    conn = await connect("127.0.0.1", port, timeout=5.0)
+    conn = await connect("127.0.0.1", port, timeout=scaled(5.0))
     try:
         yield conn
     finally:

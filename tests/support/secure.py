@@ -28,6 +28,7 @@ from services.access.app import AccessApp
 from services.access.settings import AccessSettings
 from services.relay.app import RelayApp
 from services.relay.settings import RelaySettings
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 
 #: The pod's host name (certificate and DIGEST-MD5 digest-uri).
@@ -73,7 +74,7 @@ class SecureRelay:
             ssl_context=self.client_context(),
             server_hostname=HOST,
             sasl=(mechanism, identity, PASSWORDS[identity]),
-            timeout=10.0,
+            timeout=scaled(10.0),
         )
 
     async def session(self, identity: str | None = None) -> BeepConnection:

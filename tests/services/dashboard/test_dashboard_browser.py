@@ -13,12 +13,14 @@ from typing import Final
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.support.demo_mesh import ROOT, DemoMesh
+from tests.support.polling import scaled
 
 pytestmark = [pytest.mark.system, pytest.mark.browser]
 
@@ -55,7 +57,10 @@ def test_dashboard_shows_pods_and_traces_a_message(demo_mesh: DemoMesh) -> None:
     browser = chromium()
     try:
         browser.get(demo_mesh.dashboard_login)
-        wait = WebDriverWait(browser, 30)
+        # Stale elements are looked up again: the page redraws what it shows each second.
+        wait = WebDriverWait(
+            browser, scaled(30), ignored_exceptions=(StaleElementReferenceException,)
+        )
         for pod in ("relay-example.com-1", "relay-example.com-2", "relay-rubble.com-1"):
             wait.until(
                 expected_conditions.presence_of_element_located(
@@ -82,19 +87,26 @@ def test_dashboard_shows_pods_and_traces_a_message(demo_mesh: DemoMesh) -> None:
         )
         trans_id = json.loads(sent.stdout)["trans_id"]
         key = f"fred@example.com#{trans_id}"
-        item = wait.until(
-            expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, f'[data-trace="{key}"]'))
-        )
-        item.click()
-        view = wait.until(
-            expected_conditions.presence_of_element_located(
-                (By.CSS_SELECTOR, f'[data-trace-view="{key}"]')
-            )
-        )
-        assert view.find_element(By.CSS_SELECTOR, '[data-hop="relay-example.com-1"]')
-        outcome = view.find_element(By.CSS_SELECTOR, '[data-outcome="barney@example.com"]')
-        assert outcome.get_attribute("data-code") == "250"
-        assert "pod relay-example.com-2" in outcome.text
+
+        def clicked(driver: webdriver.Chrome) -> bool:
+            item = driver.find_element(By.CSS_SELECTOR, f'[data-trace="{key}"]')
+            if not (item.is_displayed() and item.is_enabled()):
+                return False
+            item.click()
+            return True
+
+        def traced(driver: webdriver.Chrome) -> tuple[str | None, str]:
+            """The trace view's outcome for barney, read from one drawing of the view
+            (its relay hop drawn too)."""
+            view = driver.find_element(By.CSS_SELECTOR, f'[data-trace-view="{key}"]')
+            view.find_element(By.CSS_SELECTOR, '[data-hop="relay-example.com-1"]')
+            outcome = view.find_element(By.CSS_SELECTOR, '[data-outcome="barney@example.com"]')
+            return outcome.get_attribute("data-code"), outcome.text
+
+        wait.until(clicked)
+        code, text = wait.until(traced)
+        assert code == "250"
+        assert "pod relay-example.com-2" in text
         assert browser.find_element(By.CSS_SELECTOR, "#topics tbody").text.count("demo.news") == 1
         # Only the app's own assets: no script or style from anywhere else.
         for tag, attribute in (("script", "src"), ("link", "href")):

@@ -18,13 +18,14 @@ from typing import Final
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.services.dashboard.test_dashboard_browser import chromium, close
 from tests.support.demo_mesh import ROOT, DemoMesh
-from tests.support.polling import block_until
+from tests.support.polling import block_until, scaled
 
 pytestmark = [pytest.mark.system, pytest.mark.browser, pytest.mark.timeout(600)]
 
@@ -61,7 +62,11 @@ def browser(demo_mesh: DemoMesh) -> Iterator[webdriver.Chrome]:
 
 
 def wait(driver: webdriver.Chrome, seconds: float = 30) -> WebDriverWait[webdriver.Chrome]:
-    return WebDriverWait(driver, seconds)
+    """A wait that asks again when the dashboard's redraw (each second) replaced an
+    element it had found."""
+    return WebDriverWait(
+        driver, scaled(seconds), ignored_exceptions=(StaleElementReferenceException,)
+    )
 
 
 def show(driver: webdriver.Chrome, hash_: str, view: str) -> None:
@@ -70,12 +75,15 @@ def show(driver: webdriver.Chrome, hash_: str, view: str) -> None:
     )
     wait(driver).until(lambda d: d.execute_script("return document.body.dataset.shown") == view)
     for selector in VIEWS[view]:
-        element = wait(driver).until(
+        # The wait is the check: it fails (TimeoutException with this message) unless the
+        # element is shown. Asking the found element again raced the dashboard's redraw
+        # each second, which replaces it (StaleElementReferenceException under load).
+        wait(driver).until(
             expected_conditions.visibility_of_element_located(
                 (By.CSS_SELECTOR, f"main:not([hidden]) {selector}")
-            )
+            ),
+            message=f"{view}: {selector} is not shown",
         )
-        assert element.is_displayed(), (view, selector)
 
 
 def fits(driver: webdriver.Chrome, view: str, width: int) -> None:
@@ -200,7 +208,9 @@ def test_every_view_fits_and_is_drawn(demo_mesh: DemoMesh, browser: webdriver.Ch
         # the topics view pages through the domain's topics and opens one
         show(browser, "#/topics", "topics")
         wait(browser, 60).until(lambda d: "barney@example.com" in subscribers_of(d, "demo.news"))
-        browser.find_element(By.CSS_SELECTOR, '[data-topic="demo.news"]').click()
+        wait(browser).until(  # found and clicked in one go, again if a redraw came between
+            lambda d: d.find_element(By.CSS_SELECTOR, '[data-topic="demo.news"]').click() or True
+        )
         wait(browser).until(
             lambda d: "barney@example.com" in d.find_element(By.ID, "topic-subs").text
         )
