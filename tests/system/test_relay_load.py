@@ -26,6 +26,8 @@ from tests.support.polling import scaled, wait_until
 pytestmark = [pytest.mark.system, pytest.mark.load]
 
 SESSIONS = 10_000
+#: Rounds of SESSIONS sessions opened and closed (the last is compared with the others).
+ROUNDS = 3
 #: Sessions opened at once while the load is built up (the burst under test is the close).
 OPENING = 1000
 
@@ -70,17 +72,23 @@ async def settle_rss(pid: int, within: float = 10.0) -> int:
 async def test_10k_sessions_closing_at_once_release_everything_and_memory_comes_back(
     tmp_path: Path,
 ) -> None:
-    """Two rounds of 10,000 attached sessions that all close at once. Every round: the
+    """Three rounds of 10,000 attached sessions that all close at once. Every round: the
     relay releases every attachment (the table and the pod's set are empty) with no
-    Redis error. The relay's RSS after the second round is within 10 % of its RSS after
-    the first: what sessions hold is freed when they go."""
+    Redis error. The relay's RSS after the last round is within 10 % of the highest
+    after an earlier round: what sessions hold is freed when they go.
+
+    A leak grows the RSS every round, so the last round stands above all the earlier
+    ones; the highest of them is the baseline because what a round leaves is the
+    allocator's high-water mark, which the scheduling of 10,000 closes moves: in one
+    loaded run the first round left 339 MiB and the second 376 (quiet runs: 366, 362),
+    which a first-round baseline took for a leak."""
     names = [f"e{index}@{DOMAIN}" for index in range(SESSIONS)]
     async with deployment(tmp_path) as running:
         redis = Redis.from_url(running.redis.url)
         pid = running.pid(running.relays["a"])
         after: list[int] = []
         try:
-            for round_ in range(2):
+            for round_ in range(ROUNDS):
                 started = time.monotonic()
                 clients = await open_sessions(running, "a", names)
                 assert await attachments_of(redis, running, "a") == SESSIONS
@@ -113,7 +121,7 @@ async def test_10k_sessions_closing_at_once_release_everything_and_memory_comes_
         log = running.relays["a"].stderr()
     assert "Too many connections" not in log
     assert "cannot release" not in log
-    assert after[1] <= after[0] * 1.10, [f"{a / 2**20:.0f} MiB" for a in after]
+    assert after[-1] <= max(after[:-1]) * 1.10, [f"{a / 2**20:.0f} MiB" for a in after]
 
 
 ATTACHING = 1_000
