@@ -24,6 +24,15 @@ Redis: one connection, pipelines of 100 PUBLISH); ``--open-loop RATE`` offers th
 fan-out and topics publications at a fixed rate instead. Subscribers of both systems run
 in this process (uvloop), so each side pays the same client cost per delivery.
 
+``--redis cluster`` (issue #30) runs the ``fanout`` and ``topics`` scenarios a third
+time, after the single-Redis mesh has stopped: on a mesh of the same services whose state
+sits on a Redis Cluster of three primaries and three replicas (Debian's redis-server on
+loopback, as the cluster tests start it: tests/support/redis_cluster.py, AOF on like the
+mesh's own Redis). It prints the commands each primary ran while the publications were
+delivered (the point of a cluster is that this work spreads) and the cluster mesh's
+deliveries/s as a ratio to the single-Redis mesh's in the same run (target >= 0.8 on two
+cores). Every Redis process's CPU counts among the servers', on every side.
+
 Every scenario prints delivered / expected and checks that every publication answered
 ``ok`` (Redis: that PUBLISH counted a receiver for) reached all its subscribers. Targets,
 as ratios to Redis in the same run: fan-out and 10k topics deliveries/s >= 0.5, p99 at
@@ -50,6 +59,7 @@ from typing import Any
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support's cluster
 
 from figures import figure
 from loads import IN_FLIGHT, RedisSide, Tally, cpu_seconds, offered, stamp, windowed
@@ -65,6 +75,8 @@ from apexmesh.pubsub.subscription_elements import (
     SelectorSpec,
     SubscriptionReply,
 )
+from tests.support.cluster_mesh import ClusterLocalMesh
+from tests.support.redis_cluster import RedisClusterNodes
 
 DOMAIN = "example.com"
 #: The bench's own process in CPU tables: publisher and subscribers of both systems.
@@ -88,6 +100,9 @@ class Result:
     #: endpoints per delivery, in microseconds (set by :func:`with_cpu`).
     server_us: float = 0.0
     client_us: float = 0.0
+    #: Commands each Redis Cluster primary ran while it was measured, by port (set by
+    #: :func:`run_apex` on a cluster mesh).
+    node_commands: dict[int, int] | None = None
 
 
 def report(name: str, system: str, result: Result) -> None:
@@ -133,16 +148,24 @@ class ApexSide:
         *,
         dashboard: bool = False,
         settings: dict[str, str] | None = None,
+        cluster: RedisClusterNodes | None = None,
     ) -> None:
-        # The dashboard only with --dashboard: it polls every pod's admin API each second,
-        # which is what that option measures (issue #33: its cost must not show here).
-        self.mesh = LocalMesh(
-            Path(tempfile.mkdtemp(prefix="apex-bench-pubsub-")),
-            dev=True,
-            topics=topics,
-            dashboard=dashboard,
-            settings=settings,
-        )
+        workdir = Path(tempfile.mkdtemp(prefix="apex-bench-pubsub-"))
+        #: The Redis Cluster the mesh keeps its state on (--redis cluster), else None:
+        #: the mesh's own redis-server.
+        self.cluster = cluster
+        self.mesh: LocalMesh
+        if cluster is not None:
+            self.mesh = ClusterLocalMesh(
+                workdir, cluster.url, dev=True, topics=topics, settings=settings
+            )
+        else:
+            # The dashboard only with --dashboard: it polls every pod's admin API each
+            # second, which is what that option measures (issue #33: its cost must not
+            # show here).
+            self.mesh = LocalMesh(
+                workdir, dev=True, topics=topics, dashboard=dashboard, settings=settings
+            )
         self.clients: list[ApexClient] = []
         self.publisher: Attachment | None = None
         self._readers: list[asyncio.Task[None]] = []
@@ -165,8 +188,20 @@ class ApexSide:
             for c in self.mesh.children
             if c.process is not None and ("example.com" in c.name or c.name == "dashboard")
         }
+        if self.cluster is not None:
+            for node in self.cluster.nodes:
+                if node.process is not None:
+                    found[f"redis :{node.port}"] = node.process.pid
+        elif (pid := self.mesh.redis_pid) is not None:
+            found["redis-server"] = pid
         found[CLIENTS] = os.getpid()
         return found
+
+    async def command_counts(self) -> dict[int, int]:
+        """Commands each primary of the cluster has run so far, by port ({} without one)."""
+        if self.cluster is None:
+            return {}
+        return await asyncio.to_thread(self.cluster.command_counts)
 
     async def gc_seconds(self) -> dict[str, float]:
         """Seconds each relay and pubsub process spent in the garbage collector so far
@@ -420,7 +455,10 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
     collected = await apex.gc_seconds()
     pids = apex.pids()
     cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    commands = await apex.command_counts()
     result = await with_cpu(pids, measured(tally, publish, fanout))
+    if commands:
+        result.node_commands = spread(commands, await apex.command_counts())
     collected_after = await apex.gc_seconds()
     print(
         "    garbage collector, share of each process's CPU: "
@@ -433,6 +471,19 @@ async def run_apex(apex: ApexSide, scenario: Scenario) -> Result:
     )
     await apex.close_subscribers()
     return result
+
+
+def spread(before: dict[int, int], after: dict[int, int]) -> dict[int, int]:
+    """The commands each primary ran between two counts, printed with its share. A node
+    failed over in between is left out (its replica's count starts elsewhere)."""
+    ran = {port: after[port] - before[port] for port in after if port in before}
+    total = sum(ran.values()) or 1
+    print(
+        "    Redis Cluster commands per primary: "
+        + ", ".join(f":{port} {n:,} ({n / total:.0%})" for port, n in sorted(ran.items())),
+        flush=True,
+    )
+    return ran
 
 
 async def with_cpu(pids: dict[str, int], run: Awaitable[Result]) -> Result:
@@ -577,6 +628,12 @@ async def main(argv: list[str]) -> None:
         metavar="RATE",
         help="offer fanout and topics publications at RATE/s instead of 100 in flight",
     )
+    parser.add_argument(
+        "--redis",
+        choices=("single", "cluster"),
+        default="single",
+        help="cluster: run fanout and topics again on a mesh over a six-node Redis Cluster",
+    )
     args = parser.parse_args(argv)
     if args.content_subscribers <= 0 or args.content_subscribers % CONTENT_GROUPS:
         # Each publication matches one group of subscribers (g = index mod 100); with
@@ -587,6 +644,8 @@ async def main(argv: list[str]) -> None:
     if "content" in args.scenario:
         topics += [CONTENT_TOPIC, PLAIN_TOPIC]
     figures: list[dict[str, Any]] = []
+    #: The single-Redis mesh's result of each scenario (the cluster's baseline).
+    single: dict[str, Result] = {}
     # A development run has no endpoint directory: the generated subscribers are valid
     # addresses (apexmesh/ops/localmesh.py).
     settings = dict(item.split("=", 1) for item in args.set)
@@ -625,6 +684,7 @@ async def main(argv: list[str]) -> None:
             report(scenario.name, "Redis", redis)
             mine = await run_apex(apex, scenario)
             report(scenario.name, "apex-mesh", mine)
+            single[scenario.name] = mine
             name = f"pubsub_{scenario.name}"
             if scenario.name == "latency":
                 figures.extend(
@@ -640,7 +700,55 @@ async def main(argv: list[str]) -> None:
                 figure(f"{name}_server_cpu", mine.server_us, "us/delivery", redis.server_us)
             )
             figures.append(figure(f"{name}_delivered", mine.delivered, "deliveries", mine.expected))
+    if args.redis == "cluster":
+        on = [s for s in chosen if s.name in CLUSTER_SCENARIOS]
+        figures += await run_on_cluster(on, topics, settings, single)
     print(json.dumps(figures))
+
+
+#: The scenarios ``--redis cluster`` runs again on the cluster mesh (issue #30).
+CLUSTER_SCENARIOS = ("fanout", "topics")
+
+
+async def run_on_cluster(
+    chosen: Sequence[Scenario],
+    topics: Sequence[str],
+    settings: dict[str, str],
+    single: dict[str, Result],
+) -> list[dict[str, Any]]:
+    """``chosen`` on a mesh over a Redis Cluster started here: figures against the
+    single-Redis mesh's results of the same scenarios."""
+    if not chosen:
+        return []
+    cluster = RedisClusterNodes(Path(tempfile.mkdtemp(prefix="apex-bench-cluster-")))
+    started = time.perf_counter()
+    await asyncio.to_thread(cluster.start)
+    print(
+        f"Redis Cluster: 3 primaries, 3 replicas, started in {time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
+    figures = []
+    try:
+        async with ApexSide(topics, settings=settings, cluster=cluster) as apex:
+            for scenario in chosen:
+                print(f"{scenario.name} on the cluster mesh:", flush=True)
+                mine = await run_apex(apex, scenario)
+                report(scenario.name, "cluster", mine)
+                base = single[scenario.name]
+                name = f"pubsub_{scenario.name}_cluster"
+                figures += [
+                    figure(f"{name}_deliveries", mine.rate, "deliveries/s", base.rate),
+                    figure(f"{name}_latency_p99", mine.latency["p99"], "ms", base.latency["p99"]),
+                    figure(f"{name}_server_cpu", mine.server_us, "us/delivery", base.server_us),
+                    figure(f"{name}_delivered", mine.delivered, "deliveries", mine.expected),
+                ]
+                if ran := mine.node_commands:
+                    busiest = max(ran.values()) / (sum(ran.values()) or 1)
+                    share = figure(f"{name}_busiest_primary", busiest * 100, "% of commands")
+                    figures.append(share)
+    finally:
+        await asyncio.to_thread(cluster.stop)
+    return figures
 
 
 async def run(argv: list[str]) -> None:

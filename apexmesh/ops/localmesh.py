@@ -235,6 +235,13 @@ class LocalMesh:
         the snapshot job of ``scripts/run --snapshot``."""
         return f"redis://:{self._redis_password}@127.0.0.1:{self.redis_port}/0"
 
+    @property
+    def redis_pid(self) -> int | None:
+        """The process id of the mesh's own redis-server while it runs (a benchmark counts
+        its CPU with the services'), None when there is none."""
+        process = self._redis
+        return process.pid if process is not None and process.returncode is None else None
+
     def _plan(self, files: dict[str, Path]) -> None:
         redis_url = self.redis_url
         common = {

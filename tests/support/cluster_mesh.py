@@ -33,14 +33,17 @@ class ClusterLocalMesh(LocalMesh):
         *,
         topics: Sequence[str] = (),
         settings: Mapping[str, str] | None = None,
+        dev: bool = False,
     ) -> None:
         # No dashboard: nothing here reads it, and it is one process less to start.
         # APEXMESH_DEV=1 because the cluster has no password, which the services refuse
         # otherwise (apexmesh/ops/settings.py); as in tests/support/deployment.py, it
         # only allows plaintext and anonymous attach: the relays still offer TLS and
-        # SASL and the demo's endpoints still use both.
+        # SASL and the demo's endpoints still use both. ``dev`` is LocalMesh's (plain
+        # BEEP, anonymous attach), for bench/pubsub_fanout.py --redis cluster.
         super().__init__(
             workdir,
+            dev=dev,
             topics=topics,
             dashboard=False,
             settings={"APEXMESH_DEV": "1", **(settings or {})},
