@@ -213,6 +213,11 @@ class _Stream:
             else:
                 self._log_broken(exc)
             failure = rpc_error(exc.code(), exc.details() or "stream broke")
+        except grpc.aio.UsageError:
+            # The channel was closed (the service is stopping) before this stream could
+            # open: its calls reached nobody, and the task ends without an error nobody
+            # would retrieve.
+            failure = rpc_error(grpc.StatusCode.CANCELLED, "channel closed")
         finally:
             self.broken = True
             self._fail(failure)
