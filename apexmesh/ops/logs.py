@@ -109,4 +109,12 @@ def fields(**values: Any) -> Mapping[str, Any]:
     return values
 
 
-__all__ = ["correlation_id", "fields", "new_correlation_id", "setup_logging"]
+def failure(exc: BaseException) -> str:
+    """What a log line says of ``exc``: its type and its message. Many store errors have
+    no message (redis-py's ``TimeoutError()``, asyncio's), and a line that logged only
+    ``str(exc)`` read "lease loop: " with nothing after it."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+__all__ = ["correlation_id", "failure", "fields", "new_correlation_id", "setup_logging"]

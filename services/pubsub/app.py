@@ -30,6 +30,7 @@ from apexmesh.contracts.presence.v1 import presence_pb2_grpc
 from apexmesh.ops.admin import AdminSpec, Guard
 from apexmesh.ops.audit import AuthFailures
 from apexmesh.ops.http import HttpServer
+from apexmesh.ops.logs import failure
 from apexmesh.ops.registry import service_registry
 from apexmesh.ops.settings import WILDCARD_HOSTS, SettingsError
 from apexmesh.pubsub.schema import LocalSchemas, SchemaCache
@@ -254,7 +255,7 @@ class PubsubApp:
                 await service.keep_alive()
                 await self.metrics.count(self.store, service.domains, service.leading)
             except (RedisError, OSError) as exc:
-                _log.warning("lease renewal: %s", exc)
+                _log.warning("lease renewal: %s", failure(exc))
             await asyncio.sleep(self.settings.lease_ms / 3000)
 
     async def _run_timers(self, service: PubsubService) -> None:
@@ -272,7 +273,7 @@ class PubsubApp:
                         lag = max(0.0, (now_ms() - due) / 1000)
                 self._expiry_lag.set(lag)
             except (RedisError, OSError) as exc:
-                _log.warning("lease loop: %s", exc)
+                _log.warning("lease loop: %s", failure(exc))
                 delay = tick
             except Exception:  # noqa: BLE001 - the loop must outlive one bad round
                 _log.exception("lease loop")

@@ -41,6 +41,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.memo import ParseMemo
 from apexmesh.apex.options import Option
+from apexmesh.ops.logs import failure
 from apexmesh.pubsub import core
 from apexmesh.pubsub.content_core import ContentPublishPlan
 from apexmesh.pubsub.elements import service_endpoint, topic_endpoint, topic_of
@@ -187,7 +188,7 @@ class Publisher:
         try:
             state = await self._cache.topic(domain, topic)
         except (RedisError, OSError) as exc:
-            _log.warning("publication to %s@%s: store unavailable: %s", topic, domain, exc)
+            _log.warning("publication to %s@%s: store unavailable: %s", topic, domain, failure(exc))
             raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
         owner = topic_endpoint(topic, domain)
         allowed = state.exists and (trusted or await self._allowed(owner, originator))
@@ -252,7 +253,7 @@ class Publisher:
         try:
             selected = await selection.select(domain, topic, originator, state, data, body, parts)
         except (RedisError, OSError) as exc:
-            _log.warning("publication to %s@%s: store unavailable: %s", topic, domain, exc)
+            _log.warning("publication to %s@%s: store unavailable: %s", topic, domain, failure(exc))
             raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
         if selected.code != ApexReplyCode.SUCCESS:
             self._metrics.publications.labels(str(selected.code)).inc()
@@ -290,7 +291,7 @@ class Publisher:
         try:
             plan = await selection.select(domain, topic, originator, state, data, body, parts)
         except (RedisError, OSError) as exc:
-            _log.warning("publication to %s@%s: store unavailable: %s", topic, domain, exc)
+            _log.warning("publication to %s@%s: store unavailable: %s", topic, domain, failure(exc))
             raise ApexError(ApexReplyCode.ACTION_ABORTED, "pubsub store unavailable") from None
         if plan.code == ApexReplyCode.INVALID_MESSAGE:
             await self.refuse(domain, originator, plan.trans_id, plan.text)

@@ -29,6 +29,7 @@ from apexmesh.apex import _dtd
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.apex.memo import ParseMemo
+from apexmesh.ops.logs import failure
 from apexmesh.pubsub.robust._wire import local
 from apexmesh.pubsub.robust.operations import Request, parse_request
 from apexmesh.pubsub.wire import delivered_content
@@ -194,7 +195,7 @@ class RobustService:
             try:
                 await self.step(self._clock())
             except (RedisError, OSError, ApexError) as exc:
-                _log.warning("robust task: %s", exc)
+                _log.warning("robust task: %s", failure(exc))
             except Exception:  # noqa: BLE001 - the timer must outlive one bad round
                 _log.exception("robust task")
             wake = self.sequencing.wake

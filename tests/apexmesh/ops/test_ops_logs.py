@@ -10,6 +10,8 @@ import re
 import sys
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from apexmesh.ops import logs
 from apexmesh.ops.settings import SettingsError, log_level
@@ -58,3 +60,11 @@ def test_level_setting() -> None:
     assert log_level({"APEXMESH_LOG_LEVEL": "debug"}) == "DEBUG"
     with pytest.raises(SettingsError):
         log_level({"APEXMESH_LOG_LEVEL": "loud"})
+
+
+def test_a_failure_without_a_message_is_named_by_its_type() -> None:
+    """redis-py's TimeoutError() has no message: the pubsub pods logged "lease loop: "
+    and "store unavailable: " with nothing after, during a cluster bench's failure."""
+    assert logs.failure(RedisTimeoutError()) == "TimeoutError"
+    assert logs.failure(RedisConnectionError("refused")) == "ConnectionError: refused"
+    assert logs.failure(TimeoutError()) == "TimeoutError"
