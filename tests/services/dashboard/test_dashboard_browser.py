@@ -43,6 +43,14 @@ def chromium() -> webdriver.Chrome:
     return webdriver.Chrome(options=options, service=Service(executable_path=driver))
 
 
+def wait(driver: webdriver.Chrome, seconds: float = 30) -> WebDriverWait[webdriver.Chrome]:
+    """A scaled wait that asks again when the dashboard's redraw (each second) replaced
+    an element it had found."""
+    return WebDriverWait(
+        driver, scaled(seconds), ignored_exceptions=(StaleElementReferenceException,)
+    )
+
+
 def close(browser: webdriver.Chrome) -> None:
     """Quit the browser and its driver, and drop the HTTP connections to the driver
     (left to the garbage collector they would warn as unclosed sockets)."""
@@ -57,12 +65,8 @@ def test_dashboard_shows_pods_and_traces_a_message(demo_mesh: DemoMesh) -> None:
     browser = chromium()
     try:
         browser.get(demo_mesh.dashboard_login)
-        # Stale elements are looked up again: the page redraws what it shows each second.
-        wait = WebDriverWait(
-            browser, scaled(30), ignored_exceptions=(StaleElementReferenceException,)
-        )
         for pod in ("relay-example.com-1", "relay-example.com-2", "relay-rubble.com-1"):
-            wait.until(
+            wait(browser).until(
                 expected_conditions.presence_of_element_located(
                     (By.CSS_SELECTOR, f'[data-node="{pod}"].ready')
                 )
@@ -103,8 +107,8 @@ def test_dashboard_shows_pods_and_traces_a_message(demo_mesh: DemoMesh) -> None:
             outcome = view.find_element(By.CSS_SELECTOR, '[data-outcome="barney@example.com"]')
             return outcome.get_attribute("data-code"), outcome.text
 
-        wait.until(clicked)
-        code, text = wait.until(traced)
+        wait(browser).until(clicked)
+        code, text = wait(browser).until(traced)
         assert code == "250"
         assert "pod relay-example.com-2" in text
         assert browser.find_element(By.CSS_SELECTOR, "#topics tbody").text.count("demo.news") == 1

@@ -18,14 +18,12 @@ from typing import Final
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
-from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.services.dashboard.test_dashboard_browser import chromium, close
+from tests.services.dashboard.test_dashboard_browser import chromium, close, wait
 from tests.support.demo_mesh import ROOT, DemoMesh
-from tests.support.polling import block_until, scaled
+from tests.support.polling import block_until
 
 pytestmark = [pytest.mark.system, pytest.mark.browser, pytest.mark.timeout(600)]
 
@@ -59,14 +57,6 @@ def browser(demo_mesh: DemoMesh) -> Iterator[webdriver.Chrome]:
         yield driver
     finally:
         close(driver)
-
-
-def wait(driver: webdriver.Chrome, seconds: float = 30) -> WebDriverWait[webdriver.Chrome]:
-    """A wait that asks again when the dashboard's redraw (each second) replaced an
-    element it had found."""
-    return WebDriverWait(
-        driver, scaled(seconds), ignored_exceptions=(StaleElementReferenceException,)
-    )
 
 
 def show(driver: webdriver.Chrome, hash_: str, view: str) -> None:
