@@ -474,17 +474,19 @@ class SubscriberStub:
         start: int,
         upto: int | None,
         asked: Callable[[int], bool] | None = None,
-    ) -> None:
+    ) -> int:
         """A link repair of ``start .. upto`` (None: open) made no progress for the
         repair timeout: ask again for what is still missing of it (below the highest
         position received; ``max_gap`` at most, none that is ``asked``). Holes outside
-        it are another request's."""
+        it are another request's. Returns how many runs of holes it asked for."""
         first = max(self._next_pos, self._settled_to() + 1, start)
         below = self._high_pos - 1 if upto is None else min(upto, self._high_pos - 1)
         end = min(below, first + self.max_gap - 1)
-        for run_from, run_to in self._runs(first, end, asked):
+        runs = self._runs(first, end, asked)
+        for run_from, run_to in runs:
             self._link_request(run_from, run_to, out, now)
         self._requested_to = max(self._requested_to, end)
+        return len(runs)
 
     def _request_beyond(self, answered_to: int, out: list[StubEvent], now: int) -> None:
         """An open link repair learnt its extent: the service answers it up to
@@ -498,7 +500,9 @@ class SubscriberStub:
             for link in self._links.values()
             if link.epoch == self._epoch
         ]
-        self._request_holes(
+        # Holes first seen while the open repair stood for them, which _request_missing
+        # therefore never counted: they are detected gaps now.
+        self.stats.gaps_detected += self._request_holes(
             out,
             now,
             answered_to + 1,

@@ -209,6 +209,22 @@ def test_overdue_heartbeats_report_delayed_once_and_ask_for_everything_after() -
     assert [e for e in later if isinstance(e, Delayed)] == [Delayed(2 * HB, 2)]
 
 
+def test_holes_above_an_open_repairs_answered_extent_are_asked_and_counted() -> None:
+    """An open repair (``linkfrom`` 1, no ``linkto``) stands for every hole above it
+    while it has no extent. Holes seen meanwhile (2 and 3, below link 4) are asked for
+    once its ``gapreply`` says it covers only link 1, and count as a detected gap."""
+    stub = _stub()
+    stub.receive(pub(0, 1), b"", 0)
+    (open_request,) = gaps(stub.tick(2 * HB))
+    assert (open_request.link_from, open_request.link_to) == (1, None)
+    assert gaps(stub.receive(pub(4, 5), b"", 2 * HB + 1)) == []  # the open one covers 1-3
+    assert stub.stats.gaps_detected == 0
+    reply = GapReply(topic="data.topics", trans_id=open_request.trans_id, count=1)
+    (beyond,) = gaps(stub.gap_answered(reply, 2 * HB + 2))
+    assert (beyond.link_from, beyond.link_to) == (2, 3)
+    assert stub.stats.gaps_detected == 1
+
+
 def test_a_new_epoch_resynchronises_and_repairs_the_old_one_by_source_first() -> None:
     stub = _stub()
     stub.receive(pub(0, 1), b"", 0)
