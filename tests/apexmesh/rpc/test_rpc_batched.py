@@ -330,9 +330,11 @@ async def test_a_call_after_the_channel_closed_fails_and_leaves_no_task_error() 
                 stub.SubmitStream, stub.Submit, relay_pb2.SubmitResponse.FromString, name="late"
             )
             await channel.close()
-            with pytest.raises(grpc.RpcError):
-                await caller.call(request(1), timeout=5)
-            await caller.aclose()
+            try:
+                with pytest.raises(grpc.RpcError):
+                    await caller.call(request(1), timeout=5)
+            finally:
+                await caller.aclose()
         gc.collect()
         await asyncio.sleep(0)  # the loop reports an unretrieved task error on a later turn
     finally:
