@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol, TypeVar
 
+import grpc
+
 from apexmesh.aio import BeepConnection, Channel, connect
 from apexmesh.apex.content import parse_payload
 from apexmesh.beep.management import ProfileOffer
@@ -35,7 +37,7 @@ from services.relay.app import RelayApp
 from services.relay.settings import RelaySettings
 from services.report.app import ReportApp
 from services.report.settings import ReportSettings
-from tests.support.polling import scaled
+from tests.support.polling import scaled, wait_until
 from tests.support.redis_server import RedisServer, free_port
 
 APEX: Final = "http://iana.org/beep/APEX"
@@ -277,6 +279,12 @@ async def _start(common: dict[str, str], seed: Path, lease_ms: int, started: lis
         started.append(report)
         await report.start()
         reports[domain] = report
+    for relay in pods.values():
+        await wait_until(
+            lambda relay=relay: relay_ready(relay),
+            10.0,
+            what=f"relay {relay.settings.pod_id} ready",
+        )
     return Mesh(
         env=common,
         access=access,
@@ -288,6 +296,20 @@ async def _start(common: dict[str, str], seed: Path, lease_ms: int, started: lis
         mesh_ports=mesh_ports,
         report_ports=report_ports,
     )
+
+
+async def relay_ready(relay: RelayApp) -> bool:
+    """What the relay's /readyz waits for before Kubernetes sends it sessions: its access
+    cache subscribed and the access service answering over the relay's own channel. A
+    test that starts sending before then races the channel's first connection against
+    the relay's access deadline (a cold CheckMany fails closed, 421)."""
+    if not relay.checker.synced:
+        return False
+    try:
+        await relay.access.version()
+    except grpc.aio.AioRpcError:
+        return False
+    return True
 
 
 @contextlib.asynccontextmanager

@@ -6,7 +6,7 @@ kept current by the event log, never re-read per publication)."""
 
 from __future__ import annotations
 
-import asyncio
+from typing import Any
 
 import grpc
 import pytest
@@ -35,6 +35,7 @@ from services.pubsub.content import ContentSelection
 from services.pubsub.metrics import PubsubMetrics
 from services.pubsub.publishing import Publisher
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -42,6 +43,30 @@ DOMAIN = "example.com"
 TOPIC = "equity.quote.service"
 FRED = Endpoint.parse("fred@example.com")
 NOW = 1_700_000_000_000
+
+
+def command_calls(stats: dict[str, Any]) -> dict[str, int]:
+    """Calls per Redis command, but the follower's XREAD and the INFO that reads them."""
+    return {
+        name: int(entry["calls"])
+        for name, entry in stats.items()
+        if not name.endswith(("xread", "info"))
+    }
+
+
+async def quiet_commandstats(redis: Redis) -> dict[str, Any]:
+    """INFO commandstats once two readings in a row show the same calls: the commands a
+    publication set off in the background have run (a condition, not a settle sleep)."""
+    previous: list[dict[str, int]] = []
+
+    async def settled() -> dict[str, Any] | None:
+        stats = await redis.info("commandstats")
+        calls = command_calls(stats)
+        same = bool(previous) and previous[-1] == calls
+        previous.append(calls)
+        return stats if same else None
+
+    return await wait_until(settled, 10, every=0.02, what="Redis commands to settle")
 
 
 class CapturingRelay(ScriptedRelay):
@@ -123,20 +148,15 @@ async def test_one_data_many_recipients_each_with_its_inre(redis: Redis, keys: K
             assert inre == {"jade@example.com": (1, 2), "user2@example.com": (1,)}
             assert compiler.compilations == 4
             # Steady state: no Redis command per publication (XREAD is the follower's).
-            await asyncio.sleep(0.05)
-            before = await redis.info("commandstats")
+            # What the first publication started is over once two readings agree.
+            before = await quiet_commandstats(redis)
             for index in range(20):
                 code, _ = await publisher.publish(
                     DOMAIN, TOPIC, FRED, element_payload(FRED, owner, body), f"d-{index + 2}"
                 )
                 assert code == 250
             after = await redis.info("commandstats")
-            ran = sum(
-                int(v["calls"]) - int(before.get(k, {"calls": 0})["calls"])
-                for k, v in after.items()
-                if not k.endswith(("xread", "info"))
-            )
-            assert ran == 0
+            assert command_calls(after) == command_calls(before)
             assert len(relay.payloads) == 21
             assert compiler.compilations == 4  # the index was not rebuilt
             await fanout.aclose()
