@@ -125,5 +125,5 @@ async def test_a_stopping_pod_does_not_wait_out_a_backlog_of_calls() -> None:
         async with hook_to(presence, max_in_flight=1) as hook:
             for index in range(1_000):
                 hook.detached(Endpoint.parse(f"e{index}@example.com"))
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # the backlog runs a while before the stop: the scenario
     assert presence.calls < 1_000

@@ -103,7 +103,7 @@ async def test_a_delivery_waits_for_a_pod_that_comes_back() -> None:
     servers: list[grpc.aio.Server] = []
 
     async def come_back() -> None:
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # the pod is away this long: the scenario, not a wait
         server = grpc.aio.server()
         endpoint_pb2_grpc.add_WellKnownEndpointServicer_to_server(servicer, server)
         server.add_insecure_port(f"127.0.0.1:{port}")
