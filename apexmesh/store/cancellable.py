@@ -40,7 +40,7 @@ class _WriteKeepsCancellation(AbstractConnection):
         if not self.is_connected:
             await self.connect_check_health(check_health=False)
         if check_health:
-            await self.check_health()  # type: ignore[no-untyped-call]
+            await self.check_health()  # type: ignore[no-untyped-call, unused-ignore]
         parts = [command.encode()] if isinstance(command, str) else command
         parts = [parts] if isinstance(parts, bytes) else parts
         writer = self._writer  # no await from here to the write

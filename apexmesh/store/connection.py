@@ -421,7 +421,7 @@ def _sentinel_client(
         raise SettingsError("APEXMESH_REDIS_URL (sentinel): the path is /PRIMARY-NAME[/DB]")
     options = parse_qs(query)
     sentinel_password = options.get("sentinel_password", [None])[0]
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         _hosts(parts.netloc, parts.scheme),
         sentinel_kwargs={"password": sentinel_password, "socket_timeout": 1.0},
         socket_timeout=SOCKET_TIMEOUT,
