@@ -29,11 +29,19 @@ checks at once, from many callers. Misses are not fetched one call each: every m
 one turn of the event loop goes to the source in one ``check_many`` (one ``CheckMany``
 to the access service), and a check already being fetched is waited for, not asked
 again (issue #33: a cold topic cost a unary call per publication, in series).
+
+**A bounded window.** At most ``max_in_flight`` calls are at the source at once; the
+batches of a larger burst wait their turn here, where their callers wait anyway, and
+their deadline starts when they are sent. Unbounded, a burst of 10,000 subscriptions
+(40 calls at once) made every call share the access service's CPU, each ran past its
+deadline and all 10,000 were refused (451) although none had to be: the window slows
+the callers instead (the bench's ``--redis cluster`` topics scenario, issue #30).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Sequence
@@ -67,6 +75,9 @@ class DecisionSource(Protocol):
 #: Most checks sent to the source in one call (a larger burst is several calls).
 MAX_BATCH: Final = 256
 
+#: Calls at the source at once (more batches wait their turn, unsent).
+DEFAULT_MAX_IN_FLIGHT: Final = 4
+
 #: Seconds closing the change subscription may take before it is abandoned.
 PUBSUB_CLOSE_SECONDS: Final = 5.0
 
@@ -82,8 +93,12 @@ class CachedAccessChecker:
         *,
         resync_interval: float = 1.0,
         max_decisions: int = DEFAULT_MAX_DECISIONS,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
         self._source = source
+        self._max_in_flight = max_in_flight
         self._redis = redis
         self._keys = keys
         self._resync_interval = resync_interval
@@ -108,7 +123,11 @@ class CachedAccessChecker:
         #: Checks being fetched, and those waiting for this turn's fetch to start.
         self._fetching: dict[CheckKey, asyncio.Future[tuple[Decision, int]]] = {}
         self._next_batch: list[CheckKey] = []
+        #: Batches closed but not sent: the window was full (:meth:`_send_queued`).
+        self._queued: collections.deque[list[CheckKey]] = collections.deque()
         self._fetches: set[asyncio.Task[None]] = set()
+        #: The most calls that were at the source at once (what the window bounds).
+        self.most_in_flight = 0
         self.hits = 0
         self.misses = 0
         #: Calls made to the source (each one ``check_many`` of one or more checks).
@@ -127,6 +146,11 @@ class CachedAccessChecker:
         # cancelling that close midway leaves the subscription's connection open (a
         # socket leaked until garbage collection).
         await stop_task(task, grace=PUBSUB_CLOSE_SECONDS + 1)
+        while self._queued:  # never sent: their callers are cancelled, as a fetch's are
+            for key in self._queued.popleft():
+                wait = self._fetching.pop(key, None)
+                if wait is not None:
+                    wait.cancel()
         for fetch in list(self._fetches):
             await stop_task(fetch)
         self._invalidate_all()
@@ -209,9 +233,20 @@ class CachedAccessChecker:
         batch, self._next_batch = self._next_batch, []
         if not batch:
             return  # sent already, once it was full
-        fetch = asyncio.get_running_loop().create_task(self._fetch(batch))
-        self._fetches.add(fetch)
-        fetch.add_done_callback(self._fetches.discard)
+        self._queued.append(batch)
+        self._send_queued()
+
+    def _send_queued(self) -> None:
+        """Send queued batches while the window has room (oldest first)."""
+        while self._queued and len(self._fetches) < self._max_in_flight:
+            fetch = asyncio.get_running_loop().create_task(self._fetch(self._queued.popleft()))
+            self._fetches.add(fetch)
+            fetch.add_done_callback(self._fetched)
+            self.most_in_flight = max(self.most_in_flight, len(self._fetches))
+
+    def _fetched(self, fetch: asyncio.Task[None]) -> None:
+        self._fetches.discard(fetch)
+        self._send_queued()
 
     async def _fetch(self, batch: list[CheckKey]) -> None:
         """One ``check_many`` for the batch; its answers cached when they may be."""
@@ -334,7 +369,7 @@ class CachedAccessChecker:
                 # Bounded: closing a subscription interrupted by cancellation can wait on
                 # a connection that will never answer, and shutdown must not hang on it.
                 with contextlib.suppress(RedisError, OSError, TimeoutError):
-                    await within(pubsub.aclose(), PUBSUB_CLOSE_SECONDS)  # type: ignore[no-untyped-call]
+                    await within(pubsub.aclose(), PUBSUB_CLOSE_SECONDS)  # type: ignore[no-untyped-call, unused-ignore]
 
 
 __all__ = ["CachedAccessChecker", "CheckKey", "DecisionSource"]

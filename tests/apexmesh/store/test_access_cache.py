@@ -10,9 +10,10 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
+from apexmesh.aio.tasks import within
 from apexmesh.apex.access import ActionSet, ActorPattern, Decision, OwnerRules, decide
 from apexmesh.apex.endpoint import Endpoint
-from apexmesh.store.access_cache import CachedAccessChecker, CheckKey
+from apexmesh.store.access_cache import MAX_BATCH, CachedAccessChecker, CheckKey
 from apexmesh.store.access_entries import AccessEntryStore
 from apexmesh.store.keys import Keys
 from tests.support.polling import eventually, scaled
@@ -239,3 +240,68 @@ async def test_a_stop_whose_cancellation_is_lost_in_a_read_still_ends_at_once(
     assert swallowed == [True]
     # the listener's next read (0.2 s) plus closing its subscription, not the 6 s grace
     assert took < scaled(2.0), took
+
+
+async def test_a_burst_larger_than_the_window_waits_its_turn_unsent(
+    redis: Redis, keys: Keys
+) -> None:
+    """Ten batches of misses at once: at most ``max_in_flight`` calls are at the source,
+    the others wait here unsent (their deadline not yet running), and every check is
+    answered. Unbounded, a 10,000-subscription burst ran 40 calls at once at the access
+    service and each one ran past its deadline (issue #30)."""
+    store = AccessEntryStore(redis, keys)
+    source = StoreSource(store)
+    at_source = 0
+    most = 0
+    gate = asyncio.Event()
+
+    async def slow() -> None:
+        nonlocal at_source, most
+        at_source += 1
+        most = max(most, at_source)
+        await gate.wait()
+        at_source -= 1
+
+    async with CachedAccessChecker(source, redis, keys, max_in_flight=2) as checker:
+        source.before_return = slow
+        actors = [f"s{index}@example.com" for index in range(10 * MAX_BATCH)]
+        burst = asyncio.gather(*(checker.check(FRED, actor, "core:data") for actor in actors))
+        await eventually(lambda: at_source == 2)
+        assert source.calls == 2  # the window is full; eight batches wait, unsent
+        assert len(checker._queued) == 8
+        gate.set()
+        answers = await within(burst, scaled(10))
+        assert len(answers) == len(actors)
+        assert all(not decision.allowed for decision in answers)
+        assert source.calls == 10
+        assert most == 2
+        assert checker.most_in_flight == 2
+
+
+async def test_closing_cancels_the_checks_still_queued(redis: Redis, keys: Keys) -> None:
+    store = AccessEntryStore(redis, keys)
+    source = StoreSource(store)
+    gate = asyncio.Event()
+
+    async def held() -> None:
+        await gate.wait()
+
+    checker = CachedAccessChecker(source, redis, keys, max_in_flight=1)
+    await checker.start()
+    source.before_return = held
+    first = asyncio.ensure_future(checker.check(FRED, "a@b.org", "core:data"))
+    await eventually(lambda: source.calls == 1)
+    queued = asyncio.ensure_future(checker.check(FRED, "c@d.org", "core:data"))
+    await eventually(lambda: len(checker._queued) == 1)
+    await checker.aclose()
+    for waiter in (first, queued):
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+    assert source.calls == 1  # the queued batch was never sent
+
+
+async def test_the_window_holds_at_least_one_call(redis: Redis, keys: Keys) -> None:
+    with pytest.raises(ValueError, match="max_in_flight"):
+        CachedAccessChecker(
+            StoreSource(AccessEntryStore(redis, keys)), redis, keys, max_in_flight=0
+        )
