@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.polling import scaled
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +25,7 @@ def test_the_sdk_receive_bench_delivers_everything_and_prints_its_figures() -> N
         capture_output=True,
         text=True,
         env=env,
-        timeout=280,
+        timeout=scaled(280),
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr

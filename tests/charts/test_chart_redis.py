@@ -38,7 +38,7 @@ from tests.charts.conftest import (
     values_of,
 )
 from tests.charts.kube_api import ChartAPI, against_both_helms, kubeconfig
-from tests.support.polling import block_until
+from tests.support.polling import block_until, scaled
 from tests.support.redis_server import redis_binary
 from tools import helm as tool
 
@@ -123,7 +123,7 @@ def test_redis_takes_its_password_from_stdin_not_from_its_command_line(tmp_path:
         assert password.encode() not in (proc / "environ").read_bytes()
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        server.wait(timeout=scaled(30))
 
 
 # --------------------------------------------------------------------------- size

@@ -145,14 +145,14 @@ class Pod:
         for process in (self.redis, self.sentinel):
             if process is not None and process.poll() is None:
                 process.kill()
-                process.wait(timeout=30)
+                process.wait(timeout=scaled(30))
 
     def client(self, password: str, port: int | None = None) -> redis_py.Redis:
         return redis_py.Redis(
             host=self.address,
             port=port or self.redis_port,
             password=password,
-            socket_timeout=2,
+            socket_timeout=scaled(2),
             decode_responses=True,
         )
 
@@ -319,7 +319,7 @@ async def test_the_rendered_pods_elect_replicate_and_fail_over(
                 sentinel.close()
         assert successor.redis is not None
         successor.redis.kill()
-        successor.redis.wait(timeout=30)
+        successor.redis.wait(timeout=scaled(30))
         shutil.rmtree(successor.data)
         successor.data.mkdir()
         successor.start_redis(password, nodes)

@@ -13,7 +13,7 @@ import pytest
 
 from spark import pause
 from spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
-from tests.support.polling import block_until
+from tests.support.polling import block_until, scaled
 
 pytestmark = pytest.mark.unit
 
@@ -61,5 +61,5 @@ def test_a_hold_ends_when_the_file_is_removed(
     releaser = threading.Thread(target=release)
     releaser.start()
     pause.reached("spark")  # returns once the file is gone
-    releaser.join(timeout=30)
+    releaser.join(timeout=scaled(30))
     assert seen == ["spark"]

@@ -40,7 +40,7 @@ from spark.pause import PAUSE_AT_ENV, PAUSE_FILE_ENV
 from spark.snapshot import JobStopped, SnapshotJob
 from spark.storage import Storage
 from tests.spark.test_snapshot_job import exported_ids, redis_catalogue, settings_for
-from tests.support.polling import block_until
+from tests.support.polling import block_until, scaled
 from tests.support.pubsub_events import BASE_MS, append, random_log, shifted
 from tests.support.redis_server import RedisServer
 from tests.support.spark import properties
@@ -107,7 +107,7 @@ def run_and_kill(env: dict[str, str]) -> None:
         block_until(reached, REACH_TIMEOUT, every=0.1, what=f"the job at {env[PAUSE_AT_ENV]}")
     finally:
         os.killpg(job.pid, signal.SIGKILL)
-        job.wait(timeout=60)
+        job.wait(timeout=scaled(60))
         if job.stdout:
             job.stdout.close()
     assert job.returncode == -signal.SIGKILL

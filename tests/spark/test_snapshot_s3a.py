@@ -30,6 +30,7 @@ from spark.export import exported
 from spark.layers import snapshots
 from spark.storage import Storage
 from tests.support import s3
+from tests.support.polling import scaled
 from tests.support.pubsub_events import BASE_MS, append, random_log, shifted
 from tests.support.redis_server import RedisServer
 from tests.support.spark import TEST_CONF
@@ -63,7 +64,7 @@ def run_job(server: RedisServer, keys: Keys, storage: str, conf: Path) -> dict[s
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=scaled(600),
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]

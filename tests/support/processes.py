@@ -81,7 +81,7 @@ class ServiceProcess:
 
     def _await_ready(self, deadline: float) -> None:
         url = f"http://127.0.0.1:{self.info['http_port']}/readyz"
-        with httpx.Client(timeout=1.0) as client:
+        with httpx.Client(timeout=scaled(1.0)) as client:
             while True:
                 if self.process.poll() is not None:
                     self.fail("exited while starting")
@@ -99,7 +99,7 @@ class ServiceProcess:
             # stdout reached EOF: the child is exiting; wait for its code rather than
             # racing it with poll().
             try:
-                code: int | None = self.process.wait(timeout=10)
+                code: int | None = self.process.wait(timeout=scaled(10))
             except subprocess.TimeoutExpired:
                 code = None
         else:

@@ -35,6 +35,7 @@ from typing import Final
 
 import redis
 
+from tests.support.polling import scaled
 from tests.support.redis_server import free_port, ping, redis_binary
 
 #: Starts of one node on fresh ports before giving up (a port taken in between).
@@ -145,7 +146,7 @@ class Node:
             return
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=scaled(10))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -200,7 +201,7 @@ class RedisClusterNodes:
                 "--cluster-replicas",
                 str(self.replicas),
                 "--cluster-yes",
-                timeout=60,
+                timeout=scaled(60),
             )
             _check_created(answer)
             _wait(self._ready, "the cluster")

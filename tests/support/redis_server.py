@@ -120,7 +120,7 @@ class RedisServer:
             return
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=scaled(10))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()

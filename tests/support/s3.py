@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
+from tests.support.polling import scaled
 from tests.support.redis_server import free_port
 
 MOTO_ENV: Final = "APEXMESH_TEST_MOTO_SERVER"
@@ -66,7 +67,7 @@ def moto_server(timeout: float = 30.0) -> Iterator[str]:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                with socket.create_connection(("127.0.0.1", port), timeout=scaled(0.5)):
                     break
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
@@ -75,4 +76,4 @@ def moto_server(timeout: float = 30.0) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        process.wait(timeout=scaled(30))

@@ -31,6 +31,8 @@ from typing import Any, Final
 
 import pyspark
 
+from tests.support.polling import scaled
+
 SPARK_HOME: Final = Path(pyspark.__file__).resolve().parent
 #: Seconds a JVM gets to start and say so (a loaded two-core machine).
 START_TIMEOUT: Final = 300.0
@@ -150,7 +152,7 @@ class StandaloneCluster:
 
     def status(self) -> dict[str, Any]:
         """The master's JSON status page (workers, applications)."""
-        with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=10) as answer:  # noqa: S310 - loopback http
+        with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=scaled(10)) as answer:  # noqa: S310 - loopback http
             return json.loads(answer.read())  # type: ignore[no-any-return]
 
     def executors(self) -> list[Executor]:

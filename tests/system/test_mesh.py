@@ -10,6 +10,8 @@ from typing import Final
 
 import pytest
 
+from tests.support.polling import scaled
+
 pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +52,7 @@ def test_run_command_demo(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=scaled(180),
         check=False,
     )
     out = completed.stdout

@@ -52,7 +52,7 @@ SEND_SECONDS = 30.0
 async def ready_again(mesh: ClusterLocalMesh, since: float) -> float:
     """Seconds from ``since`` until every service's ``/readyz`` answers 200 at once."""
     urls = [f"http://127.0.0.1:{child.info['http_port']}/readyz" for child in mesh.children]
-    async with httpx.AsyncClient(timeout=2.0) as client:
+    async with httpx.AsyncClient(timeout=scaled(2.0)) as client:
         while True:
             codes = []
             for url in urls:

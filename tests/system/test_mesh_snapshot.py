@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.polling import scaled
+
 pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +31,7 @@ def test_run_command_snapshot(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=840,
+        timeout=scaled(840),
         check=False,
     )
     out = completed.stdout

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from tests.support.demo_mesh import DemoMesh
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.system
 
@@ -21,7 +22,7 @@ def test_the_printed_line_then_topics_ls_and_trace(demo_mesh: DemoMesh) -> None:
         ["bash", "-euo", "pipefail", "-c", script],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
         env={"PATH": "/usr/bin:/bin", "HOME": str(demo_mesh.workdir), "COLUMNS": "200"},
     )

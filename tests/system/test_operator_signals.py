@@ -17,6 +17,7 @@ import pytest
 from apexmesh.aio.connection import AuthenticationError
 from apexmesh.client import connect_endpoint
 from tests.support.demo_mesh import DemoMesh
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.system
 
@@ -74,7 +75,7 @@ def test_one_correlation_id_across_relay_and_report_logs(demo_mesh: DemoMesh) ->
         ["apexctl", "--json", "trace", "fred@example.com", "nobody@example.com"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
         env=demo_mesh.env(),
     )

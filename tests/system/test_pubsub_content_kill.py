@@ -26,7 +26,7 @@ from apexmesh.client import ApexClientError, ApexRequestError
 from apexmesh.client.outgoing import XmlContent
 from apexmesh.client.pubsub import PubsubClient
 from tests.support.deployment import DOMAIN, Deployment, deployment
-from tests.support.polling import still_true, wait_until
+from tests.support.polling import scaled, still_true, wait_until
 from tests.support.processes import ServiceProcess
 
 pytestmark = [pytest.mark.system, pytest.mark.load]
@@ -116,7 +116,7 @@ async def test_kill_a_pubsub_pod_during_10k_content_publishes(tmp_path: Path) ->
 
         async def one(n: int) -> None:
             try:
-                await publisher.publish("news", XmlContent(body(n)), timeout=60)
+                await publisher.publish("news", XmlContent(body(n)), timeout=scaled(60))
             except ApexRequestError as exc:
                 refused[n] = exc.code
             except (ApexClientError, TimeoutError):

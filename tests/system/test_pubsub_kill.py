@@ -30,7 +30,7 @@ from apexmesh.client import ApexClient, ApexClientError, ApexRequestError
 from apexmesh.client.pubsub import PubsubClient
 from apexmesh.client.reports import SendResult
 from tests.support.deployment import DOMAIN, Deployment, deployment
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 from tests.support.processes import ServiceProcess
 
 pytestmark = [pytest.mark.system, pytest.mark.load]
@@ -91,7 +91,7 @@ async def publish_all(run: Run, running: Deployment, publisher: PubsubClient) ->
 
     async def report(n: int, result: SendResult) -> None:
         with contextlib.suppress(ApexClientError, TimeoutError):
-            found = await result.reports(1, timeout=60)
+            found = await result.reports(1, timeout=scaled(60))
             run.reported[n] = found[0].destinations[0].reply.code
 
     async def one(n: int) -> None:
@@ -119,7 +119,7 @@ async def publish_all(run: Run, running: Deployment, publisher: PubsubClient) ->
         sends.append(asyncio.ensure_future(one(n)))
     await asyncio.gather(*sends)
     if reports:
-        await asyncio.wait(reports, timeout=60)
+        await asyncio.wait(reports, timeout=scaled(60))
 
 
 @pytest.mark.timeout(300)

@@ -94,7 +94,7 @@ async def test_10k_sessions_closing_at_once_release_everything_and_memory_comes_
                 assert await attachments_of(redis, running, "a") == SESSIONS
                 opened = time.monotonic()
                 closing = await asyncio.gather(
-                    *(c.close(timeout=30.0) for c in clients), return_exceptions=True
+                    *(c.close(timeout=scaled(30.0)) for c in clients), return_exceptions=True
                 )
                 assert [c for c in closing if isinstance(c, BaseException)] == []
                 del clients, closing
@@ -160,7 +160,7 @@ async def test_1000_endpoints_attaching_at_once_over_tls_and_scram_are_all_answe
         failures = [repr(o) for o in outcomes if isinstance(o, BaseException)]
         for client in clients:
             with contextlib.suppress(Exception):
-                await client.close(timeout=5.0)
+                await client.close(timeout=scaled(5.0))
         slowest = max(answered.values(), default=0.0)
         print(
             f"{len(answered)} answered ({sum(1 for c in codes.values() if c == 250)} attached), "

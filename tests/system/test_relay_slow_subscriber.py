@@ -24,7 +24,7 @@ from apexmesh.client.attachment import DEFAULT_QUEUE_LIMIT
 from apexmesh.client.pubsub import PubsubClient
 from apexmesh.ops.localmesh import LocalMesh
 from apexmesh.pubsub.elements import topic_endpoint
-from tests.support.polling import eventually
+from tests.support.polling import eventually, scaled
 
 pytestmark = [pytest.mark.system, pytest.mark.load, pytest.mark.timeout(600)]
 
@@ -83,7 +83,9 @@ def shed_count(mesh: LocalMesh) -> float:
     total = 0.0
     for index in (0, 1):
         port = mesh.relay(DOMAIN, index).http_port
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/metrics", timeout=scaled(10)
+        ) as answer:
             text = answer.read().decode()
         for line in text.splitlines():
             if line.startswith('apexmesh_relay_delivery_outcomes_total{result="shed"}'):

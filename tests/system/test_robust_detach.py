@@ -120,7 +120,7 @@ async def link_expiry(running: Deployment, subscriber: str) -> AsyncIterator[asy
 async def publish(fred: RobustClient, payloads: list[bytes], label: str, n: int) -> int:
     """Publish ``label n``; append it to ``payloads`` once ``published`` came back."""
     payload = f"{label} {n}".encode()
-    await fred.publish(TOPIC, payload, timeout=10.0)
+    await fred.publish(TOPIC, payload, timeout=scaled(10.0))
     payloads.append(payload)
     return n + 1
 
@@ -181,7 +181,7 @@ async def test_a_subscriber_detached_30_s_repairs_by_source_after_its_link_conte
             in_flight=IN_FLIGHT,
             at_least=AWAY_AT_LEAST,
             until=detached + DETACH_SECONDS,
-            timeout=10.0,
+            timeout=scaled(10.0),
         )
         away_for = time.monotonic() - detached
 

@@ -33,6 +33,7 @@ from apexmesh.client.robust import RobustClient
 from apexmesh.pubsub.robust.seq import Resolution
 from apexmesh.pubsub.robust.settings import RobustSettings
 from tests.support.deployment import DOMAIN, Deployment, deployment
+from tests.support.polling import scaled
 from tests.support.robust_clients import receive_all, warm_up
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(150)]
@@ -55,7 +56,7 @@ async def publish_all(running: Deployment, fred: RobustClient) -> dict[bytes, in
 
     async def one(payload: bytes) -> None:
         try:
-            ok[payload] = await fred.publish(TOPIC, payload, timeout=10.0)
+            ok[payload] = await fred.publish(TOPIC, payload, timeout=scaled(10.0))
         except TimeoutError:
             pass  # not sequenced, or its answer lost: not promised to anyone
         finally:

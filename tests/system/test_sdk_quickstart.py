@@ -109,7 +109,7 @@ def apexctl(mesh: DemoMesh, *args: str, code: int = 0) -> Any:
         ["apexctl", "--json", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
         env=mesh.env(),
     )

@@ -37,6 +37,6 @@ async def port(request: pytest.FixtureRequest) -> AsyncIterator[int]:
 
 async def test_connect_without_a_greeting_closes_its_transport(port: int) -> None:
     with pytest.raises((TimeoutError, ConnectionClosedError)):
-        await connect("127.0.0.1", port, timeout=0.3)
+        await connect("127.0.0.1", port, timeout=0.3)  # no greeting comes: it expires
     await asyncio.sleep(0)  # the transport's connection_lost runs
     gc.collect()

@@ -478,7 +478,7 @@ async def test_closing_a_held_session_sends_the_held_answer_first(
 
     def failed(peer: BeepConnection, event: ev.AuthenticationFailed) -> None:
         peer.hold(30.0)
-        closing.append(asyncio.get_running_loop().create_task(peer.close(421, timeout=2.0)))
+        closing.append(asyncio.get_running_loop().create_task(peer.close(421, timeout=scaled(2.0))))
 
     listener.on_auth_failed = failed
     exchange = SaslClientExchange("SCRAM-SHA-256", authcid="fred", password="x", host="localhost")

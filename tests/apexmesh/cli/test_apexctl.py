@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.support.demo_mesh import DemoMesh
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.system
 
@@ -22,7 +23,7 @@ def apexctl(mesh: DemoMesh, *args: str, code: int = 0, fmt: str = "--json") -> A
         ["apexctl", *([fmt] if fmt else []), *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
         env=mesh.env(),
     )
@@ -96,7 +97,7 @@ def test_pub_sub_request_and_trace(demo_mesh: DemoMesh) -> None:
                 ],
                 capture_output=True,
                 text=True,
-                timeout=60,
+                timeout=scaled(60),
                 check=False,
                 env=env,
             )
@@ -104,7 +105,7 @@ def test_pub_sub_request_and_trace(demo_mesh: DemoMesh) -> None:
                 break
         report = json.loads(result.stdout)
         assert report == [{"destination": "pebbles@rubble.com", "code": 250, "text": ""}]
-        out, errors = listener.communicate(timeout=60)
+        out, errors = listener.communicate(timeout=scaled(60))
     finally:
         listener.kill()
     assert listener.returncode == 0, errors
@@ -173,7 +174,12 @@ def test_contexts_and_errors(demo_mesh: DemoMesh, tmp_path: Any) -> None:
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["apexctl", *args], capture_output=True, text=True, timeout=60, check=False, env=env
+            ["apexctl", *args],
+            capture_output=True,
+            text=True,
+            timeout=scaled(60),
+            check=False,
+            env=env,
         )
 
     none = run("status")
@@ -201,7 +207,7 @@ def test_as_a_kubectl_plugin(demo_mesh: DemoMesh) -> None:
         ["kubectl", "apex", "--json", "topics", "ls"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
         env=demo_mesh.env(),
     )

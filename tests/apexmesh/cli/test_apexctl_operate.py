@@ -18,6 +18,7 @@ import yaml
 
 from apexmesh.client import connect_endpoint
 from tests.support.demo_mesh import DemoMesh
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.system
 
@@ -32,7 +33,7 @@ def run(
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
         env={**mesh.env(), **(env or {})},
     )
@@ -84,14 +85,14 @@ async def test_held_purge_asks_and_purges(demo_mesh: DemoMesh) -> None:
         ssl_context=ssl.create_default_context(cafile=context.ca_file),
         server_hostname="localhost",
         sasl=("SCRAM-SHA-256", "fred@example.com", context.passwords()["fred@example.com"]),
-        timeout=10.0,
+        timeout=scaled(10.0),
     )
     try:
         fred = await client.attach("fred@example.com")
         for n in range(3):
             await fred.send("dino@example.com", f"held {n}".encode(), hold=True)
     finally:
-        await client.close(timeout=5.0)
+        await client.close(timeout=scaled(5.0))
     held = apexctl(demo_mesh, "held", "ls")
     assert [r["count"] for r in held if r["endpoint"] == "dino@example.com"] == [3]
     kept = run(demo_mesh, "held", "purge", "dino@example.com", stdin="n\n")

@@ -14,6 +14,7 @@ from apexmesh.client.discovery import connect_domain, locate_relays
 from apexmesh.store.keys import Keys
 from tests.support.dns_server import dns_server
 from tests.support.mesh import Mesh, running_mesh
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.integration
@@ -63,7 +64,7 @@ async def test_every_target_down_is_421() -> None:
     records = {"_apex-edge._tcp.example.com.": [f"10 5 {free_port()} localhost."]}
     async with dns_server(records) as resolver:
         with pytest.raises(ApexClientError) as info:
-            await connect_domain("example.com", resolver=resolver, timeout=2.0)
+            await connect_domain("example.com", resolver=resolver, timeout=scaled(2.0))
     assert info.value.code == 421
 
 

@@ -494,7 +494,7 @@ async def test_status_request_is_on_the_wire_and_its_report_is_collected(
             trans_id=trans_id,
         ),
     )
-    reports = await result.reports(1, timeout=5)
+    reports = await result.reports(1, timeout=scaled(5))
     assert [r.trans_id for r in reports] == [trans_id]
     destination = reports[0].destinations[0]
     assert destination.identity == ep("barney@example.com")
@@ -508,7 +508,7 @@ async def test_missing_reports_time_out(client: ApexClient) -> None:
     fred = await client.attach("fred@example.com")
     result = await fred.send("barney@example.com", b"hello", status_request=True)
     with pytest.raises(TimeoutError):
-        await result.reports(2, timeout=0.2)
+        await result.reports(2, timeout=scaled(0.2))  # the second never comes
     assert len(result.collected) == 1
 
 

@@ -22,7 +22,7 @@ from apexmesh.rpc.batched import BatchedCaller, serve_batched
 from apexmesh.rpc.channels import RECOVERY_OPTIONS, internal_channel
 from apexmesh.rpc.server import ACCEPTED_PING_INTERVAL_MS, create_server
 from tests.support.fake_relay import ScriptedRelay, scripted_relays
-from tests.support.polling import still_true, wait_until
+from tests.support.polling import scaled, still_true, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ async def test_calls_in_flight_share_stream_messages() -> None:
     relay = ScriptedRelay()
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
         outcomes = await settle(
-            [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(500)]
+            [asyncio.ensure_future(caller.call(request(n), timeout=scaled(5))) for n in range(500)]
         )
     assert [code_of(o) for o in outcomes] == [250] * 500
     assert sorted(relay.calls) == sorted(f"s{n}" for n in range(500))
@@ -73,7 +73,7 @@ async def test_an_idle_caller_sends_each_call_at_once() -> None:
     relay = ScriptedRelay()
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
         for n in range(3):
-            response = await caller.call(request(n), timeout=5)
+            response = await caller.call(request(n), timeout=scaled(5))
             assert response.status.code == 250
     assert relay.batches == 3
 
@@ -82,7 +82,9 @@ async def test_a_handler_that_aborts_fails_its_call_only() -> None:
     hold = asyncio.Event()
     relay = ScriptedRelay(grpc.StatusCode.RESOURCE_EXHAUSTED, hold=hold)
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
-        calls = [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(4)]
+        calls = [
+            asyncio.ensure_future(caller.call(request(n), timeout=scaled(5))) for n in range(4)
+        ]
         await wait_until(lambda: relay.inflight == 4, what="4 calls in flight")
         hold.set()
         outcomes = await settle(calls)
@@ -96,10 +98,10 @@ async def test_a_call_not_answered_in_time_is_deadline_exceeded() -> None:
     relay = ScriptedRelay(hold=hold)
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
         with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await caller.call(request(1), timeout=0.2)
+            await caller.call(request(1), timeout=0.2)  # held: meant to expire
         hold.set()
         # The stream outlives the call: the next one is answered on it.
-        assert (await caller.call(request(2), timeout=5)).status.code == 250
+        assert (await caller.call(request(2), timeout=scaled(5))).status.code == 250
     assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
@@ -108,7 +110,7 @@ async def test_the_correlation_id_of_each_call_reaches_its_handler() -> None:
 
     async def call_as(caller: Caller, cid: str, n: int) -> None:
         correlation_id.set(cid)
-        await caller.call(request(n), timeout=5)
+        await caller.call(request(n), timeout=scaled(5))
 
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
         await asyncio.gather(*(call_as(caller, f"cid-{n}", n) for n in range(20)))
@@ -124,7 +126,9 @@ async def test_a_broken_stream_cuts_off_what_the_callee_took_and_then_reaches_no
     hold = asyncio.Event()
     relay = ScriptedRelay(hold=hold)
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
-        calls = [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(3)]
+        calls = [
+            asyncio.ensure_future(caller.call(request(n), timeout=scaled(5))) for n in range(3)
+        ]
         await wait_until(lambda: relay.inflight == 3, what="3 calls in flight")
         # The relay goes away with the three calls in its handlers.
     outcomes = await settle(calls)
@@ -134,7 +138,7 @@ async def test_a_broken_stream_cuts_off_what_the_callee_took_and_then_reaches_no
     }  # cut off: the relay may have relayed them
     async with caller_of(address) as caller:
         with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await caller.call(request(9), timeout=5)
+            await caller.call(request(9), timeout=scaled(5))
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE  # nothing listens: nobody
     # A real failure is a WARNING with the call's details (calls were cut off).
     broke = [r for r in caplog.records if "stream broke" in r.getMessage()]
@@ -147,9 +151,9 @@ async def test_a_callee_without_the_stream_gets_unary_calls() -> None:
     relay = ScriptedRelay(streams=False)
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
         outcomes = await settle(
-            [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(5)]
+            [asyncio.ensure_future(caller.call(request(n), timeout=scaled(5))) for n in range(5)]
         )
-        later = await caller.call(request(5), timeout=5)
+        later = await caller.call(request(5), timeout=scaled(5))
     assert [code_of(o) for o in outcomes] == [250] * 5
     assert later.status.code == 250
     assert sorted(relay.calls) == [f"s{n}" for n in range(6)]
@@ -178,7 +182,9 @@ async def test_a_callee_handles_a_bounded_number_of_calls_of_a_stream_at_once() 
     hold = asyncio.Event()
     relay = BoundedRelay(hold=hold)
     async with scripted_relays(relay) as (address,), caller_of(address) as caller:
-        calls = [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(10)]
+        calls = [
+            asyncio.ensure_future(caller.call(request(n), timeout=scaled(5))) for n in range(10)
+        ]
         await wait_until(lambda: relay.inflight == 3, what="3 calls in flight")
         # Nothing more is handled while the three are held.
         await still_true(lambda: relay.inflight == 3, 0.05)
@@ -198,7 +204,10 @@ async def test_batched_calls_are_counted_as_the_unary_calls_they_stand_for() -> 
     try:
         async with caller_of(f"127.0.0.1:{port}") as caller:
             outcomes = await settle(
-                [asyncio.ensure_future(caller.call(request(n), timeout=5)) for n in range(6)]
+                [
+                    asyncio.ensure_future(caller.call(request(n), timeout=scaled(5)))
+                    for n in range(6)
+                ]
             )
     finally:
         await server.stop(None)
@@ -246,10 +255,10 @@ async def test_an_idle_stream_outlives_keepalive_pings() -> None:
         stub.SubmitStream, stub.Submit, relay_pb2.SubmitResponse.FromString, name="idle"
     )
     try:
-        assert (await caller.call(request(1), timeout=5)).status.code == 250
+        assert (await caller.call(request(1), timeout=scaled(5))).status.code == 250
         # The behaviour under test: the stream stays idle past several keepalive pings.
         await asyncio.sleep(5)
-        assert (await caller.call(request(2), timeout=5)).status.code == 250
+        assert (await caller.call(request(2), timeout=scaled(5))).status.code == 250
     finally:
         await caller.aclose()
         await channel.close()
@@ -294,7 +303,9 @@ async def test_calls_outlive_a_callee_that_ends_connections_by_age(
         loop = asyncio.get_running_loop()
         while loop.time() < until_time:
             try:
-                outcomes.append(code_of(await caller.call(request(next(numbers)), timeout=5)))
+                outcomes.append(
+                    code_of(await caller.call(request(next(numbers)), timeout=scaled(5)))
+                )
             except grpc.aio.AioRpcError as exc:
                 outcomes.append(exc.code())
 
@@ -332,7 +343,7 @@ async def test_a_call_after_the_channel_closed_fails_and_leaves_no_task_error() 
             await channel.close()
             try:
                 with pytest.raises(grpc.RpcError):
-                    await caller.call(request(1), timeout=5)
+                    await caller.call(request(1), timeout=scaled(5))
             finally:
                 await caller.aclose()
         gc.collect()

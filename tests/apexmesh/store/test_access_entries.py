@@ -11,6 +11,7 @@ from apexmesh.apex.access import ActionSet, ActorPattern, TokenRegistry, parse_e
 from apexmesh.apex.endpoint import Endpoint
 from apexmesh.store.access_entries import AccessEntryStore, ChangeOutcome
 from apexmesh.store.keys import Keys
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -75,11 +76,11 @@ async def test_change_publishes_version_and_owner(redis: Redis, keys: Keys) -> N
     pubsub = redis.pubsub()
     try:
         await pubsub.subscribe(keys.access_changes())
-        first = await pubsub.get_message(timeout=5)
+        first = await pubsub.get_message(timeout=scaled(5))
         assert first is not None
         assert first["type"] == "subscribe"
         await store.change(FRED, ActorPattern.parse("*@*"), ActionSet.of("core:data"), None, T0)
-        message = await pubsub.get_message(timeout=5)
+        message = await pubsub.get_message(timeout=scaled(5))
         assert message is not None
         assert message["data"] == b"1 fred@example.com"
     finally:
@@ -121,3 +122,30 @@ async def test_entries_survive_a_redis_restart(tmp_path_factory: pytest.TempPath
             await client.aclose()
     finally:
         server.stop()
+
+
+async def test_load_many_reads_every_owner_and_the_version_in_one_transaction(
+    redis: Redis, keys: Keys
+) -> None:
+    """What the access service's ``CheckMany`` reads: each owner's rules in the order
+    asked (an owner without entries included), at the version of the last change."""
+    store = AccessEntryStore(redis, keys)
+    owners = [Endpoint.parse(f"o{index}@example.com") for index in range(5)]
+    for owner in owners[:4]:
+        await store.change(
+            owner,
+            ActorPattern.parse(f"{owner.local}-friend@*"),
+            ActionSet.of("core:data"),
+            None,
+            T0,
+        )
+    rules, version = await store.load_many(owners)
+    assert version == 4
+    for index, owner in enumerate(owners):
+        friend = Endpoint.parse(f"{owner.local}-friend@example.com")
+        assert rules[index].allows(friend, ["core:data"]) is (index < 4)
+        assert not rules[index].allows(Endpoint.parse("stranger@example.com"), ["core:data"])
+    one, at = await store.load(owners[2])
+    assert at == version
+    assert one.allows(Endpoint.parse("o2-friend@example.com"), ["core:data"])
+    assert await store.load_many([]) == ([], version)

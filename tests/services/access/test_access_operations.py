@@ -295,7 +295,7 @@ async def test_operator_manages_every_owner(operations: AccessOperations) -> Non
 
 
 async def test_store_unavailable_is_421() -> None:
-    dead = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
+    dead = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)  # nothing listens
     try:
         ops = AccessOperations(
             AccessEntryStore(dead, Keys("x")),

@@ -93,7 +93,7 @@ def test_bad_settings_exit_2(redis_server: RedisServer, tmp_path: Path) -> None:
     env["APEXMESH_DEV"] = "0"  # a Redis URL without TLS or password is refused
     service = ServiceProcess("services.access", env, tmp_path / "bad.log")
     with pytest.raises(RuntimeError, match="exit 2"):
-        service.start(timeout=15)
+        service.start(timeout=15)  # start() scales it
 
 
 def test_bad_seed_file_exit_2(redis_server: RedisServer, tmp_path: Path) -> None:
@@ -101,4 +101,4 @@ def test_bad_seed_file_exit_2(redis_server: RedisServer, tmp_path: Path) -> None
     Path(env["APEXMESH_ACCESS_SEED_FILE"]).write_text("<access-entries><x/></access-entries>")
     service = ServiceProcess("services.access", env, tmp_path / "badseed.log")
     with pytest.raises(RuntimeError, match="exit 2"):
-        service.start(timeout=15)
+        service.start(timeout=15)  # start() scales it

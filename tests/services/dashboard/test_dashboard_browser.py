@@ -85,7 +85,7 @@ def test_dashboard_shows_pods_and_traces_a_message(demo_mesh: DemoMesh) -> None:
             ],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=scaled(120),
             check=True,
             env=demo_mesh.env(),
         )

@@ -17,6 +17,7 @@ from services.presence.app import PresenceApp
 from services.presence.settings import PresenceSettings
 from tests.services.presence.conftest import Attach, PresenceMesh
 from tests.support.grpc_channels import ready_channel
+from tests.support.polling import scaled
 from tests.support.processes import ROOT
 
 BASE = {
@@ -60,7 +61,7 @@ def test_process_exits_2_on_bad_settings() -> None:
         cwd=ROOT,
         env={"PATH": "/usr/bin:/bin", "APEXMESH_PRESENCE_DOMAINS": "example.com"},
         capture_output=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     assert completed.returncode == 2, completed.stderr

@@ -55,7 +55,9 @@ async def test_subscriber_sees_attach_and_terminate_within_100ms(
 ) -> None:
     barney = await attach("barney@example.com")
     await subscribe_to_fred(barney)
-    async with await connect_endpoint("127.0.0.1", pmesh.b.edge_port, timeout=5.0) as client:
+    async with await connect_endpoint(
+        "127.0.0.1", pmesh.b.edge_port, timeout=scaled(5.0)
+    ) as client:
         started = time.perf_counter()
         fred = await client.attach("fred@example.com")
         seen = await barney.next()
@@ -74,10 +76,10 @@ async def test_subscriber_sees_attach_and_terminate_within_100ms(
 async def test_subscriber_sees_lost_session(pmesh: PresenceMesh, attach: Attach) -> None:
     barney = await attach("barney@example.com")
     await subscribe_to_fred(barney)
-    client = await connect_endpoint("127.0.0.1", pmesh.a.edge_port, timeout=5.0)
+    client = await connect_endpoint("127.0.0.1", pmesh.a.edge_port, timeout=scaled(5.0))
     await client.attach("fred@example.com")
     assert fred_available(await barney.next()) is True
-    await client.close(timeout=5.0)  # the session ends without a terminate
+    await client.close(timeout=scaled(5.0))  # the session ends without a terminate
     assert fred_available(await barney.next()) is False
 
 
@@ -90,7 +92,7 @@ async def test_subscriber_sees_killed_pod_within_lease(
     pod = ServiceProcess("services.relay", env, tmp_path / "relay-c.log")
     info = await asyncio.to_thread(pod.start)
     try:
-        client = await connect_endpoint("127.0.0.1", int(info["edge_port"]), timeout=5.0)
+        client = await connect_endpoint("127.0.0.1", int(info["edge_port"]), timeout=scaled(5.0))
         try:
             await client.attach("fred@example.com")
             assert fred_available(await barney.next()) is True
@@ -100,7 +102,7 @@ async def test_subscriber_sees_killed_pod_within_lease(
             lapse_seconds = time.perf_counter() - killed
             assert fred_available(seen) is False
         finally:
-            await client.close(timeout=2.0)
+            await client.close(timeout=scaled(2.0))
     finally:
         await asyncio.to_thread(pod.stop)
     # The lease lapses at most LEASE_MS after the last renewal; the service checks
@@ -117,14 +119,16 @@ async def test_restart_keeps_subscriptions_and_entries(
         presence = ServiceProcess("services.presence", mesh.presence_env(), tmp_path / "p.log")
         await asyncio.to_thread(presence.start)
         try:
-            async with await connect_endpoint("127.0.0.1", mesh.a.edge_port, timeout=5.0) as client:
+            async with await connect_endpoint(
+                "127.0.0.1", mesh.a.edge_port, timeout=scaled(5.0)
+            ) as client:
                 barney = PresenceClient(await client.attach("barney@example.com"))
                 await barney.subscribe(FRED, duration=3600, trans_id=10)
                 first = await barney.next_message()  # fred's default entry
                 assert isinstance(first, Publish)
                 assert fred_available(first) is False
                 async with await connect_endpoint(
-                    "127.0.0.1", mesh.b.edge_port, timeout=5.0
+                    "127.0.0.1", mesh.b.edge_port, timeout=scaled(5.0)
                 ) as fred_client:
                     fred = await fred_client.attach("fred@example.com")
                     assert fred_available(await barney.next_message()) is True

@@ -23,6 +23,7 @@ from services.pubsub.admin_lists import NEXT_HEADER, TOTAL_HEADER
 from services.pubsub.app import PubsubApp
 from services.pubsub.settings import PubsubSettings
 from tests.support.mesh import READ_TOKEN, base_env
+from tests.support.polling import scaled
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -49,7 +50,7 @@ async def pod_on(redis: RedisServer, keys: Keys) -> AsyncIterator[httpx.AsyncCli
         async with httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{pod.http_port}/admin/v1",
             headers={"Authorization": f"Bearer {READ_TOKEN}"},
-            timeout=30.0,
+            timeout=scaled(30.0),
         ) as client:
             yield client
     finally:

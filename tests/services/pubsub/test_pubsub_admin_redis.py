@@ -18,7 +18,7 @@ from apexmesh.store.keys import Keys
 from services.pubsub.app import PubsubApp
 from services.pubsub.settings import PubsubSettings
 from tests.support.mesh import READ_TOKEN, base_env
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ async def pod_on(redis: RedisServer) -> AsyncIterator[httpx.AsyncClient]:
         async with httpx.AsyncClient(
             base_url=f"http://127.0.0.1:{pod.http_port}",
             headers={"Authorization": f"Bearer {READ_TOKEN}"},
-            timeout=30.0,
+            timeout=scaled(30.0),
         ) as client:
             yield client
     finally:

@@ -73,7 +73,7 @@ def _worker(
         relays=relay,
         presence=None,
         metrics=PubsubMetrics.create(CollectorRegistry()),
-        timeout=1.0,
+        timeout=1.0,  # the setting under test, not a wait
         concurrency=concurrency,
     )
 
@@ -235,7 +235,7 @@ async def test_announcements_are_done_through_the_announcer_in_order_per_message
         relays=HeldRelay(),
         presence=None,
         metrics=PubsubMetrics.create(CollectorRegistry()),
-        timeout=1.0,
+        timeout=1.0,  # the setting under test, not a wait
         announce=announce,
     )
     tasks = await worker.start(DOMAIN, entries)

@@ -128,7 +128,8 @@ async def test_kill_one_process_during_10k_publishes(
                 )
             )
             reports = await asyncio.gather(
-                *(result.reports(1, timeout=30) for result in results), return_exceptions=True
+                *(result.reports(1, timeout=scaled(30)) for result in results),
+                return_exceptions=True,
             )
             for n, report in zip(batch, reports, strict=True):
                 if not isinstance(report, BaseException):

@@ -14,7 +14,7 @@ from apexmesh.apex.party import DATA_HOPPING, data_hopping_of
 from apexmesh.client.outgoing import XmlContent
 from tests.services.pubsub.conftest import TOPIC as REDISTRIBUTED
 from tests.services.pubsub.conftest import Attach, Party, PubsubMesh, until
-from tests.support.polling import eventually
+from tests.support.polling import eventually, scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -81,7 +81,7 @@ async def test_what_is_not_plain_still_goes_to_the_pubsub_pods(
     before = counts(mesh, "a")
     # With statusRequest: the pods re-originate it (the report is theirs).
     sent = await fred.attachment.send(TARGET, XmlContent(b"<asked />"), status_request=True)
-    [report] = await sent.reports(1, timeout=10)
+    [report] = await sent.reports(1, timeout=scaled(10))
     assert [int(d.reply.code) for d in report.destinations] == [250]
     _, received = await mike.publication()
     assert received.content == b"<asked />"

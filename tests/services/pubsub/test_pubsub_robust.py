@@ -470,7 +470,7 @@ async def test_one_sequencer_forwarding_and_failover_to_the_other_pod(
 
         await until(taken, within=10)
         for n in range(4, 7):
-            await survivor.publish(NEWS, f"m{n}".encode(), timeout=15)
+            await survivor.publish(NEWS, f"m{n}".encode(), timeout=scaled(15))
         async with asyncio.timeout(scaled(15)):
             assert [(await wilma.next()).payload for _ in range(3)] == [
                 f"m{n}".encode() for n in range(4, 7)
@@ -505,7 +505,7 @@ async def test_contributions_are_allowed_by_the_source_and_throttled(
                 options=(publish_option(header, 60 + n),),
                 status_request=True,
             )
-            (report,) = await result.reports(1, timeout=10)
+            (report,) = await result.reports(1, timeout=scaled(10))
             return report.destinations[0].reply.code
 
         assert [await contribute(pebbles, SPORTS, n) for n in range(3)] == [250, 250, 450]

@@ -104,7 +104,7 @@ async def test_kill_9_of_the_sequencing_process_loses_no_published_publication(
                     await asyncio.to_thread(process.wait)
                 payload = f"publication {n}".encode()
                 try:
-                    await fred.publish(TOPIC, payload, timeout=3.0)
+                    await fred.publish(TOPIC, payload, timeout=scaled(3.0))
                 except TimeoutError:
                     failed += 1  # not sequenced, or its answer lost: not "ok'd"
                 else:

@@ -62,7 +62,7 @@ async def test_published_reaches_its_publisher_after_the_pod_that_owed_it_died(
             assert app.service is not None
             app.service.robust.sequencing._submitter = unreachable  # type: ignore[assignment]
         fred = await mesh.robust("fred", "a")
-        publishing = asyncio.create_task(fred.publish(NEWS, b"owed", timeout=60))
+        publishing = asyncio.create_task(fred.publish(NEWS, b"owed", timeout=scaled(60)))
         # The publication is sequenced and delivered; its published is journalled only.
         assert (await within(wilma.next(), timeout=scaled(20))).payload == b"owed"
         await eventually(lambda: unreachable.refused > 0, within=20)

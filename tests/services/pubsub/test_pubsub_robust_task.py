@@ -104,7 +104,7 @@ async def robust_pod(
         answer=_nothing,
         clock=clock,
         lease_ms=LEASE_MS,
-        timeout=1.0,
+        timeout=1.0,  # the setting under test, not a wait
     )
     service.advertise(f"{name}:0")
     try:

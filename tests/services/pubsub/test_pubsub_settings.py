@@ -10,6 +10,7 @@ import pytest
 
 from apexmesh.ops.settings import SettingsError
 from services.pubsub.settings import PubsubSettings, Upstream
+from tests.support.polling import scaled
 from tests.support.processes import ROOT
 
 BASE = {
@@ -78,7 +79,7 @@ def test_bad_settings_exit_2() -> None:
         env={"PATH": "/usr/bin:/bin", "APEXMESH_PUBSUB_DOMAINS": ""},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     assert completed.returncode == 2, completed.stderr

@@ -21,6 +21,7 @@ from spark.snapshot import SnapshotJob
 from tests.services.pubsub.conftest import Attach, PubsubMesh
 from tests.spark.test_snapshot_job import settings_for
 from tests.support.mesh import READ_TOKEN
+from tests.support.polling import scaled
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,7 +33,7 @@ async def listing(app: PubsubApp, path: str) -> Any:
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{app.http_port}{ADMIN_PREFIX}{API_VERSION}",
         headers={"Authorization": f"Bearer {READ_TOKEN}"},
-        timeout=30,
+        timeout=scaled(30),
     ) as http:
         answer = await http.get(path)
         assert answer.status_code == 200, answer.text

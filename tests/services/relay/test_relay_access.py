@@ -28,7 +28,7 @@ async def ask_access(fred: Attachment, operation: str) -> Element:
     assert str(got.originator) == ACCESS
     assert [str(r) for r in got.recipients] == [str(fred.endpoint)]
     assert got.is_xml
-    [report] = await result.reports(1, timeout=5)
+    [report] = await result.reports(1, timeout=scaled(5))
     assert [(str(d.identity), int(d.reply.code)) for d in report.destinations] == [(ACCESS, 250)]
     return parse_xml(got.content)
 
@@ -70,7 +70,7 @@ async def test_set_over_beep_changes_delivery(mesh: Mesh) -> None:
         fred = await one.attach("fred@example.com")
         dino = await two.attach("dino@example.com")
         result = await fred.send("dino@example.com", b"woof?", status_request=True)
-        [report] = await result.reports(1, timeout=5)
+        [report] = await result.reports(1, timeout=scaled(5))
         assert int(report.destinations[0].reply.code) == 537
 
         done = await ask_access(
@@ -82,7 +82,7 @@ async def test_set_over_beep_changes_delivery(mesh: Mesh) -> None:
 
         async def delivered() -> int:
             sent = await fred.send("dino@example.com", b"woof", status_request=True)
-            [answer] = await sent.reports(1, timeout=5)
+            [answer] = await sent.reports(1, timeout=scaled(5))
             return int(answer.destinations[0].reply.code)
 
         async def granted() -> bool:

@@ -44,7 +44,7 @@ async def still_serving(mesh: Mesh) -> None:
         result = await wilma.send("barney@example.com", b"still here", status_request=True)
         async with asyncio.timeout(scaled(5)):
             assert (await barney.receive()).content == b"still here"
-        [report] = await result.reports(1, timeout=5)
+        [report] = await result.reports(1, timeout=scaled(5))
         assert [int(d.reply.code) for d in report.destinations] == [250]
 
 

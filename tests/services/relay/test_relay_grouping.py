@@ -13,6 +13,7 @@ from apexmesh.apex.report import StatusResponse
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from tests.support.grpc_channels import ready_channel
 from tests.support.mesh import Mesh, endpoint_client, receive
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,7 @@ async def test_recipients_on_one_channel_share_one_data(mesh: Mesh) -> None:
             # One data per channel, naming the recipients attached over it (same pod
             # for fred and wilma, the other pod for barney and pebbles).
             assert tuple(str(r) for r in got.recipients) == together
-        reports = await result.reports(timeout=5)
+        reports = await result.reports(timeout=scaled(5))
         assert codes(reports) == {
             "fred@example.com": 250,
             "wilma@example.com": 250,
@@ -88,7 +89,7 @@ async def test_a_grouped_recipient_gone_from_its_pod_gets_550(mesh: Mesh) -> Non
             b"second",
             ("barney@example.com",),
         )
-        reports = await result.reports(timeout=5)
+        reports = await result.reports(timeout=scaled(5))
         assert codes(reports) == {"barney@example.com": 250, "pebbles@example.com": 550}
 
 
@@ -122,7 +123,7 @@ async def test_a_pod_splits_a_group_by_channel_and_answers_per_recipient(mesh: M
                 tail=TAIL,
                 id=7,
             ),
-            timeout=5,
+            timeout=scaled(5),
         )
         assert answer.id == 7
         assert [s.code for s in answer.statuses] == [250, 550, 250]
@@ -136,7 +137,7 @@ async def test_a_pod_splits_a_group_by_channel_and_answers_per_recipient(mesh: M
             relay_pb2.DeliverRequest(
                 group=names, group_elements=[element(names[0])], head=HEAD, tail=TAIL
             ),
-            timeout=5,
+            timeout=scaled(5),
         )
         assert [s.code for s in mismatched.statuses] == [501, 501, 501]
         assert barney.receive_nowait() is None

@@ -97,7 +97,7 @@ async def test_10k_held_survive_sigkill_and_drain_once_in_order_on_the_other_pod
 ) -> None:
     store = HeldStore(redis, keys)
     async with relay_process(mesh, tmp_path, "example-proc-a") as (pod_a, info_a):
-        client = await connect_endpoint("127.0.0.1", info_a["edge_port"], timeout=5.0)
+        client = await connect_endpoint("127.0.0.1", info_a["edge_port"], timeout=scaled(5.0))
         try:
             fred = await client.attach("fred@example.com")
             await send_all(fred, MESSAGES, content)
@@ -110,7 +110,7 @@ async def test_10k_held_survive_sigkill_and_drain_once_in_order_on_the_other_pod
             assert await asyncio.to_thread(pod_a.stop) == -signal.SIGKILL  # closes its pipe
         finally:
             with contextlib.suppress(SessionClosedError):
-                await client.close(timeout=2.0)
+                await client.close(timeout=scaled(2.0))
         # Nothing was lost with the process.
         assert await store.usage(ENDPOINT) == held
 

@@ -27,7 +27,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 async def scrape(port: int) -> Samples:
-    async with httpx.AsyncClient(timeout=5.0) as client:
+    async with httpx.AsyncClient(timeout=scaled(5.0)) as client:
         response = await client.get(f"http://127.0.0.1:{port}/metrics")
     assert response.status_code == 200
     samples: Samples = {}
@@ -105,7 +105,7 @@ async def test_party_pack_counters_and_gauges(mesh: Mesh) -> None:
             "barney@example.com", b"on time", timing=DataTiming(return_trip=20_000)
         )
         assert (await within(barney.receive(), scaled(5))).content == b"on time"
-        (report,) = await result.reports(1, timeout=5)
+        (report,) = await result.reports(1, timeout=scaled(5))
         assert report.destinations[0].reply.code == 250
 
         # timing error (section 2.1.2): wilma is attached over raw BEEP and never answers
@@ -118,7 +118,7 @@ async def test_party_pack_counters_and_gauges(mesh: Mesh) -> None:
                 b"late",
                 timing=DataTiming(no_later_than=300, report_errors=True),
             )
-            (report,) = await result.reports(1, timeout=5)
+            (report,) = await result.reports(1, timeout=scaled(5))
             assert report.destinations[0].reply.code == 550
 
     final = await scrape(port)

@@ -84,7 +84,7 @@ async def test_pods_deliver_to_each_other_in_order(mesh: Mesh) -> None:
         assert (str(got.originator), got.content) == ("betty@rubble.com", b"from rubble")
         result = await barney.send("betty@rubble.com", b"from pod b", status_request=True)
         assert (await receive(betty)).content == b"from pod b"
-        [report] = await result.reports(1, timeout=5)
+        [report] = await result.reports(1, timeout=scaled(5))
         assert str(report.destinations[0].identity) == "betty@rubble.com"
         assert int(report.destinations[0].reply.code) == 250
 
@@ -100,7 +100,7 @@ async def test_closing_the_apex_channel_releases_its_attachments(short_lease: Me
         await within(channel.close(), scaled(5))
         # data for fred meanwhile is not delivered (and breaks nothing)
         result = await barney.send("fred@example.com", b"anyone?", status_request=True)
-        [report] = await result.reports(1, timeout=5)
+        [report] = await result.reports(1, timeout=scaled(5))
         assert int(report.destinations[0].reply.code) == 550
         fred = await attach_when_free(other, "fred@example.com", within=5 * LEASE_MS / 1000)
         await barney.send("fred@example.com", b"there you are")
@@ -116,7 +116,7 @@ async def test_relay_initiated_terminate_carries_its_code(mesh: Mesh) -> None:
         request = relay_pb2.TerminateAttachmentRequest(
             endpoint="wilma@example.com", code=556, text="attached elsewhere"
         )
-        assert (await stub.TerminateAttachment(request, timeout=5)).terminated
+        assert (await stub.TerminateAttachment(request, timeout=scaled(5))).terminated
         with pytest.raises(AttachmentTerminatedError) as ended:
             await receive(wilma)
         assert ended.value.code == 556
@@ -132,7 +132,7 @@ async def test_killed_pod_releases_its_attachments(short_lease: Mesh, tmp_path: 
     info = await asyncio.to_thread(process.start)
     doomed: ApexClient | None = None
     try:
-        doomed = await connect_endpoint("127.0.0.1", info["edge_port"], timeout=5.0)
+        doomed = await connect_endpoint("127.0.0.1", info["edge_port"], timeout=scaled(5.0))
         fred = await doomed.attach("fred@example.com")
         wilma = await doomed.attach("wilma@example.com")
         assert wilma.attached
@@ -168,13 +168,13 @@ async def test_killed_pod_releases_its_attachments(short_lease: Mesh, tmp_path: 
             )
             assert (await receive(fred2)).content == b"after"
             assert (await receive(wilma2)).content == b"after"
-            reports = await result.reports(1, timeout=5)
+            reports = await result.reports(1, timeout=scaled(5))
             codes = {str(d.identity): int(d.reply.code) for r in reports for d in r.destinations}
             assert codes == {"fred@example.com": 250, "wilma@example.com": 250}
     finally:
         if doomed is not None:
             with contextlib.suppress(SessionClosedError):
-                await doomed.close(timeout=2.0)
+                await doomed.close(timeout=scaled(2.0))
         process.stop()
 
 

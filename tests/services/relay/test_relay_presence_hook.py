@@ -99,7 +99,7 @@ async def test_a_burst_of_attachments_arrives_whole_and_a_bounded_number_at_a_ti
 
 async def test_a_call_that_timed_out_is_tried_again() -> None:
     presence = ScriptedPresence(slow=1)
-    async with hook_to(presence, timeout=0.3, policy=QUICK) as hook:
+    async with hook_to(presence, timeout=0.3, policy=QUICK) as hook:  # setting under test
         hook.attached(Endpoint.parse("fred@example.com"))
         await settled(presence, 1)
     assert presence.events == {"fred@example.com": [True]}
@@ -108,7 +108,7 @@ async def test_a_call_that_timed_out_is_tried_again() -> None:
 
 async def test_an_endpoints_events_arrive_in_the_order_they_happened() -> None:
     presence = ScriptedPresence(slow=1)
-    async with hook_to(presence, timeout=0.3, policy=QUICK) as hook:
+    async with hook_to(presence, timeout=0.3, policy=QUICK) as hook:  # setting under test
         fred = Endpoint.parse("fred@example.com")
         hook.attached(fred)  # its first try times out: the detach still waits for it
         hook.detached(fred)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 
 async def readiness(port: int) -> tuple[int, dict[str, str]]:
-    async with httpx.AsyncClient(timeout=5.0) as client:
+    async with httpx.AsyncClient(timeout=scaled(5.0)) as client:
         answer = await client.get(f"http://127.0.0.1:{port}/readyz")
     return answer.status_code, answer.json()
 

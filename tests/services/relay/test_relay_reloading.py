@@ -131,7 +131,7 @@ async def client(port: int, trust: ssl.SSLContext, identity: str, password: str)
         ssl_context=trust,
         server_hostname=HOST,
         sasl=("SCRAM-SHA-256", identity, password),
-        timeout=10.0,
+        timeout=scaled(10.0),
     )
 
 
@@ -240,7 +240,7 @@ async def test_a_running_relay_takes_new_credentials_and_a_renewed_certificate_k
             other = ca.issue_cert(HOST, "example.com", "localhost", "127.0.0.1")
             tls_volume.write({CERT: pems(other)[CERT], KEY: pems(first)[KEY]})
 
-            async with httpx.AsyncClient(timeout=5.0) as http:
+            async with httpx.AsyncClient(timeout=scaled(5.0)) as http:
 
                 async def failure_counted() -> bool:
                     text = (await http.get(metrics_url)).text

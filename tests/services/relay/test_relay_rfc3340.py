@@ -84,7 +84,7 @@ async def test_441_attach_error_537_access_denied(mesh: Mesh) -> None:
         "127.0.0.1",
         mesh.a.edge_port,
         sasl=("SCRAM-SHA-256", "barney", PASSWORDS["barney"]),
-        timeout=5.0,
+        timeout=scaled(5.0),
     )
     try:
         with pytest.raises(ApexRequestError) as refused:
@@ -93,7 +93,7 @@ async def test_441_attach_error_537_access_denied(mesh: Mesh) -> None:
         barney = await client.attach("barney@example.com")  # as himself: allowed
         assert barney.attached
     finally:
-        await client.close(timeout=5.0)
+        await client.close(timeout=scaled(5.0))
 
 
 # ---------------------------------------------------------------------------- 4.4.2
@@ -164,7 +164,7 @@ async def test_443_relay_initiated_terminate(mesh: Mesh) -> None:
         call = asyncio.ensure_future(
             stub.TerminateAttachment(
                 relay_pb2.TerminateAttachmentRequest(endpoint="fred@example.com", code=250),
-                timeout=5,
+                timeout=scaled(5),
             )
         )
         _, terminate = await receive_msg(channel)  # S: <terminate transID='1' />, C: <ok />
@@ -175,7 +175,7 @@ async def test_443_relay_initiated_terminate(mesh: Mesh) -> None:
         async with endpoint_client(mesh.b.edge_port) as client:
             assert (await client.attach("fred@example.com")).attached
         answer = await stub.TerminateAttachment(
-            relay_pb2.TerminateAttachmentRequest(endpoint="fred@example.com"), timeout=5
+            relay_pb2.TerminateAttachmentRequest(endpoint="fred@example.com"), timeout=scaled(5)
         )
         assert not answer.terminated  # pod a no longer holds fred
 
@@ -187,7 +187,7 @@ async def test_443_relay_initiated_terminate(mesh: Mesh) -> None:
             relay_pb2.TerminateAttachmentRequest(
                 endpoint="wilma@example.com", code=554, text="policy"
             ),
-            timeout=5,
+            timeout=scaled(5),
         )
         assert answer.terminated
         with pytest.raises(AttachmentTerminatedError) as ended:

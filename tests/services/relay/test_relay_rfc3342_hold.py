@@ -20,7 +20,7 @@ from apexmesh.store.attachments import AttachmentRegistry
 from apexmesh.store.keys import Keys
 from services.relay.timekeeper import wall_ms
 from tests.support.mesh import Mesh, endpoint_client, receive
-from tests.support.polling import wait_until
+from tests.support.polling import scaled, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +102,7 @@ async def test_held_data_past_its_deadline_is_reported_550(mesh: Mesh) -> None:
             hold=True,
             timing=DataTiming(no_later_than=300, report_errors=True),
         )
-        (report,) = await result.reports(1, timeout=5)
+        (report,) = await result.reports(1, timeout=scaled(5))
         assert report.destinations[0].reply.code == 550
         assert await _held_count(mesh, "barney@example.com") == 0
         async with endpoint_client(mesh.b.edge_port) as two:
@@ -115,7 +115,7 @@ async def test_without_the_option_unattached_data_is_not_held(mesh: Mesh) -> Non
     async with endpoint_client(mesh.a.edge_port) as one:
         fred = await one.attach("fred@example.com")
         result = await fred.send("barney@example.com", b"dropped", status_request=True)
-        (report,) = await result.reports(1, timeout=5)
+        (report,) = await result.reports(1, timeout=scaled(5))
         assert report.destinations[0].reply.code == 550
         assert await _held_count(mesh, "barney@example.com") == 0
 

@@ -46,7 +46,7 @@ async def test_final_hop_report(mesh: Mesh, pods: str) -> None:
         handed = timing_of(got)
         assert 0 < handed.no_later_than <= 10_000  # lowered by the time spent in the relay
         assert handed.return_trip == 20_000
-        (report,) = await result.reports(1, timeout=5)
+        (report,) = await result.reports(1, timeout=scaled(5))
         assert report.trans_id == result.timing_trans_id
         (destination,) = report.destinations
         assert str(destination.identity) == "barney@example.com"
@@ -93,7 +93,7 @@ async def test_timing_error_report_when_the_recipient_is_too_slow(mesh: Mesh) ->
         result = await fred.send(
             "barney@example.com", b"late", timing=DataTiming(no_later_than=300, report_errors=True)
         )
-        (report,) = await result.reports(1, timeout=5)
+        (report,) = await result.reports(1, timeout=scaled(5))
         assert report.trans_id == result.timing_trans_id
         assert report.destinations[0].reply.code == 550
         assert str(report.destinations[0].identity) == "barney@example.com"
@@ -110,7 +110,7 @@ async def test_transient_report_then_delivery(mesh: Mesh) -> None:
         fred = await one.attach("fred@example.com")
         result = await fred.send("barney@example.com", b"slow", timing=DataTiming(report_after=200))
         incoming = await within(channel.receive(), scaled(5))
-        (report,) = await result.reports(1, timeout=5)
+        (report,) = await result.reports(1, timeout=scaled(5))
         assert report.destinations[0].reply.code == 350
         incoming.reply(beep_xml(b"<ok />"))
         # Once only, and no 550 (no noLaterThan): nothing more comes for 0.3 s.
@@ -126,7 +126,7 @@ async def test_expired_before_forwarding_to_another_domain(mesh: Mesh) -> None:
         result = await fred.send(
             "betty@rubble.com", b"far", timing=DataTiming(no_later_than=5_000, report_errors=True)
         )
-        (report,) = await result.reports(1, timeout=5)
+        (report,) = await result.reports(1, timeout=scaled(5))
         assert report.destinations[0].reply.code == 550
 
 

@@ -23,6 +23,7 @@ from tests.support.mesh import (
     receive,
     start_answer,
 )
+from tests.support.polling import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -270,7 +271,7 @@ async def test_4441_step5_deliveries_and_reports(clients: Clients) -> None:
         )
         # step 5.3: a new data containing only that recipient
         assert [str(r) for r in got.recipients] == [str(attachment.endpoint)]
-    reports = await result.reports(2, timeout=5)
+    reports = await result.reports(2, timeout=scaled(5))
     assert {report.trans_id for report in reports} == {result.status_trans_id}
     codes = {
         str(destination.identity): int(destination.reply.code)
@@ -292,7 +293,7 @@ async def test_4441_ok_comes_before_delivery_is_known(clients: Clients) -> None:
     mesh = clients.mesh
     fred = await (await clients.on(mesh.b.edge_port)).attach("fred@example.com")
     result = await fred.send("pebbles@example.com", b"x", status_request=True)
-    [report] = await result.reports(1, timeout=5)
+    [report] = await result.reports(1, timeout=scaled(5))
     assert [(str(d.identity), int(d.reply.code)) for d in report.destinations] == [
         ("pebbles@example.com", 550)
     ]

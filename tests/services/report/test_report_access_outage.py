@@ -54,7 +54,7 @@ async def test_every_report_owed_during_an_access_outage_arrives(
         restarted: AccessApp | None = None
         try:
             for _ in range(1 + len(SENDERS) + 1):
-                client = await connect_endpoint("127.0.0.1", port, timeout=10.0)
+                client = await connect_endpoint("127.0.0.1", port, timeout=scaled(10.0))
                 clients.append(client)
             barney = await clients[0].attach("barney@example.com")
             senders: dict[str, Attachment] = {
@@ -68,7 +68,7 @@ async def test_every_report_owed_during_an_access_outage_arrives(
                 for _ in range(PER_SENDER)
             ]
             for result in early:
-                await result.reports(1, timeout=20)
+                await result.reports(1, timeout=scaled(20))
 
             access_port = mesh.access.grpc_port
             await mesh.access.stop()
@@ -93,7 +93,9 @@ async def test_every_report_owed_during_an_access_outage_arrives(
             restarted = AccessApp(dataclasses.replace(mesh.access.settings, grpc_port=access_port))
             await restarted.start()
 
-            arrived = await asyncio.gather(*(result.reports(1, timeout=60) for _, result in owed))
+            arrived = await asyncio.gather(
+                *(result.reports(1, timeout=scaled(60)) for _, result in owed)
+            )
             assert (
                 mesh.report_example.registry.get_sample_value("apexmesh_report_retries_total") or 0
             ) > 0
@@ -109,6 +111,6 @@ async def test_every_report_owed_during_an_access_outage_arrives(
                     received += 1
         finally:
             for client in clients:
-                await client.close(timeout=5.0)
+                await client.close(timeout=scaled(5.0))
             if restarted is not None:
                 await restarted.stop()

@@ -21,6 +21,7 @@ from apexmesh.rpc.server import create_server, graceful_stop
 from services.report.app import ReportApp
 from services.report.settings import ReportSettings
 from tests.support.grpc_channels import ready_channel
+from tests.support.polling import scaled
 from tests.support.processes import ServiceProcess
 
 pytestmark = pytest.mark.integration
@@ -101,7 +102,7 @@ async def test_process_reports_through_a_relay(tmp_path: Path) -> None:
             assert info["service"] == "report"
             async with ready_channel(info["grpc_port"]) as channel:
                 response = await report_pb2_grpc.ReportServiceStub(channel).Report(
-                    REPORT, timeout=10
+                    REPORT, timeout=scaled(10)
                 )
                 assert response.status.code == 250
                 refused = await endpoint_pb2_grpc.WellKnownEndpointStub(channel).Deliver(
@@ -110,7 +111,7 @@ async def test_process_reports_through_a_relay(tmp_path: Path) -> None:
                         originator="fred@example.com",
                         payload=b"\r\n",
                     ),
-                    timeout=10,
+                    timeout=scaled(10),
                 )
                 assert refused.status.code == 550
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{info['http_port']}") as http:
@@ -140,7 +141,7 @@ def test_bad_settings_exit_2(tmp_path: Path, changes: dict[str, str]) -> None:
     env = {**service_env("127.0.0.1:7410"), **changes}
     service = ServiceProcess("services.report", env, tmp_path / "bad.log")
     with pytest.raises(RuntimeError, match="exit 2"):
-        service.start(timeout=15)
+        service.start(timeout=15)  # start() scales it
 
 
 async def test_not_ready_without_relays() -> None:
@@ -161,7 +162,9 @@ async def test_not_ready_without_relays() -> None:
             assert "APEXMESH_RELAY_ADDRESSES" in response.json()["reason"]
             assert (await http.get("/healthz")).status_code == 200
         async with ready_channel(app.grpc_port) as channel:
-            response = await report_pb2_grpc.ReportServiceStub(channel).Report(REPORT, timeout=10)
+            response = await report_pb2_grpc.ReportServiceStub(channel).Report(
+                REPORT, timeout=scaled(10)
+            )
             assert response.status.code == 421
     finally:
         await app.stop()

@@ -46,6 +46,7 @@ from services.report.servicer import (
     next_report_delay,
 )
 from tests.support.grpc_channels import ready_channel
+from tests.support.polling import scaled
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration
@@ -162,7 +163,7 @@ class Service:
     calls: list[tuple[str, int]] = field(default_factory=list)
 
     async def call(self, request: report_pb2.ReportRequest) -> tuple[int, str]:
-        response = await self.report.Report(request, timeout=10)
+        response = await self.report.Report(request, timeout=scaled(10))
         return response.status.code, response.status.text
 
     def sample(self, name: str, labels: dict[str, str] | None = None) -> float:
@@ -182,7 +183,7 @@ def report_service() -> ServiceFactory:
     ) -> AsyncIterator[Service]:
         registry = CollectorRegistry()
         metrics = ReportMetrics.create(registry)
-        relays = RelayPool(relay_addresses, timeout=5.0, metrics=metrics)
+        relays = RelayPool(relay_addresses, timeout=5.0, metrics=metrics)  # a setting, not a wait
         report = ReportServicer(["example.com"], relays, metrics, retry=retry)
         endpoint = ReportEndpointServicer(metrics)
         server, port = await create_server(
@@ -431,7 +432,7 @@ async def test_data_addressed_to_apex_report_is_refused(report_service: ServiceF
                     originator="wilma@example.com",
                     payload=payload,
                 ),
-                timeout=10,
+                timeout=scaled(10),
             )
             assert (response.status.code, response.status.text) == (550, INBOUND_REFUSAL)
         assert relay.calls == []

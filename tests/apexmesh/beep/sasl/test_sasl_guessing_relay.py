@@ -50,7 +50,7 @@ async def tls_session(pod: SecureRelay, source: str) -> AsyncIterator[BeepConnec
         await conn.start_tls()
         yield conn
     finally:
-        await conn.close(timeout=2.0)
+        await conn.close(timeout=scaled(2.0))
 
 
 async def attempt(pod: SecureRelay, source: str, identity: str, password: str) -> tuple[int, float]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import apexmesh.beep.sasl
+from tests.support.polling import scaled
 
 FORBIDDEN = {"asyncio", "socket", "ssl", "grpc", "redis", "fastapi", "time", "datetime"}
 PACKAGE_DIR = Path(apexmesh.beep.sasl.__file__).parent
@@ -39,6 +40,6 @@ def test_importing_the_package_loads_no_io_module() -> None:
         "print(sorted(m for m in ('asyncio', 'socket', 'ssl') if m in sys.modules))"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=scaled(60)
     )
     assert result.stdout.strip() == "[]", result.stderr
