@@ -13,7 +13,6 @@ kept correct by the same change channel callers use.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -189,7 +188,7 @@ class AccessOperations:
 
     async def check_many(self, checks: Sequence[CheckKey]) -> tuple[list[Decision], int]:
         """Uncached decisions, loading each distinct owner once, the owners of one call
-        concurrently (a burst of misses is one call: issue #33); the version returned is
+        in one transaction (a burst of misses is one call: issue #33); the version returned is
         the oldest any decision was computed at (so a cache never stores a stale one)."""
         parsed: list[tuple[Endpoint, Endpoint, str] | Decision] = []
         for owner, actor, token in checks:
@@ -200,13 +199,11 @@ class AccessOperations:
         subjects = list(dict.fromkeys(p[0] for p in parsed if not isinstance(p, Decision)))
         loaded: dict[Endpoint, OwnerRules] = {}
         versions: list[int] = []
-        for start in range(0, len(subjects), LOAD_CONCURRENCY):
-            chunk = subjects[start : start + LOAD_CONCURRENCY]
-            for subject, (rules, version) in zip(
-                chunk, await asyncio.gather(*(self._store.load(s) for s in chunk)), strict=True
-            ):
-                loaded[subject] = rules
-                versions.append(version)
+        for start in range(0, len(subjects), LOAD_BATCH):
+            chunk = subjects[start : start + LOAD_BATCH]
+            rules, version = await self._store.load_many(chunk)
+            loaded.update(zip(chunk, rules, strict=True))
+            versions.append(version)
         decisions = [
             p if isinstance(p, Decision) else decide(loaded[p[0]], p[1], p[2]) for p in parsed
         ]
@@ -214,8 +211,8 @@ class AccessOperations:
         return decisions, version
 
 
-#: Owners' entries read at once by one check_many (each read is one Redis round trip).
-LOAD_CONCURRENCY = 16
+#: Owners whose entries one transaction reads (one Redis round trip for them all).
+LOAD_BATCH = 512
 
 
 _REFUSALS = {

@@ -35,18 +35,17 @@ class StoreSource:
 
     async def check_many(self, checks: Sequence[CheckKey]) -> tuple[list[Decision], int]:
         self.calls += 1
-        decisions: list[Decision] = []
-        versions: list[int] = []
-        for owner, actor, token in checks:
-            rules: OwnerRules
-            rules, version = await self.store.load(Endpoint.parse(owner))
-            versions.append(version)
-            decisions.append(decide(rules, Endpoint.parse(actor), token))
+        owners = list(dict.fromkeys(owner for owner, _, _ in checks))
+        loaded, version = await self.store.load_many([Endpoint.parse(o) for o in owners])
+        rules: dict[str, OwnerRules] = dict(zip(owners, loaded, strict=True))
+        decisions = [
+            decide(rules[owner], Endpoint.parse(actor), token) for owner, actor, token in checks
+        ]
         if self.before_return is not None:
             result = self.before_return()
             if asyncio.iscoroutine(result):
                 await result
-        return decisions, min(versions)
+        return decisions, version
 
 
 async def test_hits_after_first_check_and_eviction_on_change(redis: Redis, keys: Keys) -> None:
