@@ -233,6 +233,12 @@ class BeepFeeder(asyncio.Protocol):
             self.finished.set_result(None)
 
 
+#: The answer to ``HELLO``: this stand-in speaks RESP2 only, as a Redis before 6 did.
+#: redis-py 8 opens each connection with ``HELLO 3`` and on this error falls back to
+#: RESP2, the protocol of the message frames below (and of redis-py before 8).
+HELLO_REPLY = b"-ERR unknown command 'HELLO'\r\n"
+
+
 class RedisFeeder(asyncio.Protocol):
     """A Redis server as one subscriber sees it: every command answered (SUBSCRIBE with
     its confirmation), then pubsub message frames as fast as TCP takes them."""
@@ -264,6 +270,8 @@ class RedisFeeder(asyncio.Protocol):
                     self.subscribed.set_result(None)
             elif name == b"PING":
                 self.transport.write(b"+PONG\r\n")
+            elif name == b"HELLO":
+                self.transport.write(HELLO_REPLY)
             else:
                 self.transport.write(b"+OK\r\n")
 

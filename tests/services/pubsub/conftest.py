@@ -35,7 +35,14 @@ from services.relay.settings import RelaySettings
 from services.report.app import ReportApp
 from services.report.settings import ReportSettings
 from tests.support.loops import LoopFactories, loop_factories
-from tests.support.mesh import base_env, endpoint_client, relay_env, retried, stop_watched
+from tests.support.mesh import (
+    base_env,
+    endpoint_client,
+    relay_env,
+    relay_ready,
+    retried,
+    stop_watched,
+)
 from tests.support.polling import scaled, wait_until
 from tests.support.redis_server import RedisServer, free_port
 
@@ -240,6 +247,8 @@ async def pubsub_mesh(
             others.append(app)
             await app.start()
             mesh.pubsub[name] = app
+        for relay in relays:  # ready as /readyz sees it (tests/support/mesh.py)
+            await wait_until(lambda relay=relay: relay_ready(relay), 10.0, what="relay ready")
         yield mesh
     finally:
         await stop_watched([*relays, *others])
