@@ -16,6 +16,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.store.access_cache import MAX_BATCH, CachedAccessChecker, CheckKey
 from apexmesh.store.access_entries import AccessEntryStore
 from apexmesh.store.keys import Keys
+from tests.support.held_calls import HeldCalls
 from tests.support.polling import eventually, scaled
 from tests.support.redis_cluster import every_node
 
@@ -250,31 +251,20 @@ async def test_a_burst_larger_than_the_window_waits_its_turn_unsent(
     service and each one ran past its deadline (issue #30)."""
     store = AccessEntryStore(redis, keys)
     source = StoreSource(store)
-    at_source = 0
-    most = 0
-    gate = asyncio.Event()
-
-    async def slow() -> None:
-        nonlocal at_source, most
-        at_source += 1
-        most = max(most, at_source)
-        await gate.wait()
-        at_source -= 1
-
+    at_source = HeldCalls()
     async with CachedAccessChecker(source, redis, keys, max_in_flight=2) as checker:
-        source.before_return = slow
+        source.before_return = at_source
         actors = [f"s{index}@example.com" for index in range(10 * MAX_BATCH)]
         burst = asyncio.gather(*(checker.check(FRED, actor, "core:data") for actor in actors))
-        await eventually(lambda: at_source == 2)
+        await eventually(lambda: at_source.inside == 2)
         assert source.calls == 2  # the window is full; eight batches wait, unsent
         assert len(checker._queued) == 8
-        gate.set()
+        at_source.release()
         answers = await within(burst, scaled(10))
         assert len(answers) == len(actors)
         assert all(not decision.allowed for decision in answers)
         assert source.calls == 10
-        assert most == 2
-        assert checker.most_in_flight == 2
+        assert at_source.most == 2
 
 
 async def test_closing_cancels_the_checks_still_queued(redis: Redis, keys: Keys) -> None:

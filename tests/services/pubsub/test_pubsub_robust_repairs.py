@@ -13,6 +13,7 @@ from apexmesh.apex.endpoint import Endpoint
 from apexmesh.apex.errors import ApexError
 from apexmesh.store.robust_reads import LinkGone
 from services.pubsub.robust_repairs import Redeliveries, Repairs
+from tests.support.held_calls import HeldCalls
 from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(10)]
@@ -84,26 +85,16 @@ async def test_repairs_run_a_bounded_number_at_once_and_refuse_beyond_their_queu
         replies.append((code, trans_id))
 
     repairs = Repairs(reply, running=2, waiting=1)
-    running = 0
-    most = 0
-    gate = asyncio.Event()
-
-    async def repair() -> None:
-        nonlocal running, most
-        running += 1
-        most = max(most, running)
-        await gate.wait()
-        running -= 1
-
+    repair = HeldCalls()
     for trans_id in (1, 2, 3):
         repairs.start("example.com", WILMA, trans_id, repair)
     with pytest.raises(ApexError) as refused:
         repairs.start("example.com", WILMA, 4, repair)
     assert (refused.value.code, refused.value.trans_id) == (450, 4)
-    await eventually(lambda: running == 2)
-    gate.set()
+    await eventually(lambda: repair.inside == 2)
+    repair.release()
     await eventually(lambda: not repairs.active)
-    assert most == 2
+    assert repair.most == 2
     assert replies == []
     await repairs.aclose()
 
