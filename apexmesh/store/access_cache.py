@@ -126,8 +126,6 @@ class CachedAccessChecker:
         #: Batches closed but not sent: the window was full (:meth:`_send_queued`).
         self._queued: collections.deque[list[CheckKey]] = collections.deque()
         self._fetches: set[asyncio.Task[None]] = set()
-        #: The most calls that were at the source at once (what the window bounds).
-        self.most_in_flight = 0
         self.hits = 0
         self.misses = 0
         #: Calls made to the source (each one ``check_many`` of one or more checks).
@@ -242,7 +240,6 @@ class CachedAccessChecker:
             fetch = asyncio.get_running_loop().create_task(self._fetch(self._queued.popleft()))
             self._fetches.add(fetch)
             fetch.add_done_callback(self._fetched)
-            self.most_in_flight = max(self.most_in_flight, len(self._fetches))
 
     def _fetched(self, fetch: asyncio.Task[None]) -> None:
         self._fetches.discard(fetch)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol, TypeVar
@@ -279,12 +279,7 @@ async def _start(common: dict[str, str], seed: Path, lease_ms: int, started: lis
         started.append(report)
         await report.start()
         reports[domain] = report
-    for relay in pods.values():
-        await wait_until(
-            lambda relay=relay: relay_ready(relay),
-            10.0,
-            what=f"relay {relay.settings.pod_id} ready",
-        )
+    await relays_ready(pods.values())
     return Mesh(
         env=common,
         access=access,
@@ -300,9 +295,7 @@ async def _start(common: dict[str, str], seed: Path, lease_ms: int, started: lis
 
 async def relay_ready(relay: RelayApp) -> bool:
     """What the relay's /readyz waits for before Kubernetes sends it sessions: its access
-    cache subscribed and the access service answering over the relay's own channel. A
-    test that starts sending before then races the channel's first connection against
-    the relay's access deadline (a cold CheckMany fails closed, 421)."""
+    cache subscribed and the access service answering over the relay's own channel."""
     if not relay.checker.synced:
         return False
     try:
@@ -310,6 +303,18 @@ async def relay_ready(relay: RelayApp) -> bool:
     except grpc.aio.AioRpcError:
         return False
     return True
+
+
+async def relays_ready(relays: Iterable[RelayApp], within: float = 10.0) -> None:
+    """Return once every relay is :func:`relay_ready`, as a harness must before a test
+    sends: a test that sent sooner saw its first access check run past the relay's
+    deadline and fail closed (421) on a loaded machine."""
+    for relay in relays:
+        await wait_until(
+            lambda relay=relay: relay_ready(relay),
+            within,
+            what=f"relay {relay.settings.pod_id} ready",
+        )
 
 
 @contextlib.asynccontextmanager

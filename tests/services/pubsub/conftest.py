@@ -39,7 +39,7 @@ from tests.support.mesh import (
     base_env,
     endpoint_client,
     relay_env,
-    relay_ready,
+    relays_ready,
     retried,
     stop_watched,
 )
@@ -247,8 +247,7 @@ async def pubsub_mesh(
             others.append(app)
             await app.start()
             mesh.pubsub[name] = app
-        for relay in relays:  # ready as /readyz sees it (tests/support/mesh.py)
-            await wait_until(lambda relay=relay: relay_ready(relay), 10.0, what="relay ready")
+        await relays_ready(relays)
         yield mesh
     finally:
         await stop_watched([*relays, *others])

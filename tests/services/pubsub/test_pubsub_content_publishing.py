@@ -57,13 +57,13 @@ def command_calls(stats: dict[str, Any]) -> dict[str, int]:
 async def quiet_commandstats(redis: Redis) -> dict[str, Any]:
     """INFO commandstats once two readings in a row show the same calls: the commands a
     publication set off in the background have run (a condition, not a settle sleep)."""
-    previous: list[dict[str, int]] = []
+    previous: dict[str, int] | None = None
 
     async def settled() -> dict[str, Any] | None:
+        nonlocal previous
         stats = await redis.info("commandstats")
         calls = command_calls(stats)
-        same = bool(previous) and previous[-1] == calls
-        previous.append(calls)
+        same, previous = calls == previous, calls
         return stats if same else None
 
     return await wait_until(settled, 10, every=0.02, what="Redis commands to settle")
