@@ -121,7 +121,7 @@ class ServiceProcess:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         try:
-            code = process.wait(timeout=timeout)
+            code = process.wait(timeout=scaled(timeout))
         except subprocess.TimeoutExpired:
             process.kill()
             code = process.wait()

@@ -51,7 +51,7 @@ def _cli(port: int, *args: str, timeout: float = 10.0) -> str:
         ["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=scaled(timeout),
         check=False,
     )
     return done.stdout + done.stderr

@@ -40,7 +40,7 @@ def redis_binary() -> str:
 def ping(port: int, timeout: float = 0.5, password: str | None = None) -> bool:
     """True when a Redis server on ``port`` answers PING with PONG."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        with socket.create_connection(("127.0.0.1", port), timeout=scaled(timeout)) as sock:
             if password is not None:
                 sock.sendall(f"AUTH {password}\r\n".encode())
                 if not sock.recv(64).startswith(b"+OK"):

@@ -47,7 +47,7 @@ async def publish_at_full_speed(
 
     async def one(payload: bytes) -> None:
         try:
-            done[await publisher.publish(topic, payload, timeout=timeout)] = payload
+            done[await publisher.publish(topic, payload, timeout=scaled(timeout))] = payload
         finally:
             window.release()
 

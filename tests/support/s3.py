@@ -64,7 +64,7 @@ def moto_server(timeout: float = 30.0) -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=scaled(0.5)):

@@ -67,7 +67,7 @@ async def publish_all(running: Deployment, fred: RobustClient) -> dict[bytes, in
         if n == KILL_AT:
             relay = running.relays["a"].process
             relay.send_signal(signal.SIGKILL)  # no goodbye, nothing flushed
-            await asyncio.to_thread(relay.wait, 10)
+            await asyncio.to_thread(relay.wait, scaled(10))
         await window.acquire()
         sends.append(asyncio.create_task(one(f"publication {n}".encode())))
     await asyncio.gather(*sends)

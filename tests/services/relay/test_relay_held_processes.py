@@ -106,7 +106,7 @@ async def test_10k_held_survive_sigkill_and_drain_once_in_order_on_the_other_pod
             held = await store.usage(ENDPOINT)
             assert held[0] == MESSAGES
             pod_a.process.send_signal(signal.SIGKILL)
-            assert await asyncio.to_thread(pod_a.process.wait, 10) == -signal.SIGKILL
+            assert await asyncio.to_thread(pod_a.process.wait, scaled(10)) == -signal.SIGKILL
             assert await asyncio.to_thread(pod_a.stop) == -signal.SIGKILL  # closes its pipe
         finally:
             with contextlib.suppress(SessionClosedError):

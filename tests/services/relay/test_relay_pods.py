@@ -151,7 +151,7 @@ async def test_killed_pod_releases_its_attachments(short_lease: Mesh, tmp_path: 
             assert taken.value.code == 554
 
             process.process.send_signal(signal.SIGKILL)
-            await asyncio.to_thread(process.process.wait, 10)
+            await asyncio.to_thread(process.process.wait, scaled(10))
             # the doomed client sees its session end
             await eventually(lambda: doomed is not None and fred.ended is not None, within=5)
 
