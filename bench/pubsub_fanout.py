@@ -37,7 +37,11 @@ Every scenario prints delivered / expected and checks that every publication ans
 ``ok`` (Redis: that PUBLISH counted a receiver for) reached all its subscribers. Targets,
 as ratios to Redis in the same run: fan-out and 10k topics deliveries/s >= 0.5, p99 at
 2,000/s <= 2x Redis's. The last line of output is JSON: a list of figures (name, value,
-unit, baseline and ratio).
+unit, baseline and ratio). A scenario that fails (an error, or acknowledged publications
+not delivered) prints FAILED with the error and is a figure, ``<scenario>_failed`` with
+its system and error; the other scenarios still run, the JSON line is still printed,
+and the bench then exits 1. The apex-mesh side (mesh, publisher, subscribers) is
+bench/apex_side.py.
 """
 
 from __future__ import annotations
@@ -50,41 +54,24 @@ import signal
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support's cluster
 
+from apex_side import CLIENTS, CONTENT_GROUPS, DOMAIN, ApexSide
 from figures import figure
-from loads import IN_FLIGHT, RedisSide, Tally, cpu_seconds, offered, stamp, windowed
+from loads import IN_FLIGHT, RedisSide, Tally, cpu_seconds, offered, windowed
 
-from apexmesh.apex.elements import Reply
-from apexmesh.client import ApexClient, Attachment, connect_endpoint
-from apexmesh.client.outgoing import XmlContent
-from apexmesh.client.pubsub import pubsub_message
-from apexmesh.ops.localmesh import LocalMesh
-from apexmesh.pubsub.elements import CreateTopic, Subscribe, topic_endpoint
-from apexmesh.pubsub.subscription_elements import (
-    ContentSubscribe,
-    SelectorSpec,
-    SubscriptionReply,
-)
-from tests.support.cluster_mesh import ClusterLocalMesh
+from apexmesh.pubsub.elements import CreateTopic
 from tests.support.redis_cluster import RedisClusterNodes
 
-DOMAIN = "example.com"
-#: The bench's own process in CPU tables: publisher and subscribers of both systems.
-CLIENTS = "bench (endpoints)"
-#: Times an operation is sent before the bench gives up on its reply.
-REQUEST_ATTEMPTS = 5
-#: Sessions opened (or operations sent) at once while a scenario is set up.
-SETUP_WAVE = 500
+T = TypeVar("T")
 
 
 @dataclass
@@ -105,7 +92,13 @@ class Result:
     node_commands: dict[int, int] | None = None
 
 
+class UndeliveredError(Exception):
+    """Publications a system acknowledged did not reach all their subscribers."""
+
+
 def report(name: str, system: str, result: Result) -> None:
+    """Print one system's figures; :class:`UndeliveredError` when an acknowledged publication
+    missed a subscriber (after the figures are printed)."""
     lat = result.latency
     print(
         f"  {system:>9}: {result.rate:>10,.0f} deliveries/s; delivered {result.delivered:,} / "
@@ -115,7 +108,41 @@ def report(name: str, system: str, result: Result) -> None:
         flush=True,
     )
     if result.missing:
-        raise SystemExit(f"{name}/{system}: acknowledged publications were not delivered")
+        missed = f"{result.missing} acknowledged publications were not delivered"
+        raise UndeliveredError(f"{name}/{system}: {missed}")
+
+
+@dataclass
+class Failures:
+    """The scenarios that failed: each printed when it happens and kept as a figure, so
+    the bench still runs the others and still ends with its JSON line (then exits 1)."""
+
+    figures: list[dict[str, Any]]
+    names: list[str] = field(default_factory=list)
+
+    async def attempt(
+        self, name: str, system: str, run: Awaitable[T], cleanup: ApexSide | None = None
+    ) -> T | None:
+        """``run``, or None when it failed (then ``cleanup``'s subscribers are closed, for
+        the next scenario on the same mesh)."""
+        try:
+            return await run
+        except Exception as error:  # noqa: BLE001 - a failed scenario is a figure, not an exit
+            why = f"{type(error).__name__}: {error}"
+            print(f"  {system:>9}: FAILED: {why}", flush=True)
+            failed = figure(f"{name}_failed", 1, "failed scenario")
+            self.figures.append({**failed, "system": system, "error": why[:300]})
+            self.names.append(f"{name}/{system}")
+            if cleanup is not None:
+                await cleanup.close_subscribers()
+            return None
+
+
+async def reported(name: str, system: str, run: Awaitable[Result]) -> Result:
+    """``run``'s result, reported (:func:`report`)."""
+    result = await run
+    report(name, system, result)
+    return result
 
 
 async def measured(
@@ -134,222 +161,6 @@ async def measured(
         expected=expected,
         missing=len(tally.missing(acknowledged)),
     )
-
-
-# --------------------------------------------------------------------------- apex-mesh
-
-
-class ApexSide:
-    """The local mesh, a publisher on relay pod 1 and subscribers on both pods."""
-
-    def __init__(
-        self,
-        topics: Sequence[str],
-        *,
-        dashboard: bool = False,
-        settings: dict[str, str] | None = None,
-        cluster: RedisClusterNodes | None = None,
-    ) -> None:
-        workdir = Path(tempfile.mkdtemp(prefix="apex-bench-pubsub-"))
-        #: The Redis Cluster the mesh keeps its state on (--redis cluster), else None:
-        #: the mesh's own redis-server.
-        self.cluster = cluster
-        self.mesh: LocalMesh
-        if cluster is not None:
-            self.mesh = ClusterLocalMesh(
-                workdir, cluster.url, dev=True, topics=topics, settings=settings
-            )
-        else:
-            # The dashboard only with --dashboard: it polls every pod's admin API each
-            # second, which is what that option measures (issue #33: its cost must not
-            # show here).
-            self.mesh = LocalMesh(
-                workdir, dev=True, topics=topics, dashboard=dashboard, settings=settings
-            )
-        self.clients: list[ApexClient] = []
-        self.publisher: Attachment | None = None
-        self._readers: list[asyncio.Task[None]] = []
-        self._trans = 0
-
-    async def __aenter__(self) -> ApexSide:
-        await self.mesh.start()
-        client = await self._connect(0)
-        self.publisher = await client.attach(f"fred@{DOMAIN}")
-        return self
-
-    async def _connect(self, pod: int) -> ApexClient:
-        client = await connect_endpoint("127.0.0.1", self.mesh.relay(DOMAIN, pod).edge_port)
-        self.clients.append(client)
-        return client
-
-    def pids(self) -> dict[str, int]:
-        found = {
-            c.name: c.process.pid
-            for c in self.mesh.children
-            if c.process is not None and ("example.com" in c.name or c.name == "dashboard")
-        }
-        if self.cluster is not None:
-            for node in self.cluster.nodes:
-                if node.process is not None:
-                    found[f"redis :{node.port}"] = node.process.pid
-        elif (pid := self.mesh.redis_pid) is not None:
-            found["redis-server"] = pid
-        found[CLIENTS] = os.getpid()
-        return found
-
-    async def command_counts(self) -> dict[int, int]:
-        """Commands each primary of the cluster has run so far, by port ({} without one)."""
-        if self.cluster is None:
-            return {}
-        return await asyncio.to_thread(self.cluster.command_counts)
-
-    async def gc_seconds(self) -> dict[str, float]:
-        """Seconds each relay and pubsub process spent in the garbage collector so far
-        (``apexmesh_gc_pause_seconds_total`` of its /metrics)."""
-
-        def scrape(port: int) -> float:
-            url = f"http://127.0.0.1:{port}/metrics"
-            with urllib.request.urlopen(url, timeout=10) as answer:
-                text = answer.read().decode()
-            return sum(
-                float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines()
-                if line.startswith("apexmesh_gc_pause_seconds_total{")
-            )
-
-        children = [
-            c
-            for c in self.mesh.children
-            if c.process is not None and c.module in ("services.relay", "services.pubsub")
-        ]
-        found = await asyncio.gather(
-            *(asyncio.to_thread(scrape, int(c.info["http_port"])) for c in children)
-        )
-        return {c.name: seconds for c, seconds in zip(children, found, strict=True)}
-
-    async def request(
-        self, attachment: Attachment, target: str, xml: bytes, accept: tuple[int, ...] = (250,)
-    ) -> None:
-        """Send an operation and wait for its reply; sent again (the same operation:
-        idempotent) when no reply came within 10 s: a reply racing a fresh attachment's
-        registration can be refused 550 by the relay pod that does not see it yet."""
-        for _ in range(REQUEST_ATTEMPTS):
-            await attachment.send(target, XmlContent(xml))
-            try:
-                async with asyncio.timeout(10):
-                    while True:
-                        answer = pubsub_message(await attachment.receive())
-                        if isinstance(answer, Reply | SubscriptionReply):
-                            if answer.code not in accept:
-                                raise RuntimeError(
-                                    f"{attachment.endpoint}: {xml!r} answered {answer.code}"
-                                )
-                            return
-            except TimeoutError:
-                continue
-        raise RuntimeError(f"{attachment.endpoint}: no reply to {xml[:80]!r}")
-
-    async def create_topics(self, topics: Sequence[str]) -> None:
-        assert self.publisher is not None
-        service = f"apex=pubsub@{DOMAIN}"
-        # One outstanding request at a time keeps replies in order on one attachment;
-        # topics are created by several creators at once instead.
-        creators = [self.publisher]
-        for index in range(min(50, len(topics)) - 1):
-            client = await self._connect(index % 2)
-            creators.append(await client.attach(f"creator{index}@{DOMAIN}"))
-
-        async def create(creator: Attachment, names: Sequence[str]) -> None:
-            for name in names:
-                self._trans += 1
-                op = CreateTopic(topic=name, trans_id=self._trans % 2_147_483_647 or 1)
-                await self.request(creator, service, op.to_xml(), (250, 553))  # 553: exists
-
-        shares = [topics[i :: len(creators)] for i in range(len(creators))]
-        await asyncio.gather(*(create(c, s) for c, s in zip(creators, shares, strict=True)))
-
-    async def subscribe(
-        self,
-        prefix: str,
-        topic_of: Sequence[str | Sequence[str]],
-        tally: Tally,
-        selector_of: Callable[[int], str] | None = None,
-    ) -> None:
-        """One subscriber session per entry of ``topic_of`` (its topic, or its topics:
-        one endpoint subscribed to each), alternating between the two relay pods; each
-        subscribes (with the JMS selector ``selector_of(index)`` when given), then reads
-        into ``tally``."""
-        attachments: list[Attachment] = []
-        service = f"apex=pubsub@{DOMAIN}"
-        for start in range(0, len(topic_of), SETUP_WAVE):
-
-            async def one(index: int) -> Attachment:
-                client = await self._connect(index % 2)
-                attachment = await client.attach(f"{prefix}{index}@{DOMAIN}")
-                entry = topic_of[index]
-                topics = (entry,) if isinstance(entry, str) else tuple(entry)
-
-                async def subscribe(topic: str, trans_id: int) -> None:
-                    op: Subscribe | ContentSubscribe = Subscribe(
-                        subscriber=attachment.endpoint,
-                        topic=topic,
-                        trans_id=trans_id,
-                        duration=3600,
-                    )
-                    if selector_of is not None:
-                        op = ContentSubscribe(
-                            subscriber=attachment.endpoint,
-                            topic=topic,
-                            trans_id=trans_id,
-                            duration=3600,
-                            selector=SelectorSpec(selector_class="JMS", text=selector_of(index)),
-                        )
-                    await self.request(attachment, service, op.to_xml())
-
-                await asyncio.gather(*(subscribe(t, n) for n, t in enumerate(topics, start=1)))
-                return attachment
-
-            indices = range(start, min(len(topic_of), start + SETUP_WAVE))
-            attachments += await asyncio.gather(*(one(i) for i in indices))
-
-        async def reader(attachment: Attachment) -> None:
-            while True:
-                content = (await attachment.receive()).content
-                if content.startswith(b"<m "):
-                    content = content.split(b"'")[3]  # the stamp of a content publication
-                tally.seen(content)
-
-        self._readers = [asyncio.ensure_future(reader(a)) for a in attachments]
-
-    def publish(self, topic: str, index: int, sent: float) -> asyncio.Future[Any]:
-        assert self.publisher is not None
-        return self.publisher.submit(str(topic_endpoint(topic, DOMAIN)), stamp(index, sent))
-
-    def publish_content(self, topic: str, index: int, sent: float) -> asyncio.Future[Any]:
-        """``<m g='index mod 100' s='stamp'/>``: matches the subscribers of one group."""
-        assert self.publisher is not None
-        head = f"{sent:<24.9f}{index:<10}"
-        body = f"<m g='{index % CONTENT_GROUPS}' s='{head}'/>".encode()
-        return self.publisher.submit(str(topic_endpoint(topic, DOMAIN)), XmlContent(body))
-
-    async def send(self, topic: str, index: int, due: float) -> object:
-        assert self.publisher is not None
-        return await self.publisher.send(str(topic_endpoint(topic, DOMAIN)), stamp(index, due))
-
-    async def close_subscribers(self) -> None:
-        for task in self._readers:
-            task.cancel()
-        await asyncio.gather(*self._readers, return_exceptions=True)
-        self._readers = []
-        keep, others = self.clients[:1], self.clients[1:]
-        await asyncio.gather(*(c.close(timeout=10) for c in others), return_exceptions=True)
-        self.clients = keep
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.close_subscribers()
-        for client in self.clients:
-            await client.close(timeout=5)
-        await self.mesh.stop()
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -515,15 +326,14 @@ async def with_cpu(pids: dict[str, int], run: Awaitable[Result]) -> Result:
 
 SCENARIOS = ("fanout", "topics", "latency", "content")
 
-#: Content scenario: selector groups (each publication matches one: 1 %).
-CONTENT_GROUPS = 100
 CONTENT_TOPIC = "bench.content"
 PLAIN_TOPIC = "bench.plain"
 
 
 async def run_content(apex: ApexSide, subscribers: int, publications: int) -> tuple[Result, Result]:
     """(content-based, topic fan-out baseline) on the same mesh, in this order: the
-    baseline first, 10 plain subscribers of another topic, then 1,000 selectors."""
+    baseline first, 10 plain subscribers of another topic, then 1,000 selectors; both
+    reported (:func:`report`)."""
     assert apex.publisher is not None
     for index, name in enumerate((CONTENT_TOPIC, PLAIN_TOPIC), start=1):
         op = CreateTopic(topic=name, trans_id=index)  # by the publisher's own session
@@ -567,6 +377,7 @@ async def run_content(apex: ApexSide, subscribers: int, publications: int) -> tu
         ),
     )
     await apex.close_subscribers()
+    report("content", "apex-mesh", mine)
     return mine, base
 
 
@@ -644,6 +455,7 @@ async def main(argv: list[str]) -> None:
     if "content" in args.scenario:
         topics += [CONTENT_TOPIC, PLAIN_TOPIC]
     figures: list[dict[str, Any]] = []
+    failures = Failures(figures)
     #: The single-Redis mesh's result of each scenario (the cluster's baseline).
     single: dict[str, Result] = {}
     # A development run has no endpoint directory: the generated subscribers are valid
@@ -658,16 +470,25 @@ async def main(argv: list[str]) -> None:
                 f"{args.content_publications:,} publications, {IN_FLIGHT} in flight",
                 flush=True,
             )
-            mine, base = await run_content(
-                apex, args.content_subscribers, args.content_publications
+            both = await failures.attempt(
+                "pubsub_content",
+                "apex-mesh",
+                run_content(apex, args.content_subscribers, args.content_publications),
+                cleanup=apex,
             )
-            report("content", "apex-mesh", mine)
-            figures.append(
-                figure("pubsub_content_deliveries", mine.rate, "deliveries/s", base.rate)
-            )
-            figures.append(
-                figure("pubsub_content_delivered", mine.delivered, "deliveries", mine.expected)
-            )
+            if both is not None:
+                content, base = both
+                figures.append(
+                    figure("pubsub_content_deliveries", content.rate, "deliveries/s", base.rate)
+                )
+                figures.append(
+                    figure(
+                        "pubsub_content_delivered",
+                        content.delivered,
+                        "deliveries",
+                        content.expected,
+                    )
+                )
         for scenario in chosen:
             print(
                 f"{scenario.name}: {scenario.topics:,} topic(s) x "
@@ -680,12 +501,22 @@ async def main(argv: list[str]) -> None:
                 ),
                 flush=True,
             )
-            redis = await run_redis(scenario)
-            report(scenario.name, "Redis", redis)
-            mine = await run_apex(apex, scenario)
-            report(scenario.name, "apex-mesh", mine)
-            single[scenario.name] = mine
             name = f"pubsub_{scenario.name}"
+            redis = await failures.attempt(
+                name, "Redis", reported(scenario.name, "Redis", run_redis(scenario))
+            )
+            mine = await failures.attempt(
+                name,
+                "apex-mesh",
+                reported(scenario.name, "apex-mesh", run_apex(apex, scenario)),
+                cleanup=apex,
+            )
+            if mine is None:
+                continue
+            single[scenario.name] = mine
+            figures.append(figure(f"{name}_delivered", mine.delivered, "deliveries", mine.expected))
+            if redis is None:
+                continue
             if scenario.name == "latency":
                 figures.extend(
                     figure(f"{name}_{key}", mine.latency[key], "ms", redis.latency[key])
@@ -699,11 +530,12 @@ async def main(argv: list[str]) -> None:
             figures.append(
                 figure(f"{name}_server_cpu", mine.server_us, "us/delivery", redis.server_us)
             )
-            figures.append(figure(f"{name}_delivered", mine.delivered, "deliveries", mine.expected))
     if args.redis == "cluster":
         on = [s for s in chosen if s.name in CLUSTER_SCENARIOS]
-        figures += await run_on_cluster(on, topics, settings, single)
+        await run_on_cluster(on, topics, settings, single, failures)
     print(json.dumps(figures))
+    if failures.names:
+        raise SystemExit(f"failed: {', '.join(failures.names)}")
 
 
 #: The scenarios ``--redis cluster`` runs again on the cluster mesh (issue #30).
@@ -715,11 +547,13 @@ async def run_on_cluster(
     topics: Sequence[str],
     settings: dict[str, str],
     single: dict[str, Result],
-) -> list[dict[str, Any]]:
-    """``chosen`` on a mesh over a Redis Cluster started here: figures against the
-    single-Redis mesh's results of the same scenarios."""
+    failures: Failures,
+) -> None:
+    """``chosen`` on a mesh over a Redis Cluster started here: figures (into
+    ``failures.figures``) against the single-Redis mesh's results of the same scenarios,
+    where those did not fail."""
     if not chosen:
-        return []
+        return
     cluster = RedisClusterNodes(Path(tempfile.mkdtemp(prefix="apex-bench-cluster-")))
     started = time.perf_counter()
     await asyncio.to_thread(cluster.start)
@@ -727,28 +561,36 @@ async def run_on_cluster(
         f"Redis Cluster: 3 primaries, 3 replicas, started in {time.perf_counter() - started:.1f} s",
         flush=True,
     )
-    figures = []
+    figures = failures.figures
     try:
         async with ApexSide(topics, settings=settings, cluster=cluster) as apex:
             for scenario in chosen:
                 print(f"{scenario.name} on the cluster mesh:", flush=True)
-                mine = await run_apex(apex, scenario)
-                report(scenario.name, "cluster", mine)
-                base = single[scenario.name]
                 name = f"pubsub_{scenario.name}_cluster"
-                figures += [
-                    figure(f"{name}_deliveries", mine.rate, "deliveries/s", base.rate),
-                    figure(f"{name}_latency_p99", mine.latency["p99"], "ms", base.latency["p99"]),
-                    figure(f"{name}_server_cpu", mine.server_us, "us/delivery", base.server_us),
-                    figure(f"{name}_delivered", mine.delivered, "deliveries", mine.expected),
-                ]
+                mine = await failures.attempt(
+                    name,
+                    "cluster",
+                    reported(scenario.name, "cluster", run_apex(apex, scenario)),
+                    cleanup=apex,
+                )
+                if mine is None:
+                    continue
+                figures.append(
+                    figure(f"{name}_delivered", mine.delivered, "deliveries", mine.expected)
+                )
                 if ran := mine.node_commands:
                     busiest = max(ran.values()) / (sum(ran.values()) or 1)
                     share = figure(f"{name}_busiest_primary", busiest * 100, "% of commands")
                     figures.append(share)
+                if (base := single.get(scenario.name)) is None:
+                    continue
+                figures += [
+                    figure(f"{name}_deliveries", mine.rate, "deliveries/s", base.rate),
+                    figure(f"{name}_latency_p99", mine.latency["p99"], "ms", base.latency["p99"]),
+                    figure(f"{name}_server_cpu", mine.server_us, "us/delivery", base.server_us),
+                ]
     finally:
         await asyncio.to_thread(cluster.stop)
-    return figures
 
 
 async def run(argv: list[str]) -> None:
