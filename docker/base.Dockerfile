@@ -34,13 +34,15 @@ FROM runtime AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3-venv \
  && rm -rf /var/lib/apt/lists/*
-# The context is what .dockerignore lets through: pyproject.toml, README.md, the
-# packages (apexmesh, services, spark).
+# The context is what .dockerignore lets through: pyproject.toml, constraints.txt (the
+# versions the suite passed with, as scripts/install takes them), README.md, the packages
+# (apexmesh, services, spark).
 COPY . /src
 ARG PIP_OPTIONS=""
 # hadolint ignore=SC2086
 RUN python3 -m venv /opt/apex-mesh \
- && /opt/apex-mesh/bin/pip install --no-cache-dir --disable-pip-version-check ${PIP_OPTIONS} /src \
+ && /opt/apex-mesh/bin/pip install --no-cache-dir --disable-pip-version-check ${PIP_OPTIONS} \
+      -c /src/constraints.txt /src \
  && /opt/apex-mesh/bin/pip uninstall -y --disable-pip-version-check pip setuptools \
  && /opt/apex-mesh/bin/python -m compileall -q /opt/apex-mesh/lib
 
