@@ -170,6 +170,14 @@ def _change(
                     results[target.name] = answer["results"].get("sasl", "not watched")
                 except AdminError as exc:
                     results[target.name] = f"failed: {exc}"
+                    continue
+                # The relay's own watcher may have taken the file between the write and
+                # this call (every APEXMESH_RELAY_RELOAD_SECONDS): the call then finds
+                # nothing new, yet the relay answers with the new credentials.
+                if results[target.name] == "unchanged":
+                    now = await _sasl_fingerprint(admin, target)
+                    if now and now != before[target.name]:
+                        results[target.name] = "reloaded"
         elif wait > 0:
             results = await _await_reload(admin, relays, before, wait)
         else:
