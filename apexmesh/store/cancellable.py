@@ -38,7 +38,7 @@ class _WriteKeepsCancellation(AbstractConnection):
         self, command: bytes | str | Iterable[bytes], check_health: bool = True
     ) -> None:
         if not self.is_connected:
-            await self.connect_check_health(check_health=False)
+            await self._reconnect()
         if check_health:
             await self.check_health()  # type: ignore[no-untyped-call, unused-ignore]
         parts = [command.encode()] if isinstance(command, str) else command
@@ -61,6 +61,25 @@ class _WriteKeepsCancellation(AbstractConnection):
             await self.disconnect(nowait=True)
             raise
 
+    async def _reconnect(self) -> None:
+        """Connect again before a write (as redis-py's write does)."""
+        await self.connect_check_health(check_health=False)
+
+
+class _AsksTheSentinels(_WriteKeepsCancellation):
+    """A Sentinel connection that asks the sentinels for the primary when it connects
+    again before a write. redis-py 8's write reconnects to the address it had (the
+    base class's ``connect_check_health``), which only a pool's fresh connections
+    avoid: a client that keeps one connection (a follower's blocked XREAD,
+    :func:`~apexmesh.store.connection.dedicated_client`) dialled the killed primary
+    for as long as the mesh ran after a failover (issue #30; found by
+    tests/system/test_mesh_sentinel_failover.py)."""
+
+    async def _reconnect(self) -> None:
+        # SentinelManagedConnection.connect (next in the concrete classes' MRO): it asks
+        # the sentinels for the primary, then connects.
+        await self.connect()  # type: ignore[no-untyped-call, unused-ignore]
+
 
 class KeepingConnection(_WriteKeepsCancellation, Connection):
     """A TCP connection of a cluster node."""
@@ -70,11 +89,11 @@ class KeepingSSLConnection(_WriteKeepsCancellation, SSLConnection):
     """A TLS connection of a cluster node (``rediss+cluster://``)."""
 
 
-class KeepingSentinelConnection(_WriteKeepsCancellation, SentinelManagedConnection):
+class KeepingSentinelConnection(_AsksTheSentinels, SentinelManagedConnection):
     """A connection to the primary the sentinels name."""
 
 
-class KeepingSentinelSSLConnection(_WriteKeepsCancellation, SentinelManagedSSLConnection):
+class KeepingSentinelSSLConnection(_AsksTheSentinels, SentinelManagedSSLConnection):
     """The same over TLS (``rediss+sentinel://``)."""
 
 
