@@ -13,13 +13,10 @@ that leaves this pod. Under load the answers wait, and the sender's BEEP window 
 
 The module map of the relay's data path:
 
-* :mod:`apexmesh.relay.routing`: where each recipient goes (pure decision);
-* :mod:`services.relay.executor`: fetches missing facts, sends, the one retry policy;
-* :mod:`services.relay.flow`: bounds on what this pod holds per endpoint, slow consumers;
-* :mod:`services.relay.jobs`: accepted data, per-origin order, custody;
-* :mod:`services.relay.reports`: outcomes counted, statusResponses sent;
-* :mod:`services.relay.attachments`, :mod:`services.relay.locations`: the facts;
-* :mod:`services.relay.payloads`, :mod:`services.relay.grouping`: bytes sent on.
+* :mod:`apexmesh.relay.routing`: where each recipient goes (pure decision); executor:
+  fetches missing facts, sends, the one retry policy; flow: bounds per endpoint;
+* jobs: accepted data, per-origin order, custody; reports: outcomes, statusResponses;
+* attachments, locations: the facts; payloads, grouping: bytes sent on.
 """
 
 from __future__ import annotations
@@ -457,8 +454,12 @@ class Router:
         return frozenset(endpoint for endpoint, _ in written)
 
     async def _may_send(self, endpoint: Endpoint, originator: Endpoint) -> bool:
-        """Step 5.3's access check (core:data), which holding must not bypass."""
+        """Step 5.3's check (core:data), which holding must not bypass; no answer refuses
+        the data before ``ok`` (421; after it, it would be lost: issue #30's failover; an
+        earlier recipient's hold is kept, so a resend may hold it twice, never lose it)."""
         decision = await self._decide_access(str(endpoint), str(originator), CORE_DATA)
+        if decision.code == ApexReplyCode.SERVICE_NOT_AVAILABLE:
+            raise ApexError(ApexReplyCode.SERVICE_NOT_AVAILABLE, decision.text)
         return decision.allowed
 
     def attached_ready(self, endpoint: Endpoint) -> None:
