@@ -5,8 +5,10 @@ and so a cluster client and hash-tagged keys (docs/redis.md, "Slot groups").
 
 The cluster is the caller's (:class:`~tests.support.redis_cluster.RedisClusterNodes`,
 six nodes on kernel-chosen loopback ports, no password: hence ``APEXMESH_DEV=1``), so
-that a test can kill one of its nodes while the mesh runs. Only how Redis starts differs
-from :class:`LocalMesh`; the services, their settings and the demo's cast are the same.
+that a test can kill one of its nodes while the mesh runs; a Sentinel group's URL
+(:class:`~tests.support.redis_cluster.SentinelGroup`) works the same way. Only how Redis
+starts differs from :class:`LocalMesh`; the services, their settings and the demo's cast
+are the same.
 """
 
 from __future__ import annotations
@@ -72,11 +74,16 @@ def running_cluster(directory: Path) -> Iterator[RedisClusterNodes]:
 
 @contextlib.asynccontextmanager
 async def running_mesh(
-    workdir: Path, cluster: RedisClusterNodes, *, topics: Sequence[str] = ()
+    workdir: Path,
+    redis_url: str,
+    *,
+    topics: Sequence[str] = (),
+    settings: Mapping[str, str] | None = None,
 ) -> AsyncIterator[ClusterLocalMesh]:
-    """The mesh on ``cluster``; on exit every service is stopped, and each must have
-    exited 0 on its SIGTERM (none crashed; as test_mesh.py checks)."""
-    mesh = ClusterLocalMesh(workdir, cluster.url, topics=topics)
+    """The mesh on the Redis of ``redis_url`` (a cluster's, or a Sentinel group's:
+    ``redis+sentinel://``); on exit every service is stopped, and each must have exited
+    0 on its SIGTERM (none crashed; as test_mesh.py checks)."""
+    mesh = ClusterLocalMesh(workdir, redis_url, topics=topics, settings=settings)
     await mesh.start()
     try:
         yield mesh

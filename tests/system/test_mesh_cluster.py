@@ -66,7 +66,7 @@ async def mesh(
     redis_cluster: RedisClusterNodes, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[ClusterLocalMesh]:
     workdir = tmp_path_factory.mktemp("mesh")
-    async with running_mesh(workdir, redis_cluster, topics=(CONTENT_TOPIC, ROBUST_TOPIC)) as up:
+    async with running_mesh(workdir, redis_cluster.url, topics=(CONTENT_TOPIC, ROBUST_TOPIC)) as up:
         yield up
 
 
