@@ -26,10 +26,12 @@ between (the node exits with "Address already in use"), starts again on fresh po
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -355,6 +357,18 @@ class SentinelGroup:
     def stop(self) -> None:
         for node in [*self.sentinels, self.primary, *self.replica_nodes]:
             node.stop()
+
+
+@contextlib.contextmanager
+def running_sentinels(directory: Path) -> Iterator[SentinelGroup]:
+    """A primary, two replicas and three sentinels (quorum 2), stopped on exit: two
+    replicas, so that WAIT 1 still has one after the primary's failover."""
+    group = SentinelGroup(directory, replicas=2, sentinels=3)
+    group.start()
+    try:
+        yield group
+    finally:
+        group.stop()
 
 
 def every_node(redis: object) -> dict[str, object]:

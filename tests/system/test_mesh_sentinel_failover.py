@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster_mesh import running_mesh
-from tests.support.redis_cluster import SentinelGroup
+from tests.support.redis_cluster import SentinelGroup, running_sentinels
 from tests.support.store_failover import acknowledged_data_survives_the_kill
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
@@ -37,12 +37,8 @@ ROBUST_TOPIC = "failover.robust"
 
 @pytest.fixture
 def sentinels(tmp_path: Path) -> Iterator[SentinelGroup]:
-    group = SentinelGroup(tmp_path / "sentinel", replicas=2, sentinels=3)
-    group.start()
-    try:
+    with running_sentinels(tmp_path / "sentinel") as group:
         yield group
-    finally:
-        group.stop()
 
 
 async def test_kill_9_of_the_sentinel_primary_loses_no_acknowledged_data(

@@ -29,7 +29,7 @@ from apexmesh.store.connection import (
     keys_for,
 )
 from apexmesh.store.held import HeldStore
-from tests.support.redis_cluster import SentinelGroup
+from tests.support.redis_cluster import SentinelGroup, running_sentinels
 
 pytestmark = pytest.mark.integration
 
@@ -47,12 +47,8 @@ READY_AGAIN_S = 15.0
 
 @pytest.fixture
 def sentinels(tmp_path: Path) -> Iterator[SentinelGroup]:
-    group = SentinelGroup(tmp_path / "sentinel", replicas=2, sentinels=3)
-    group.start()
-    try:
+    with running_sentinels(tmp_path / "sentinel") as group:
         yield group
-    finally:
-        group.stop()
 
 
 def _settings(replicas: int, timeout_ms: int = 2000) -> RedisPoolSettings:
