@@ -141,3 +141,18 @@ async def test_endpoint_gone_between_ok_and_delivery_is_held_then(
         async with endpoint_client(mesh.b.edge_port) as two:
             barney = await two.attach("barney@example.com")
             assert (await receive(barney)).content == b"caught late"
+
+
+async def test_held_data_is_refused_421_when_access_cannot_answer(mesh: Mesh) -> None:
+    """hold4Endpoint data whose access check gets no answer (the access service down) is
+    refused 421 before ``ok``, for the sender to send again: answered ``ok`` with the
+    hold skipped, it failed after ``ok`` and was lost (issue #30, a Sentinel failover
+    under the access service). Nothing is held for the recipient."""
+    async with endpoint_client(mesh.a.edge_port) as one:
+        fred = await one.attach("fred@example.com")
+        await mesh.access.stop()  # (stopped again, harmlessly, with the mesh)
+        with pytest.raises(ApexRequestError) as refused:
+            await fred.send("barney@example.com", b"held", hold=True)
+        assert refused.value.code == 421
+    assert mesh.a.router.holder is not None
+    assert await mesh.a.router.holder.store.read("barney@example.com") == []
