@@ -137,6 +137,18 @@ class Failures:
                 await cleanup.close_subscribers()
             return None
 
+    async def scenario(
+        self,
+        name: str,
+        scenario: str,
+        system: str,
+        run: Awaitable[Result],
+        cleanup: ApexSide | None = None,
+    ) -> Result | None:
+        """:meth:`attempt` of one system's run of ``scenario``, its result reported
+        (:func:`report`: acknowledged publications missed are a failure too)."""
+        return await self.attempt(name, system, reported(scenario, system, run), cleanup)
+
 
 async def reported(name: str, system: str, run: Awaitable[Result]) -> Result:
     """``run``'s result, reported (:func:`report`)."""
@@ -502,14 +514,9 @@ async def main(argv: list[str]) -> None:
                 flush=True,
             )
             name = f"pubsub_{scenario.name}"
-            redis = await failures.attempt(
-                name, "Redis", reported(scenario.name, "Redis", run_redis(scenario))
-            )
-            mine = await failures.attempt(
-                name,
-                "apex-mesh",
-                reported(scenario.name, "apex-mesh", run_apex(apex, scenario)),
-                cleanup=apex,
+            redis = await failures.scenario(name, scenario.name, "Redis", run_redis(scenario))
+            mine = await failures.scenario(
+                name, scenario.name, "apex-mesh", run_apex(apex, scenario), cleanup=apex
             )
             if mine is None:
                 continue
@@ -567,11 +574,8 @@ async def run_on_cluster(
             for scenario in chosen:
                 print(f"{scenario.name} on the cluster mesh:", flush=True)
                 name = f"pubsub_{scenario.name}_cluster"
-                mine = await failures.attempt(
-                    name,
-                    "cluster",
-                    reported(scenario.name, "cluster", run_apex(apex, scenario)),
-                    cleanup=apex,
+                mine = await failures.scenario(
+                    name, scenario.name, "cluster", run_apex(apex, scenario), cleanup=apex
                 )
                 if mine is None:
                     continue
