@@ -15,10 +15,17 @@ wrong. The protocol (docs/access.md, "Cache protocol"):
 3. Every ``resync_interval`` seconds (and after any subscription error) it reads the
    version counter; if it differs from the last one seen it drops everything. While the
    subscription is down the cache is bypassed entirely.
-4. A decision fetched from the source is stored only if no invalidation happened while
-   it was being fetched and the source computed it at the version the cache has seen, so
-   a slow answer computed from old entries can never be stored after the invalidation
-   that made it stale.
+4. A decision fetched from the source is stored only if the cache stayed synced while
+   it was fetched (nothing dropped everything), its owner was not invalidated meanwhile,
+   and the source computed it at a version no older than the cache had seen when the
+   fetch began. So a slow answer computed from old entries is never stored after the
+   invalidation that made it stale: a change the answer may not reflect either came
+   before the fetch (the version rule refuses it) or its notification arrives during
+   the fetch (that owner's answers are not stored) or after it (it drops what was
+   stored). The rule is per owner so that a burst of changes to *other* owners (topic
+   creations, subscriptions: each writes entries) does not keep every fetch uncached;
+   it was one counter for all owners until issue #28 found almost nothing cached under
+   such churn.
 
 A stale decision can therefore live only as long as a notification takes to arrive, or
 ``resync_interval`` if notifications are lost. The fast path, :meth:`lookup`, is one
@@ -82,6 +89,21 @@ DEFAULT_MAX_IN_FLIGHT: Final = 4
 PUBSUB_CLOSE_SECONDS: Final = 5.0
 
 
+class _FetchWatch:
+    """What happened while one call was at the source, deciding what of it may be stored."""
+
+    __slots__ = ("owners", "stale", "version", "whole")
+
+    def __init__(self, version: int, owners: set[str], synced: bool) -> None:
+        #: The access version the cache had seen when the call was sent.
+        self.version = version
+        self.owners = owners
+        #: Owners invalidated since: their answers may predate the change.
+        self.stale: set[str] = set()
+        #: False once everything was dropped (a missed notification, a lost subscription).
+        self.whole = synced
+
+
 class CachedAccessChecker:
     """Local decision cache kept correct by the version counter and change channel."""
 
@@ -111,7 +133,6 @@ class CachedAccessChecker:
         self._by_owner: dict[str, set[CheckKey]] = {}
         self._indexed = 0
         self._version = -1
-        self._generation = 0
         self._synced = False
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -126,6 +147,8 @@ class CachedAccessChecker:
         #: Batches closed but not sent: the window was full (:meth:`_send_queued`).
         self._queued: collections.deque[list[CheckKey]] = collections.deque()
         self._fetches: set[asyncio.Task[None]] = set()
+        #: What each call at the source must not store (at most ``max_in_flight``).
+        self._at_source: set[_FetchWatch] = set()
         self.hits = 0
         self.misses = 0
         #: Calls made to the source (each one ``check_many`` of one or more checks).
@@ -247,7 +270,8 @@ class CachedAccessChecker:
 
     async def _fetch(self, batch: list[CheckKey]) -> None:
         """One ``check_many`` for the batch; its answers cached when they may be."""
-        generation = self._generation
+        watch = _FetchWatch(self._version, {owner for owner, _, _ in batch}, self._synced)
+        self._at_source.add(watch)
         self.fetches += 1
         waits = [self._fetching[key] for key in batch]
         try:
@@ -263,12 +287,14 @@ class CachedAccessChecker:
                     wait.exception()  # retrieved: a batch nobody waits for any more logs nothing
             return
         finally:
+            self._at_source.discard(watch)
             for key in batch:
                 self._fetching.pop(key, None)
-        cacheable = self._synced and generation == self._generation and version == self._version
         answers = dict(zip(batch, fetched, strict=True))
-        if cacheable:
-            self._store(answers)
+        if self._synced and watch.whole and version >= watch.version:
+            self._store(
+                {key: answer for key, answer in answers.items() if key[0] not in watch.stale}
+            )
         for key, wait in zip(batch, waits, strict=True):
             if not wait.done():
                 wait.set_result((answers[key], version))
@@ -289,14 +315,17 @@ class CachedAccessChecker:
             self._indexed = len(self._decisions)
 
     def _invalidate_owner(self, owner: str) -> None:
-        self._generation += 1
+        for watch in self._at_source:
+            if owner in watch.owners:
+                watch.stale.add(owner)
         keys = self._by_owner.pop(owner, set())
         self._indexed -= len(keys)
         for key in keys:
             self._decisions.pop(key)
 
     def _invalidate_all(self) -> None:
-        self._generation += 1
+        for watch in self._at_source:
+            watch.whole = False
         self._decisions.clear()
         self._by_owner.clear()
         self._indexed = 0

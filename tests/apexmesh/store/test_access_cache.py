@@ -119,6 +119,69 @@ async def test_answer_older_than_an_invalidation_is_not_stored(redis: Redis, key
         assert checker.lookup(FRED, "a@b.org", "core:data") is not None
 
 
+async def test_a_change_to_another_owner_during_a_fetch_leaves_the_answers_cacheable(
+    redis: Redis, keys: Keys
+) -> None:
+    """Under steady access churn (topic creations, subscriptions) some owner's entries
+    change during almost every fetch: only the answers of an owner changed meanwhile
+    are left uncached, the others are stored (issue #28: none were)."""
+    store = AccessEntryStore(redis, keys)
+    source = StoreSource(store)
+    async with CachedAccessChecker(source, redis, keys) as checker:
+
+        async def concurrent_change() -> None:
+            await store.change(
+                Endpoint.parse(FRED), ActorPattern.parse("*@*"), ActionSet.of("all:all"), None, T0
+            )
+            await eventually(lambda: checker.version == 1)
+
+        source.before_return = concurrent_change
+        await checker.check_many(
+            [(FRED, "a@b.org", "core:data"), ("wilma@example.com", "a@b.org", "core:data")]
+        )
+        source.before_return = None
+        assert checker.lookup(FRED, "a@b.org", "core:data") is None
+        assert checker.lookup("wilma@example.com", "a@b.org", "core:data") is not None
+        assert source.calls == 1
+
+
+async def test_an_answer_computed_before_a_seen_change_is_not_stored(
+    redis: Redis, keys: Keys
+) -> None:
+    """A source answering from a version older than one the cache has already been told
+    of (a lagging access service) may miss that change: its answers are not stored."""
+    store = AccessEntryStore(redis, keys)
+
+    class LaggingSource(StoreSource):
+        async def check_many(self, checks: Sequence[CheckKey]) -> tuple[list[Decision], int]:
+            decisions, version = await super().check_many(checks)
+            return decisions, version - 1
+
+    async with CachedAccessChecker(LaggingSource(store), redis, keys) as checker:
+        await store.change(
+            Endpoint.parse(FRED), ActorPattern.parse("*@*"), ActionSet.of("all:all"), None, T0
+        )
+        await eventually(lambda: checker.version == 1)
+        await checker.check("wilma@example.com", "a@b.org", "core:data")
+        assert checker.lookup("wilma@example.com", "a@b.org", "core:data") is None
+
+
+async def test_a_dropped_cache_stores_nothing_fetched_before_the_drop(
+    redis: Redis, keys: Keys
+) -> None:
+    store = AccessEntryStore(redis, keys)
+    source = StoreSource(store)
+    async with CachedAccessChecker(source, redis, keys) as checker:
+
+        async def missed_notification() -> None:
+            await redis.publish(keys.access_changes(), f"{checker.version + 5} someone@else.org")
+            await eventually(lambda: checker.version == 5)
+
+        source.before_return = missed_notification
+        await checker.check("wilma@example.com", "a@b.org", "core:data")
+        assert checker.lookup("wilma@example.com", "a@b.org", "core:data") is None
+
+
 async def test_lost_subscription_bypasses_then_recovers(redis: Redis, keys: Keys) -> None:
     store = AccessEntryStore(redis, keys)
     async with CachedAccessChecker(StoreSource(store), redis, keys) as checker:
