@@ -33,6 +33,7 @@ from apexmesh.contracts.common.v1 import common_pb2
 from apexmesh.contracts.endpoint.v1 import endpoint_pb2, endpoint_pb2_grpc
 from apexmesh.contracts.relay.v1 import relay_pb2, relay_pb2_grpc
 from apexmesh.contracts.report.v1 import report_pb2, report_pb2_grpc
+from apexmesh.rpc.batched import serve_batched
 from apexmesh.rpc.retry import RetryPolicy
 from apexmesh.rpc.server import create_server, graceful_stop
 from services.report.servicer import (
@@ -112,7 +113,23 @@ class RecordingRelay(relay_pb2_grpc.RelayServiceServicer):
             status=common_pb2.ApexStatus(code=self.code, text=self.text)
         )
 
-    # The report service only calls Submit; the rest of the contract is refused.
+    async def SubmitStream(  # noqa: N802
+        self,
+        request_iterator: AsyncIterator[common_pb2.CallBatch],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[common_pb2.CallBatch]:
+        """Submit over one stream, as every relay serves it (services/relay/servicer.py).
+
+        Without it each submitter's first call raced the stream's UNIMPLEMENTED end: on a
+        loaded machine the send could fail first (INTERNAL), the call then counted as
+        "reached nobody" and went to the next relay, and the round robin was off by one.
+        The fallback to unary calls has its own tests (tests/apexmesh/rpc)."""
+        async for batch in serve_batched(
+            request_iterator, context, self.Submit, relay_pb2.SubmitRequest.FromString
+        ):
+            yield batch
+
+    # The report service only submits; the rest of the contract is refused.
 
     async def Deliver(  # noqa: N802
         self, request: relay_pb2.DeliverRequest, context: grpc.aio.ServicerContext
