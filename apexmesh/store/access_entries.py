@@ -65,6 +65,17 @@ return {0, version}
 """
 
 
+# KEYS: version counter, then each owner's entries hash. Returns {version, fields and
+# values of each hash, flat, as HGETALL gives them}.
+_LOAD_SCRIPT: Final = """
+local loaded = {tonumber(redis.call('GET', KEYS[1]) or '0')}
+for index = 2, #KEYS do
+    loaded[index] = redis.call('HGETALL', KEYS[index])
+end
+return loaded
+"""
+
+
 class ChangeOutcome(enum.Enum):
     """Result of :meth:`AccessEntryStore.change` (RFC 3341 section 4.4 steps 5-9)."""
 
@@ -110,6 +121,7 @@ class AccessEntryStore:
         self._redis = redis
         self._keys = keys
         self._change = redis.register_script(_CHANGE_SCRIPT)
+        self._load = redis.register_script(_LOAD_SCRIPT)
 
     @property
     def keys(self) -> Keys:
@@ -122,18 +134,24 @@ class AccessEntryStore:
 
     async def load_many(self, owners: Sequence[Endpoint]) -> tuple[list[OwnerRules], int]:
         """The rules of each of ``owners`` and the version they were read at, in one
-        transaction: one round trip for a whole ``CheckMany`` (every ``access:*`` key is
+        atomic script: one round trip for a whole ``CheckMany`` (every ``access:*`` key is
         in one slot group, so a cluster runs it on one node), where one read per owner
-        made a burst of cold checks cost a round trip each."""
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for owner in owners:
-                pipe.hgetall(self._keys.access_entries(str(owner)))
-            pipe.get(self._keys.access_version())
-            *raws, version = await pipe.execute()
+        made a burst of cold checks cost a round trip each.
+
+        A script, not a MULTI pipeline: redis-py's cluster client (8.2) queues each
+        command of a transaction pipeline through a private event loop in a new thread,
+        blocking the caller's loop meanwhile; that was half of the access service's CPU
+        in the cluster topics bench (issue #30)."""
+        keys = [self._keys.access_version()]
+        keys.extend(self._keys.access_entries(str(owner)) for owner in owners)
+        version, *raws = await self._load(keys=keys)
         rules = [
             OwnerRules.build(
                 owner,
-                [decode_entry(owner, _text(actor), _text(value)) for actor, value in raw.items()],
+                [
+                    decode_entry(owner, _text(raw[index]), _text(raw[index + 1]))
+                    for index in range(0, len(raw), 2)
+                ],
             )
             for owner, raw in zip(owners, raws, strict=True)
         ]
