@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -47,6 +47,21 @@ class StoreSource:
             if asyncio.iscoroutine(result):
                 await result
         return decisions, version
+
+
+def fred_changed_meanwhile(
+    store: AccessEntryStore, checker: CachedAccessChecker
+) -> Callable[[], Awaitable[None]]:
+    """A change of FRED's entries committed, and seen by ``checker``, while a fetch is at
+    the source (its ``before_return``)."""
+
+    async def concurrent_change() -> None:
+        await store.change(
+            Endpoint.parse(FRED), ActorPattern.parse("*@*"), ActionSet.of("all:all"), None, T0
+        )
+        await eventually(lambda: checker.version == 1)
+
+    return concurrent_change
 
 
 async def test_hits_after_first_check_and_eviction_on_change(redis: Redis, keys: Keys) -> None:
@@ -103,14 +118,7 @@ async def test_answer_older_than_an_invalidation_is_not_stored(redis: Redis, key
     store = AccessEntryStore(redis, keys)
     source = StoreSource(store)
     async with CachedAccessChecker(source, redis, keys) as checker:
-
-        async def concurrent_change() -> None:
-            await store.change(
-                Endpoint.parse(FRED), ActorPattern.parse("*@*"), ActionSet.of("all:all"), None, T0
-            )
-            await eventually(lambda: checker.version == 1)
-
-        source.before_return = concurrent_change
+        source.before_return = fred_changed_meanwhile(store, checker)
         stale = await checker.check(FRED, "a@b.org", "core:data")
         assert not stale.allowed
         assert checker.lookup(FRED, "a@b.org", "core:data") is None
@@ -128,14 +136,7 @@ async def test_a_change_to_another_owner_during_a_fetch_leaves_the_answers_cache
     store = AccessEntryStore(redis, keys)
     source = StoreSource(store)
     async with CachedAccessChecker(source, redis, keys) as checker:
-
-        async def concurrent_change() -> None:
-            await store.change(
-                Endpoint.parse(FRED), ActorPattern.parse("*@*"), ActionSet.of("all:all"), None, T0
-            )
-            await eventually(lambda: checker.version == 1)
-
-        source.before_return = concurrent_change
+        source.before_return = fred_changed_meanwhile(store, checker)
         await checker.check_many(
             [(FRED, "a@b.org", "core:data"), ("wilma@example.com", "a@b.org", "core:data")]
         )
