@@ -159,10 +159,7 @@ async def test_an_answer_computed_before_a_seen_change_is_not_stored(
             return decisions, version - 1
 
     async with CachedAccessChecker(LaggingSource(store), redis, keys) as checker:
-        await store.change(
-            Endpoint.parse(FRED), ActorPattern.parse("*@*"), ActionSet.of("all:all"), None, T0
-        )
-        await eventually(lambda: checker.version == 1)
+        await fred_changed_meanwhile(store, checker)()  # before the fetch, this time
         await checker.check("wilma@example.com", "a@b.org", "core:data")
         assert checker.lookup("wilma@example.com", "a@b.org", "core:data") is None
 
